@@ -1,0 +1,40 @@
+# Two commands on a fresh machine:  `make run` (platform on embedded defaults) and `make test` (whole suite).
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+export PATH := $(CURDIR)/$(BIN):$(PATH)
+
+# Tests run against PostgreSQL and Redis on this machine unless told otherwise.
+TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/postgres
+TEST_REDIS_URL ?= redis://127.0.0.1:6379/1
+
+.PHONY: setup run test bench bench-slots bench-rollout bench-learning bench-async bench-events bench-dashboard clean
+
+$(BIN)/.installed: requirements.txt
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -r requirements.txt
+	touch $@
+
+setup: $(BIN)/.installed
+
+run: setup
+	$(BIN)/python platform/up.py
+
+test: setup
+	DATABASE_URL=$(TEST_DATABASE_URL) REDIS_URL=$(TEST_REDIS_URL) $(BIN)/python -m pytest $(PYTEST_ARGS)
+
+bench-slots: setup
+	DATABASE_URL=$(TEST_DATABASE_URL) $(BIN)/python bench/slots.py $(BENCH_ARGS)
+
+bench-rollout: setup
+	$(BIN)/python bench/rollout.py $(BENCH_ARGS)
+
+bench-learning: setup
+	$(BIN)/python bench/learning.py $(BENCH_ARGS)
+
+bench-async: setup
+	$(BIN)/python bench/async.py $(BENCH_ARGS)
+
+clean:
+	rm -rf var

@@ -1,0 +1,4 @@
+"""Websocket URL map (Channels)."""
+from django.urls import path  # noqa: F401
+
+websocket_urlpatterns: list = []

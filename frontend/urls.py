@@ -1,0 +1,2 @@
+"""Dashboard pages."""
+urlpatterns: list = []

@@ -1,0 +1,1 @@
+"""Django-free machinery for publishing weights under live traffic: gate, router, scheduler, channel."""

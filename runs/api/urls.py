@@ -1,0 +1,2 @@
+"""REST API routes under /api/."""
+urlpatterns: list = []

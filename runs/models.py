@@ -1,0 +1,141 @@
+"""Tables of the control plane: runs, their events, the slot queue, concurrency settings and schedules."""
+from __future__ import annotations
+
+import secrets
+
+from django.conf import settings
+from django.db import models
+
+
+class RunStatus(models.TextChoices):
+    QUEUED = "queued"  # waiting for a slot
+    STARTING = "starting"  # slot granted, launching
+    RUNNING = "running"
+    STOPPING = "stopping"  # cancel requested
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+
+ACTIVE_STATUSES = (RunStatus.STARTING, RunStatus.RUNNING, RunStatus.STOPPING)
+FINISHED_STATUSES = (RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.CANCELLED)
+
+
+class RunClass(models.TextChoices):
+    INTERACTIVE = "interactive"
+    APP = "app"
+    SCHEDULE = "schedule"
+    SYSTEM = "system"
+
+
+class Origin(models.TextChoices):
+    DASHBOARD = "dashboard"
+    API = "api"
+    SCHEDULE = "schedule"
+    SYSTEM = "system"
+
+
+ORIGIN_TO_CLASS: dict[str, str] = {
+    Origin.DASHBOARD: RunClass.INTERACTIVE,
+    Origin.API: RunClass.APP,
+    Origin.SCHEDULE: RunClass.SCHEDULE,
+    Origin.SYSTEM: RunClass.SYSTEM,
+}
+
+
+def new_ingest_token() -> str:
+    return secrets.token_urlsafe(32)
+
+
+class Run(models.Model):
+    name = models.CharField(max_length=200)
+    origin = models.CharField(max_length=16, choices=Origin.choices)
+    run_class = models.CharField(max_length=16, choices=RunClass.choices)
+    kind = models.CharField(max_length=64)
+    status = models.CharField(max_length=16, choices=RunStatus.choices, default=RunStatus.QUEUED, db_index=True)
+    owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="runs")
+    config = models.JSONField(default=dict)
+
+    created_at = models.DateTimeField(auto_now_add=True)
+    granted_at = models.DateTimeField(null=True, blank=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    heartbeat_at = models.DateTimeField(null=True, blank=True)
+    time_limit_seconds = models.PositiveIntegerField(null=True, blank=True)
+
+    error = models.TextField(blank=True, default="")
+    # Latest gate state, weight version, sampler progress and metrics, folded from the run's events.
+    summary = models.JSONField(default=dict)
+
+    # Execution: the Ray job that runs it, the token its events authenticate with, the last stored event seq.
+    ray_submission_id = models.CharField(max_length=128, blank=True, default="")
+    ingest_token = models.CharField(max_length=64, default=new_ingest_token)
+    last_seq = models.BigIntegerField(default=0)
+    attempt = models.PositiveIntegerField(default=0)
+    resume_requested = models.BooleanField(default=False)
+    auto_resume = models.BooleanField(default=False)
+    parent = models.ForeignKey("self", null=True, blank=True, on_delete=models.SET_NULL, related_name="children")
+
+    class Meta:
+        ordering = ["-id"]
+        indexes = [models.Index(fields=["owner", "-id"]), models.Index(fields=["run_class", "status"])]
+
+    def __str__(self) -> str:
+        return f"run {self.pk} ({self.name}, {self.status})"
+
+
+class RunEvent(models.Model):
+    """One event of a run, stored once: (run, seq) is unique, so a re-posted batch is a no-op."""
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="events")
+    seq = models.BigIntegerField()
+    ts = models.DateTimeField()
+    type = models.CharField(max_length=16)
+    data = models.JSONField(default=dict)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["run", "seq"], name="runevent_run_seq_unique")]
+        ordering = ["run", "seq"]
+
+
+class SlotState(models.TextChoices):
+    WAITING = "waiting"
+    HELD = "held"
+
+
+class Slot(models.Model):
+    """A run's place in the slot queue: `waiting` until granted, `held` while it runs; deleted on release.
+
+    Kept apart from Run so that grant queries touch a narrow, well-indexed table whatever the run history.
+    """
+
+    run = models.OneToOneField(Run, on_delete=models.CASCADE, primary_key=True, related_name="slot")
+    run_class = models.CharField(max_length=16, choices=RunClass.choices)
+    state = models.CharField(max_length=8, choices=SlotState.choices, default=SlotState.WAITING)
+    requested_at = models.DateTimeField()
+    granted_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        indexes = [models.Index(fields=["state", "run_class", "requested_at", "run"], name="slot_queue_idx")]
+
+
+class ConcurrencySettings(models.Model):
+    """The stored, raw concurrency settings (one row). Effective values are computed, never stored."""
+
+    raw = models.JSONField(default=dict)
+    updated_at = models.DateTimeField(auto_now=True)
+    updated_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL)
+
+
+class Schedule(models.Model):
+    """A cron schedule that submits runs with origin `schedule`."""
+
+    name = models.CharField(max_length=200)
+    cron = models.CharField(max_length=100)
+    kind = models.CharField(max_length=64)
+    config = models.JSONField(default=dict)
+    owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="schedules")
+    enabled = models.BooleanField(default=True)
+    next_run_at = models.DateTimeField(null=True, blank=True)
+    last_run = models.ForeignKey(Run, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    created_at = models.DateTimeField(auto_now_add=True)

@@ -1,0 +1,92 @@
+"""Shared fixtures: one real Ray cluster per test run, and loud failures when a service is missing."""
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+VENV_BIN = Path(sys.executable).parent
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@dataclass(frozen=True)
+class RayCluster:
+    address: str  # GCS address for ray.init(address=...)
+    dashboard_url: str  # job submission API
+    temp_dir: str
+
+
+@pytest.fixture(scope="session")
+def ray_cluster() -> RayCluster:
+    """A local Ray head shared by every test of this run (starting one costs ~5 s and a lot of memory)."""
+    port, dash_port = free_port(), free_port()
+    temp_dir = tempfile.mkdtemp(prefix="ray-tests-")
+    env = dict(os.environ)
+    # Jobs run `python ...` from the raylet's PATH: make that the interpreter of this test run.
+    env["PATH"] = f"{VENV_BIN}{os.pathsep}{env.get('PATH', '')}"
+    env["PYTHONPATH"] = f"{REPO_ROOT}{os.pathsep}{env.get('PYTHONPATH', '')}"
+    cmd = [
+        str(VENV_BIN / "ray"), "start", "--head", "--num-cpus", "4", "--port", str(port),
+        "--dashboard-host", "127.0.0.1", "--dashboard-port", str(dash_port),
+        "--temp-dir", temp_dir, "--include-dashboard", "true", "--disable-usage-stats",
+    ]
+    result = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
+    if result.returncode != 0:
+        pytest.fail(f"could not start a local Ray head: {result.stderr[-2000:]}", pytrace=False)
+    address = f"127.0.0.1:{port}"
+    cluster = RayCluster(address=address, dashboard_url=f"http://127.0.0.1:{dash_port}", temp_dir=temp_dir)
+    os.environ["RAY_ADDRESS_FOR_TESTS"] = address
+    try:
+        yield cluster
+    finally:
+        try:
+            import ray
+
+            if ray.is_initialized():
+                ray.shutdown()
+        except Exception:
+            pass
+        subprocess.run([str(VENV_BIN / "ray"), "stop", "--force"], env=env, capture_output=True, timeout=120)
+        shutil.rmtree(temp_dir, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def ray_driver(ray_cluster: RayCluster):
+    """This test process connected as a Ray driver to the shared cluster."""
+    import ray
+
+    if not ray.is_initialized():
+        ray.init(address=ray_cluster.address, log_to_driver=False,
+                 runtime_env={"env_vars": {"OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO_ROOT)}})
+    return ray
+
+
+@pytest.fixture(scope="session")
+def redis_url() -> str:
+    """The Redis the tests use; fails loudly (no skip) when it is not reachable."""
+    import redis
+
+    url = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
+    deadline = time.monotonic() + 10
+    while True:
+        try:
+            redis.Redis.from_url(url).ping()
+            return url
+        except Exception as exc:  # noqa: BLE001
+            if time.monotonic() > deadline:
+                pytest.fail(f"Redis at {url} is not reachable ({exc}); start it (see .ci/run)", pytrace=False)
+            time.sleep(0.5)
