@@ -30,6 +30,36 @@ class RayCluster:
     temp_dir: str
 
 
+def _wait_for_job_api(cluster: RayCluster, head: subprocess.Popen, log_path: Path) -> None:
+    import requests
+
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline:
+        if head.poll() is not None:
+            pytest.fail(f"Ray head exited: {log_path.read_text()[-2000:]}", pytrace=False)
+        try:
+            if requests.get(f"{cluster.dashboard_url}/api/version", timeout=2).ok:
+                return
+        except requests.RequestException:
+            pass
+        time.sleep(0.5)
+    _stop_process_group(head)
+    pytest.fail(f"Ray job API did not come up: {log_path.read_text()[-2000:]}", pytrace=False)
+
+
+def _stop_process_group(proc: subprocess.Popen) -> None:
+    import signal
+
+    if proc.poll() is not None:
+        return
+    os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=10)
+
+
 @pytest.fixture(scope="session")
 def ray_cluster() -> RayCluster:
     """A local Ray head shared by every test of this run (starting one costs ~5 s and a lot of memory)."""
@@ -40,15 +70,17 @@ def ray_cluster() -> RayCluster:
     env["PATH"] = f"{VENV_BIN}{os.pathsep}{env.get('PATH', '')}"
     env["PYTHONPATH"] = f"{REPO_ROOT}{os.pathsep}{env.get('PYTHONPATH', '')}"
     cmd = [
-        str(VENV_BIN / "ray"), "start", "--head", "--num-cpus", "4", "--port", str(port),
+        str(VENV_BIN / "ray"), "start", "--head", "--block", "--num-cpus", "4", "--port", str(port),
         "--dashboard-host", "127.0.0.1", "--dashboard-port", str(dash_port),
         "--temp-dir", temp_dir, "--include-dashboard", "true", "--disable-usage-stats",
     ]
-    result = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
-    if result.returncode != 0:
-        pytest.fail(f"could not start a local Ray head: {result.stderr[-2000:]}", pytrace=False)
+    # --block keeps `ray start` in the foreground; ending it stops exactly this cluster's processes and no
+    # other Ray cluster on the machine (`ray stop` would kill every one).
+    log = open(Path(temp_dir) / "head.log", "w")
+    head = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     address = f"127.0.0.1:{port}"
     cluster = RayCluster(address=address, dashboard_url=f"http://127.0.0.1:{dash_port}", temp_dir=temp_dir)
+    _wait_for_job_api(cluster, head, Path(temp_dir) / "head.log")
     os.environ["RAY_ADDRESS_FOR_TESTS"] = address
     try:
         yield cluster
@@ -60,7 +92,8 @@ def ray_cluster() -> RayCluster:
                 ray.shutdown()
         except Exception:
             pass
-        subprocess.run([str(VENV_BIN / "ray"), "stop", "--force"], env=env, capture_output=True, timeout=120)
+        _stop_process_group(head)
+        log.close()
         shutil.rmtree(temp_dir, ignore_errors=True)
 
 
