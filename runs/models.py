@@ -85,16 +85,23 @@ class Run(models.Model):
 
 
 class RunEvent(models.Model):
-    """One event of a run, stored once: (run, seq) is unique, so a re-posted batch is a no-op."""
+    """One event of a run's stream. `seq` is the platform's per-run order (strictly increasing, no gaps);
+    (run, source, source_seq) is the emitter's idempotency key, so a re-posted batch is stored once.
+    `source` is "platform" for status changes or "attempt-<n>" for the n-th launch of the run's job."""
 
     run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="events")
     seq = models.BigIntegerField()
+    source = models.CharField(max_length=32, default="platform")
+    source_seq = models.BigIntegerField(null=True, blank=True)
     ts = models.DateTimeField()
     type = models.CharField(max_length=16)
     data = models.JSONField(default=dict)
 
     class Meta:
-        constraints = [models.UniqueConstraint(fields=["run", "seq"], name="runevent_run_seq_unique")]
+        constraints = [
+            models.UniqueConstraint(fields=["run", "seq"], name="runevent_run_seq_unique"),
+            models.UniqueConstraint(fields=["run", "source", "source_seq"], name="runevent_source_seq_unique"),
+        ]
         ordering = ["run", "seq"]
 
 

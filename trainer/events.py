@@ -1,0 +1,63 @@
+"""The one event schema shared by the trainer (emits), the platform (stores, folds) and the browser (draws).
+
+An event is `{run, seq, ts, type, data}`; `seq` is strictly increasing per emitter. The platform renumbers
+into its per-run stream (see docs/realtime.md) and keeps the emitter's seq as the idempotency key.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+EVENT_TYPES: frozenset[str] = frozenset(
+    {"status", "gate", "version", "sampler", "rollout", "train", "worker", "checkpoint", "log"}
+)
+GATE_STATES: frozenset[str] = frozenset({"open", "sealed", "draining", "installing", "poisoned"})
+
+# Keys each type's `data` must carry (more keys are allowed).
+REQUIRED_DATA_KEYS: dict[str, frozenset[str]] = {
+    "gate": frozenset({"state", "version", "active", "waiting", "engines"}),
+    "version": frozenset({"version", "published_at", "pause_ms"}),
+    "sampler": frozenset({"epoch", "group_count", "dataset_size", "consumed_in_epoch"}),
+    "train": frozenset({"step", "loss", "reward_mean", "exact_match", "kl", "entropy", "staleness_max"}),
+}
+
+
+class EventSchemaError(ValueError):
+    """An event that does not follow the schema; the message names the offending field."""
+
+
+@dataclass(frozen=True)
+class Event:
+    seq: int
+    type: str
+    data: dict[str, Any] = field(default_factory=dict)
+    ts: float = field(default_factory=time.time)
+    run: str | int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def validate_event(obj: Any) -> Event:
+    """Check one decoded JSON event and return it as an Event; raise EventSchemaError naming the field."""
+    if not isinstance(obj, dict):
+        raise EventSchemaError("event: expected a JSON object")
+    seq = obj.get("seq")
+    if not isinstance(seq, int) or isinstance(seq, bool) or seq < 1:
+        raise EventSchemaError("seq: expected a positive integer")
+    etype = obj.get("type")
+    if etype not in EVENT_TYPES:
+        raise EventSchemaError(f"type: expected one of {sorted(EVENT_TYPES)}, got {etype!r}")
+    data = obj.get("data", {})
+    if not isinstance(data, dict):
+        raise EventSchemaError("data: expected a JSON object")
+    missing = REQUIRED_DATA_KEYS.get(etype, frozenset()) - data.keys()
+    if missing:
+        raise EventSchemaError(f"data: {etype} event lacks {sorted(missing)}")
+    if etype == "gate" and data["state"] not in GATE_STATES:
+        raise EventSchemaError(f"data.state: expected one of {sorted(GATE_STATES)}, got {data['state']!r}")
+    ts = obj.get("ts", time.time())
+    if not isinstance(ts, (int, float)) or isinstance(ts, bool):
+        raise EventSchemaError("ts: expected a number (seconds since the epoch)")
+    return Event(seq=seq, type=etype, data=data, ts=float(ts), run=obj.get("run"))
