@@ -1,0 +1,234 @@
+"""The validated training-run configuration: one dataclass, its JSON schema, and strict dict parsing.
+
+The platform validates `rl_train` run configs with `TrainConfig.json_schema()` and the CLI parses config files
+with `TrainConfig.from_dict`; both read the one-line docstring under each field.
+"""
+from __future__ import annotations
+
+import ast
+import dataclasses
+import inspect
+import textwrap
+import typing
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any, Literal
+
+TaskName = Literal["digits", "agent"]
+Mode = Literal["local", "colocated", "disaggregated"]
+Phase = Literal["full", "rollout_only", "train_only"]
+Device = Literal["auto", "cpu", "cuda"]
+
+
+class ConfigError(ValueError):
+    """A config value that is missing, unknown, of the wrong type or out of range; `.field` names the key."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field = field
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    # --- task ---
+    task: TaskName = "digits"
+    """Task plugin by name: 'digits' (complete a sequence) or 'agent' (multi-turn, a tool answers each turn)."""
+    modulus: int = 10
+    """N: sequences are a, a+d, a+2d, ... modulo N, each term written as zero-padded decimal digits."""
+    prompt_terms_min: int = 3
+    """Fewest sequence terms shown in a prompt."""
+    prompt_terms_max: int = 5
+    """Most sequence terms shown in a prompt."""
+    answer_terms: int = 3
+    """Terms the policy must write (digits task) or predict one per turn (agent task: number of turns)."""
+    held_out_fraction: float = 0.2
+    """Share of (start, difference) pairs never trained on; they give the held-out exact-match."""
+    tool_latency_s: float = 0.0
+    """Seconds the agent task's tool takes to answer between turns."""
+    # --- policy ---
+    n_layer: int = 2
+    """Transformer blocks in the policy."""
+    n_head: int = 4
+    """Attention heads per block."""
+    d_model: int = 64
+    """Width of the residual stream."""
+    # --- algorithm ---
+    steps: int = 400
+    """Training steps (weight versions published) before the run ends."""
+    prompts_per_step: int = 128
+    """Groups (prompts) per training batch."""
+    group_size: int = 8
+    """G: samples drawn per prompt; advantages are normalized within the group."""
+    lr: float = 0.003
+    """Adam learning rate."""
+    clip_eps: float = 0.2
+    """PPO ratio clip range."""
+    ppo_epochs: int = 1
+    """Optimizer passes over each batch."""
+    minibatches: int = 1
+    """Optimizer steps per pass (the batch is split into this many minibatches)."""
+    entropy_coef: float = 0.01
+    """Weight of the entropy bonus on all generated tokens (without it the policy collapses)."""
+    kl_coef: float = 0.0
+    """Weight of the k3 KL penalty against the behaviour policy (0 disables it)."""
+    max_grad_norm: float = 1.0
+    """Gradient clipping norm."""
+    temperature: float = 1.0
+    """Sampling temperature at generation."""
+    filter_zero_variance: bool = True
+    """Drop groups whose rewards are all equal (they carry no advantage signal)."""
+    min_valid_attempts: int = 1
+    """Drop groups with fewer valid (finished, well-formed) attempts than this."""
+    # --- topology ---
+    mode: Mode = "colocated"
+    """'local' (one process, no Ray), 'colocated' (generation paused while training) or 'disaggregated'."""
+    max_staleness: int = 0
+    """Largest allowed gap between the trainer's version and the version of any consumed token."""
+    num_engines: int = 2
+    """Generation engine actors (each holds a policy copy, a request gate and per-session caches)."""
+    num_workers: int = 2
+    """Rollout worker actors running episodes."""
+    worker_capacity: int = 16
+    """Episodes (groups) a worker runs concurrently."""
+    publish_deadline_s: float = 60.0
+    """Seconds a weight publication may wait for in-flight requests to drain before the gate is poisoned."""
+    # --- evaluation, checkpoints, phases ---
+    eval_every: int = 10
+    """Steps between evaluations (greedy exact-match on training and held-out prompts); 0 disables."""
+    eval_prompts: int = 256
+    """Prompts per evaluation split."""
+    checkpoint_every: int = 0
+    """Steps between checkpoints (0: only at the end and on stop)."""
+    phase: Phase = "full"
+    """'full' training, or a debug phase: 'rollout_only' saves one batch, 'train_only' trains from it."""
+    batch_path: str = ""
+    """File the debug phases write/read the batch to/from."""
+    target_exact_match: float = 0.0
+    """Stop early once training exact-match reaches this (0: never)."""
+    time_limit_s: float = 0.0
+    """Stop after this many seconds of training (0: no limit)."""
+    seed: int = 0
+    """Seed for data split, shuffles, initialization and sampling."""
+    device: Device = "auto"
+    """Trainer device: 'auto' uses a GPU when the cluster has one."""
+
+    def __post_init__(self) -> None:
+        for name, (lo, hi) in _BOUNDS.items():
+            value = getattr(self, name)
+            if lo is not None and value < lo:
+                raise ConfigError(name, f"must be >= {lo}, got {value!r}")
+            if hi is not None and value > hi:
+                raise ConfigError(name, f"must be <= {hi}, got {value!r}")
+        if self.prompt_terms_min > self.prompt_terms_max:
+            raise ConfigError("prompt_terms_min", "must not exceed prompt_terms_max")
+        if self.d_model % self.n_head:
+            raise ConfigError("n_head", f"must divide d_model ({self.d_model})")
+        if self.min_valid_attempts > self.group_size:
+            raise ConfigError("min_valid_attempts", f"must not exceed group_size ({self.group_size})")
+        if self.phase != "full" and not self.batch_path:
+            raise ConfigError("batch_path", f"is required for phase {self.phase!r}")
+
+    @classmethod
+    def from_dict(cls, d: Any) -> "TrainConfig":
+        """Build a config from decoded JSON; missing keys take defaults, anything else wrong is a ConfigError."""
+        if not isinstance(d, dict):
+            raise ConfigError("config", f"expected a JSON object, got {type(d).__name__}")
+        hints = typing.get_type_hints(cls)
+        known = {f.name for f in dataclasses.fields(cls)}
+        for key in d:
+            if key not in known:
+                raise ConfigError(str(key), f"unknown key (known: {', '.join(sorted(known))})")
+        values = {key: _coerce(key, hints[key], value) for key, value in d.items()}
+        return cls(**values)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def replace(self, **changes: Any) -> "TrainConfig":
+        return TrainConfig.from_dict({**self.to_dict(), **changes})
+
+    @classmethod
+    def json_schema(cls) -> dict[str, Any]:
+        """JSON schema (draft 2020-12) with type, default, description, enum and bounds for every field."""
+        hints = typing.get_type_hints(cls)
+        docs = field_docs()
+        props: dict[str, Any] = {}
+        for f in dataclasses.fields(cls):
+            prop = _type_schema(hints[f.name])
+            prop.update(default=f.default, description=docs.get(f.name, ""))
+            lo, hi = _BOUNDS.get(f.name, (None, None))
+            if lo is not None:
+                prop["minimum"] = lo
+            if hi is not None:
+                prop["maximum"] = hi
+            props[f.name] = prop
+        return {
+            "$schema": "https://json-schema.org/draft/2020-12/schema",
+            "title": "TrainConfig",
+            "description": "Configuration of an RL training run (run kind rl_train).",
+            "type": "object",
+            "properties": props,
+            "additionalProperties": False,
+        }
+
+
+# (minimum, maximum) per numeric field; None means unbounded on that side.
+_BOUNDS: dict[str, tuple[float | None, float | None]] = {
+    "modulus": (2, 1000), "prompt_terms_min": (2, 16), "prompt_terms_max": (2, 16), "answer_terms": (1, 16),
+    "held_out_fraction": (0.0, 0.9), "tool_latency_s": (0.0, 60.0),
+    "n_layer": (1, 24), "n_head": (1, 32), "d_model": (8, 2048),
+    "steps": (0, None), "prompts_per_step": (1, None), "group_size": (2, 1024), "lr": (0.0, 1.0),
+    "clip_eps": (0.0, 10.0), "ppo_epochs": (1, 100), "minibatches": (1, 1024), "entropy_coef": (0.0, 10.0),
+    "kl_coef": (0.0, 100.0), "max_grad_norm": (0.0, None), "temperature": (0.01, 100.0),
+    "min_valid_attempts": (0, None), "max_staleness": (0, 1000), "num_engines": (1, 256),
+    "num_workers": (1, 256), "worker_capacity": (1, 4096), "publish_deadline_s": (0.1, None),
+    "eval_every": (0, None), "eval_prompts": (1, None), "checkpoint_every": (0, None),
+    "target_exact_match": (0.0, 1.0), "time_limit_s": (0.0, None), "seed": (0, 2**31 - 1),
+}
+
+
+def _coerce(key: str, hint: Any, value: Any) -> Any:
+    if typing.get_origin(hint) is Literal:
+        choices = typing.get_args(hint)
+        if value not in choices or not isinstance(value, str):
+            raise ConfigError(key, f"expected one of {list(choices)}, got {value!r}")
+        return value
+    # bool is a subclass of int in Python but never a valid number here.
+    if hint is bool:
+        if not isinstance(value, bool):
+            raise ConfigError(key, f"expected true or false, got {value!r}")
+        return value
+    if hint is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(key, f"expected an integer, got {value!r}")
+        return value
+    if hint is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ConfigError(key, f"expected a number, got {value!r}")
+        return float(value)
+    if hint is str:
+        if not isinstance(value, str):
+            raise ConfigError(key, f"expected a string, got {value!r}")
+        return value
+    raise ConfigError(key, f"unsupported field type {hint!r}")
+
+
+def _type_schema(hint: Any) -> dict[str, Any]:
+    if typing.get_origin(hint) is Literal:
+        return {"type": "string", "enum": list(typing.get_args(hint))}
+    return {bool: {"type": "boolean"}, int: {"type": "integer"}, float: {"type": "number"},
+            str: {"type": "string"}}[hint]
+
+
+@lru_cache(maxsize=1)
+def field_docs() -> dict[str, str]:
+    """The docstring under each TrainConfig field, read from the source (the one place they are written)."""
+    tree = ast.parse(textwrap.dedent(inspect.getsource(TrainConfig)))
+    body = tree.body[0].body  # type: ignore[attr-defined]
+    docs: dict[str, str] = {}
+    for node, nxt in zip(body, body[1:]):
+        if (isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)
+                and isinstance(nxt, ast.Expr) and isinstance(nxt.value, ast.Constant)
+                and isinstance(nxt.value.value, str)):
+            docs[node.target.id] = nxt.value.value.strip()
+    return docs
