@@ -78,7 +78,12 @@ class Run(models.Model):
 
     class Meta:
         ordering = ["-id"]
-        indexes = [models.Index(fields=["owner", "-id"]), models.Index(fields=["run_class", "status"])]
+        indexes = [
+            models.Index(fields=["owner", "-id"]),
+            models.Index(fields=["run_class", "status"]),
+            # Recent grant rate for queue ETAs.
+            models.Index(fields=["granted_at"], name="run_granted_at_idx"),
+        ]
 
     def __str__(self) -> str:
         return f"run {self.pk} ({self.name}, {self.status})"

@@ -1,2 +1,19 @@
 """REST API routes under /api/."""
-urlpatterns: list = []
+from django.urls import path
+from drf_spectacular.views import SpectacularAPIView
+from rest_framework.permissions import IsAuthenticated
+
+from runs.api import views
+
+urlpatterns = [
+    path("runs/", views.RunListCreateView.as_view(), name="api-runs"),
+    path("runs/<int:run_id>/", views.RunDetailView.as_view(), name="api-run"),
+    path("runs/<int:run_id>/cancel/", views.RunCancelView.as_view(), name="api-run-cancel"),
+    path("runs/<int:run_id>/resume/", views.RunResumeView.as_view(), name="api-run-resume"),
+    path("runs/<int:run_id>/events/", views.RunEventsView.as_view(), name="api-run-events"),
+    path("slots/", views.SlotsView.as_view(), name="api-slots"),
+    path("slots/dry-run/", views.SlotDryRunView.as_view(), name="api-slots-dry-run"),
+    path("settings/concurrency/", views.ConcurrencySettingsView.as_view(), name="api-settings-concurrency"),
+    path("auth/token/", views.TokenView.as_view(), name="api-token"),
+    path("schema/", SpectacularAPIView.as_view(permission_classes=[IsAuthenticated]), name="api-schema"),
+]

@@ -1,0 +1,154 @@
+"""Small input/output serializers of the REST API (shapes of ARCHITECTURE.md section 4)."""
+from __future__ import annotations
+
+from typing import Any
+
+from django.utils import timezone
+from drf_spectacular.utils import extend_schema_field
+from rest_framework import serializers
+
+from runs.kinds import DEFAULT_KIND
+from runs.models import Origin, Run, RunStatus
+from runs.selectors import QueueInfo
+from runs.slots.grant import PENDING_REASONS
+from runs.slots.policy import CLASSES
+
+
+class RunSubmitSerializer(serializers.Serializer):
+    # Plain fields: origin/kind/config are validated by the services so the 400 names the field exactly.
+    name = serializers.CharField(max_length=200)
+    origin = serializers.CharField(default=Origin.API, help_text="dashboard | api | schedule | system")
+    kind = serializers.CharField(default=DEFAULT_KIND, help_text="a registered run kind")
+    config = serializers.JSONField(default=dict, help_text="validated against the kind's schema")
+    time_limit_seconds = serializers.IntegerField(required=False, allow_null=True, min_value=1)
+
+
+class PositionSerializer(serializers.Serializer):
+    in_class = serializers.IntegerField()
+    overall = serializers.IntegerField()
+
+
+class RunSerializer(serializers.ModelSerializer):
+    """Run JSON; `position`, `pending_reason` and `eta_seconds` are null unless the run is queued."""
+
+    owner = serializers.CharField(source="owner.username", read_only=True)
+    queued_seconds = serializers.SerializerMethodField()
+    position = serializers.SerializerMethodField()
+    pending_reason = serializers.SerializerMethodField()
+    eta_seconds = serializers.SerializerMethodField()
+    config = serializers.JSONField()
+    summary = serializers.JSONField()
+
+    class Meta:
+        model = Run
+        fields = ["id", "name", "origin", "run_class", "kind", "status", "owner", "config", "created_at",
+                  "granted_at", "started_at", "finished_at", "queued_seconds", "position", "pending_reason",
+                  "eta_seconds", "error", "summary"]
+        read_only_fields = fields
+
+    def _info(self, run: Run) -> QueueInfo | None:
+        return (self.context.get("queue_info") or {}).get(run.pk)
+
+    @extend_schema_field(serializers.FloatField())
+    def get_queued_seconds(self, run: Run) -> float:
+        end = run.granted_at or run.finished_at or timezone.now()
+        if run.status == RunStatus.QUEUED:
+            end = timezone.now()
+        return round(max(0.0, (end - run.created_at).total_seconds()), 3)
+
+    @extend_schema_field(PositionSerializer(allow_null=True))
+    def get_position(self, run: Run) -> dict[str, int] | None:
+        info = self._info(run)
+        return {"in_class": info.position_in_class, "overall": info.position_overall} if info else None
+
+    @extend_schema_field(serializers.ChoiceField(choices=PENDING_REASONS, allow_null=True))
+    def get_pending_reason(self, run: Run) -> str | None:
+        info = self._info(run)
+        return info.pending_reason if info else None
+
+    @extend_schema_field(serializers.FloatField(allow_null=True))
+    def get_eta_seconds(self, run: Run) -> float | None:
+        info = self._info(run)
+        return info.eta_seconds if info else None
+
+
+class RunEventSerializer(serializers.Serializer):
+    run = serializers.IntegerField(source="run_id")
+    seq = serializers.IntegerField()
+    ts = serializers.SerializerMethodField()
+    type = serializers.CharField()
+    data = serializers.JSONField()
+
+    @extend_schema_field(serializers.FloatField())
+    def get_ts(self, event: Any) -> float:
+        return event.ts.timestamp()
+
+
+class ClassPolicySerializer(serializers.Serializer):
+    limit = serializers.IntegerField()
+    priority = serializers.IntegerField()
+
+
+def _per_class(child: serializers.Serializer) -> serializers.Serializer:
+    return type("PerClass" + child.__class__.__name__, (serializers.Serializer,),
+                {k: child.__class__() for k in CLASSES})()
+
+
+class ConcurrencySettingsSerializer(serializers.Serializer):
+    """Effective concurrency settings (what the grant uses)."""
+
+    max_total = serializers.IntegerField()
+    interactive_reserve = serializers.IntegerField()
+    classes = _per_class(ClassPolicySerializer())
+
+
+class ConcurrencySettingsInputSerializer(serializers.Serializer):
+    """Documentation of the accepted body; validation is done by the services so messages name the field."""
+
+    max_total = serializers.IntegerField(required=False, min_value=1, max_value=1000)
+    interactive_reserve = serializers.IntegerField(required=False, allow_null=True, min_value=0, max_value=1000)
+    classes = serializers.DictField(child=serializers.DictField(child=serializers.IntegerField()), required=False)
+
+
+class ClassUsageSerializer(serializers.Serializer):
+    running = serializers.IntegerField()
+    waiting = serializers.IntegerField()
+    limit = serializers.IntegerField()
+    priority = serializers.IntegerField()
+
+
+class TotalUsageSerializer(serializers.Serializer):
+    running = serializers.IntegerField()
+    max_total = serializers.IntegerField()
+
+
+class SlotsSnapshotSerializer(serializers.Serializer):
+    policy = ConcurrencySettingsSerializer()
+    borrowable = serializers.IntegerField()
+    classes = _per_class(ClassUsageSerializer())
+    total = TotalUsageSerializer()
+
+
+class DryRunInputSerializer(serializers.Serializer):
+    origin = serializers.CharField(help_text="dashboard | api | schedule | system")
+
+
+class DryRunSerializer(serializers.Serializer):
+    origin = serializers.CharField()
+    run_class = serializers.CharField()
+    granted = serializers.BooleanField()
+    pending_reason = serializers.ChoiceField(choices=PENDING_REASONS, allow_null=True)
+
+
+class ErrorSerializer(serializers.Serializer):
+    detail = serializers.CharField()
+    field = serializers.CharField(allow_null=True, required=False)
+
+
+class TokenInputSerializer(serializers.Serializer):
+    username = serializers.CharField()
+    password = serializers.CharField()
+
+
+class TokenSerializer(serializers.Serializer):
+    token = serializers.CharField()

@@ -1,0 +1,155 @@
+"""REST views: one thin view per operation; business rules live in runs.services / runs.selectors."""
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib.auth import authenticate
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
+from rest_framework import status as http
+from rest_framework.authtoken.models import Token
+from rest_framework.pagination import PageNumberPagination
+from rest_framework.permissions import AllowAny, IsAdminUser
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from runs import selectors, services
+from runs.api import serializers as s
+from runs.errors import InvalidInput, ServiceError
+from runs.models import RunClass, RunStatus
+from runs.slots import store
+
+ERRORS = {400: s.ErrorSerializer, 404: s.ErrorSerializer, 409: s.ErrorSerializer}
+
+
+class ServiceView(APIView):
+    """Maps service errors to JSON answers: 400 naming the field, 404, 409."""
+
+    def handle_exception(self, exc: Exception) -> Response:
+        if isinstance(exc, ServiceError):
+            return Response(exc.as_dict(), status=exc.status_code)
+        return super().handle_exception(exc)
+
+
+def _body(request: Request) -> dict[str, Any]:
+    if not isinstance(request.data, dict):
+        raise InvalidInput("request body must be a JSON object", field="body")
+    return request.data
+
+
+def _runs_json(runs: list, request: Request) -> list[dict[str, Any]]:
+    info = selectors.runs_queue_info(runs=runs)
+    return s.RunSerializer(runs, many=True, context={"request": request, "queue_info": info}).data
+
+
+class RunListCreateView(ServiceView):
+    @extend_schema(
+        operation_id="runs_list", responses={200: s.RunSerializer(many=True), 400: s.ErrorSerializer},
+        parameters=[
+            OpenApiParameter("status", str, enum=RunStatus.values, description="only runs in this status"),
+            OpenApiParameter("run_class", str, enum=RunClass.values, description="only runs of this class"),
+        ],
+    )
+    def get(self, request: Request) -> Response:
+        qs = selectors.run_list(user=request.user, status=request.query_params.get("status"),
+                                run_class=request.query_params.get("run_class"))
+        paginator = PageNumberPagination()
+        page = paginator.paginate_queryset(qs, request, view=self)
+        return paginator.get_paginated_response(_runs_json(list(page), request))
+
+    @extend_schema(operation_id="runs_create", request=s.RunSubmitSerializer,
+                   responses={201: s.RunSerializer, **ERRORS})
+    def post(self, request: Request) -> Response:
+        body = s.RunSubmitSerializer(data=_body(request))
+        body.is_valid(raise_exception=True)
+        run = services.run_submit(owner=request.user, **body.validated_data)
+        return Response(_runs_json([run], request)[0], status=http.HTTP_201_CREATED)
+
+
+class RunDetailView(ServiceView):
+    @extend_schema(operation_id="runs_retrieve", responses={200: s.RunSerializer, 404: s.ErrorSerializer})
+    def get(self, request: Request, run_id: int) -> Response:
+        return Response(_runs_json([selectors.run_get(user=request.user, run_id=run_id)], request)[0])
+
+
+class RunCancelView(ServiceView):
+    @extend_schema(operation_id="runs_cancel", request=None, responses={200: s.RunSerializer, **ERRORS})
+    def post(self, request: Request, run_id: int) -> Response:
+        run = services.run_cancel(run=selectors.run_get(user=request.user, run_id=run_id), by=request.user)
+        return Response(_runs_json([run], request)[0])
+
+
+class RunResumeView(ServiceView):
+    @extend_schema(operation_id="runs_resume", request=None, responses={200: s.RunSerializer, **ERRORS})
+    def post(self, request: Request, run_id: int) -> Response:
+        run = services.run_resume(run=selectors.run_get(user=request.user, run_id=run_id), by=request.user)
+        return Response(_runs_json([run], request)[0])
+
+
+class RunEventsView(ServiceView):
+    @extend_schema(
+        operation_id="runs_events", responses={200: s.RunEventSerializer(many=True), **ERRORS},
+        parameters=[OpenApiParameter("after", int, description="only events with seq greater than this")],
+    )
+    def get(self, request: Request, run_id: int) -> Response:
+        raw = request.query_params.get("after", "0")
+        if not raw.isdigit() or len(raw) > 18:
+            raise InvalidInput("must be a non-negative integer", field="after")
+        run = selectors.run_get(user=request.user, run_id=run_id)
+        events = selectors.run_events_list(run=run, after=int(raw))
+        return Response(s.RunEventSerializer(events, many=True).data)
+
+
+class SlotsView(ServiceView):
+    @extend_schema(operation_id="slots_snapshot", responses={200: s.SlotsSnapshotSerializer})
+    def get(self, request: Request) -> Response:
+        return Response(selectors.slots_snapshot())
+
+
+class SlotDryRunView(ServiceView):
+    @extend_schema(operation_id="slots_dry_run", request=s.DryRunInputSerializer,
+                   responses={200: s.DryRunSerializer, 400: s.ErrorSerializer})
+    def post(self, request: Request) -> Response:
+        return Response(selectors.slot_dry_run(origin=_body(request).get("origin")))
+
+
+class ConcurrencySettingsView(ServiceView):
+    permission_classes = [IsAdminUser]
+
+    def _effective(self) -> Response:
+        return Response(store.policy_load(fresh=True).to_dict())
+
+    @extend_schema(operation_id="settings_concurrency_retrieve", responses={200: s.ConcurrencySettingsSerializer})
+    def get(self, request: Request) -> Response:
+        return self._effective()
+
+    @extend_schema(operation_id="settings_concurrency_partial_update", request=s.ConcurrencySettingsInputSerializer,
+                   responses={200: s.ConcurrencySettingsSerializer, 400: s.ErrorSerializer})
+    def patch(self, request: Request) -> Response:
+        services.settings_update(changes=_body(request), partial=True, by=request.user)
+        return self._effective()
+
+    @extend_schema(operation_id="settings_concurrency_update", request=s.ConcurrencySettingsInputSerializer,
+                   responses={200: s.ConcurrencySettingsSerializer, 400: s.ErrorSerializer})
+    def put(self, request: Request) -> Response:
+        services.settings_update(changes=_body(request), partial=False, by=request.user)
+        return self._effective()
+
+
+class TokenView(ServiceView):
+    """Exchange username and password for an API token (`Authorization: Token <token>`)."""
+
+    authentication_classes: list = []
+    permission_classes = [AllowAny]
+
+    @extend_schema(operation_id="auth_token", request=s.TokenInputSerializer,
+                   responses={200: s.TokenSerializer, 400: OpenApiResponse(s.ErrorSerializer)}, auth=[])
+    def post(self, request: Request) -> Response:
+        body = s.TokenInputSerializer(data=_body(request))
+        body.is_valid(raise_exception=True)
+        user = authenticate(request=request._request, username=body.validated_data["username"],
+                            password=body.validated_data["password"])
+        if user is None or not user.is_active:
+            raise InvalidInput("wrong username or password", field="password")
+        token, _ = Token.objects.get_or_create(user=user)
+        return Response({"token": token.key})

@@ -1,0 +1,76 @@
+"""Recording run events: the platform's per-run stream order (`seq`) and per-source idempotency.
+
+`run_events_record` is the one writer of RunEvent rows (status changes and trainer batches alike); each
+stored event is published to the run's Channels group after commit.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import datetime, timezone as dt_timezone
+from typing import Any
+
+from django.db import transaction
+from django.utils import timezone
+
+from runs.models import Run, RunEvent
+
+PLATFORM_SOURCE = "platform"
+
+
+def _as_datetime(ts: Any) -> datetime:
+    if isinstance(ts, datetime):
+        return ts
+    if isinstance(ts, (int, float)) and not isinstance(ts, bool):
+        return datetime.fromtimestamp(float(ts), tz=dt_timezone.utc)
+    return timezone.now()
+
+
+def run_event_to_dict(event: RunEvent) -> dict[str, Any]:
+    """The wire shape of an event: {run, seq, ts (seconds since the epoch), type, data}."""
+    return {"run": event.run_id, "seq": event.seq, "ts": event.ts.timestamp(), "type": event.type, "data": event.data}
+
+
+def run_events_record(*, run: Run, source: str, events: Iterable[dict[str, Any]]) -> list[RunEvent]:
+    """Append events to a run's stream and return the ones stored now.
+
+    Each item is {type, data, ts?, source_seq?}. Items whose (source, source_seq) is already stored are
+    skipped, so a re-posted batch is stored once. `seq` continues from run.last_seq under a row lock, so
+    concurrent writers (ingest, status changes) never collide or leave gaps. Events are not validated here.
+    """
+    items = list(events)
+    if not items:
+        return []
+    with transaction.atomic():
+        last_seq = Run.objects.select_for_update().values_list("last_seq", flat=True).get(pk=run.pk)
+        source_seqs = [i["source_seq"] for i in items if i.get("source_seq") is not None]
+        seen: set[int] = set()
+        if source_seqs:
+            seen = set(
+                RunEvent.objects.filter(run_id=run.pk, source=source, source_seq__in=source_seqs).values_list(
+                    "source_seq", flat=True
+                )
+            )
+        rows: list[RunEvent] = []
+        for item in items:
+            source_seq = item.get("source_seq")
+            if source_seq is not None:
+                if source_seq in seen:
+                    continue
+                seen.add(source_seq)  # a duplicate inside one batch is stored once too
+            last_seq += 1
+            rows.append(
+                RunEvent(
+                    run_id=run.pk, seq=last_seq, source=source, source_seq=source_seq,
+                    ts=_as_datetime(item.get("ts")), type=item["type"], data=item.get("data") or {},
+                )
+            )
+        if not rows:
+            return []
+        RunEvent.objects.bulk_create(rows)
+        Run.objects.filter(pk=run.pk).update(last_seq=last_seq)
+        run.last_seq = last_seq
+        from runs.realtime import run_event_publish  # late: realtime imports channels
+
+        for row in rows:
+            run_event_publish(run_event_to_dict(row))
+    return rows

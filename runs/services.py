@@ -1,0 +1,281 @@
+"""Writes of the run lifecycle: submit, grant, transition, finish, cancel, resume, heartbeats, reclaim,
+time limits and concurrency settings. Every status change goes through `run_status_change`."""
+from __future__ import annotations
+
+import time
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.conf import settings
+from django.db import transaction
+from django.db.models import Q
+from django.utils import timezone
+
+from runs import kinds
+from runs.errors import InvalidInput, InvalidTransition
+from runs.events import PLATFORM_SOURCE, run_events_record
+from runs.models import (
+    ACTIVE_STATUSES, FINISHED_STATUSES, ORIGIN_TO_CLASS, ConcurrencySettings, Origin, Run, RunStatus,
+)
+from runs.notify import slots_notify
+from runs.realtime import dashboard_publish
+from runs.slots import store
+from runs.slots.policy import PolicyError, policy_check_merged, policy_merge, policy_validate
+
+NAME_MAX = 200
+# Allowed moves; anything else is a bug in the caller and raises InvalidTransition.
+TRANSITIONS: dict[str, set[str]] = {
+    RunStatus.QUEUED: {RunStatus.STARTING, RunStatus.CANCELLED, RunStatus.FAILED},
+    RunStatus.STARTING: {RunStatus.RUNNING, RunStatus.STOPPING, *FINISHED_STATUSES},
+    RunStatus.RUNNING: {RunStatus.STOPPING, *FINISHED_STATUSES},
+    RunStatus.STOPPING: {*FINISHED_STATUSES},
+    RunStatus.SUCCEEDED: {RunStatus.QUEUED},
+    RunStatus.FAILED: {RunStatus.QUEUED},
+    RunStatus.CANCELLED: {RunStatus.QUEUED},
+}
+
+
+def run_status_change(*, run: Run, status: str, error: str | None = None, now: datetime | None = None) -> Run:
+    """Move a run to `status`, stamp its timestamps, record a `status` event and tell the dashboard after commit.
+    Callers hold the row (select_for_update) or the grant lock; the slot row is the caller's business."""
+    previous = run.status
+    if status not in TRANSITIONS.get(previous, set()):
+        raise InvalidTransition(f"cannot move run {run.pk} from {previous} to {status}", field="status")
+    now = now or timezone.now()
+    run.status = status
+    fields = ["status"]
+    if status == RunStatus.STARTING:
+        run.granted_at, run.started_at, run.heartbeat_at = now, None, None
+        fields += ["granted_at", "started_at", "heartbeat_at"]
+    elif status == RunStatus.RUNNING:
+        run.started_at, run.heartbeat_at = now, now
+        fields += ["started_at", "heartbeat_at"]
+    elif status in FINISHED_STATUSES:
+        run.finished_at = now
+        fields.append("finished_at")
+    elif status == RunStatus.QUEUED:
+        run.granted_at = run.started_at = run.finished_at = run.heartbeat_at = None
+        fields += ["granted_at", "started_at", "finished_at", "heartbeat_at"]
+    if error is not None:
+        run.error = error
+        fields.append("error")
+    with transaction.atomic(savepoint=False):
+        run.save(update_fields=fields)
+        run_events_record(run=run, source=PLATFORM_SOURCE, events=[{
+            "type": "status", "ts": now, "data": {"status": status, "previous": previous, "error": run.error},
+        }])
+        dashboard_publish({"kind": "run_status", "run": run.pk, "owner": run.owner_id, "name": run.name,
+                           "run_class": run.run_class, "status": status, "previous": previous})
+    return run
+
+
+def _grant_pass(*, reason: str, started: float) -> list[int]:
+    """Grant under the lock (already held), move granted runs to `starting`, dispatch them after commit."""
+    now = timezone.now()
+    decisions = store.slots_grant_locked(now=now)
+    granted = [d.run_id for d in decisions]
+    if granted:
+        by_id = Run.objects.select_for_update().in_bulk(granted)
+        for run_id in granted:
+            run_status_change(run=by_id[run_id], status=RunStatus.STARTING, now=now)
+        from runs.tasks import dispatch_run  # late: tasks imports services
+
+        for run_id in granted:
+            transaction.on_commit(lambda run_id=run_id: dispatch_run.delay(run_id))
+    slots_notify({"reason": reason, "granted": granted, "t": started})
+    return granted
+
+
+def slots_grant(*, reason: str = "tick") -> list[int]:
+    """Run one serialized grant pass in its own transaction; returns the granted run ids."""
+    started = time.time()
+    with transaction.atomic():
+        store.slots_lock()
+        return _grant_pass(reason=reason, started=started)
+
+
+def run_submit(
+    *, owner: Any, name: str, origin: str, kind: str, config: Any,
+    time_limit_seconds: int | None = None, parent: Run | None = None,
+) -> Run:
+    """Validate, create the run with a waiting slot, and grant in the same transaction."""
+    if origin not in Origin.values:
+        raise InvalidInput(f"unknown origin {origin!r}; expected one of {', '.join(Origin.values)}", field="origin")
+    if not isinstance(name, str) or not name.strip() or len(name) > NAME_MAX:
+        raise InvalidInput(f"must be a non-empty string of at most {NAME_MAX} characters", field="name")
+    if time_limit_seconds is not None and (
+        not isinstance(time_limit_seconds, int) or isinstance(time_limit_seconds, bool) or time_limit_seconds < 1
+    ):
+        raise InvalidInput("must be a positive integer number of seconds", field="time_limit_seconds")
+    run_kind = kinds.kind_get(kind)
+    if not isinstance(config, dict):
+        raise InvalidInput("must be a JSON object", field="config")
+    config = run_kind.validate_config(config)
+    started = time.time()
+    with transaction.atomic():
+        store.slots_lock()
+        now = timezone.now()
+        run = Run.objects.create(
+            name=name.strip(), origin=origin, run_class=ORIGIN_TO_CLASS[origin], kind=run_kind.name, config=config,
+            owner=owner, time_limit_seconds=time_limit_seconds, parent=parent, status=RunStatus.QUEUED,
+        )
+        store.slot_enqueue(run_id=run.pk, run_class=run.run_class, now=now)
+        run_events_record(run=run, source=PLATFORM_SOURCE, events=[{
+            "type": "status", "ts": now, "data": {"status": RunStatus.QUEUED, "previous": None, "error": ""},
+        }])
+        dashboard_publish({"kind": "run_status", "run": run.pk, "owner": run.owner_id, "name": run.name,
+                           "run_class": run.run_class, "status": RunStatus.QUEUED, "previous": None})
+        _grant_pass(reason="submit", started=started)
+    run.refresh_from_db()
+    return run
+
+
+def run_transition(*, run: Run, status: str, error: str | None = None) -> Run:
+    """Status changes that keep the slot (e.g. starting -> running). Finishing goes through run_finish."""
+    if status in FINISHED_STATUSES:
+        return run_finish(run=run, status=status, error=error or "")
+    with transaction.atomic():
+        locked = Run.objects.select_for_update().get(pk=run.pk)
+        return run_status_change(run=locked, status=status, error=error)
+
+
+def _finish_locked(*, run: Run, status: str, error: str, now: datetime | None = None) -> None:
+    run_status_change(run=run, status=status, error=error, now=now)
+    store.slot_release(run_id=run.pk)
+
+
+def run_finish(*, run: Run, status: str, error: str = "") -> Run:
+    """End a run: status, slot released, and the next waiting runs granted, all in one transaction.
+    Finishing an already finished run is a no-op (racing finalizers: the first one wins)."""
+    if status not in FINISHED_STATUSES:
+        raise InvalidInput(f"must be one of {', '.join(FINISHED_STATUSES)}", field="status")
+    started = time.time()
+    with transaction.atomic():
+        store.slots_lock()
+        locked = Run.objects.select_for_update().get(pk=run.pk)
+        if locked.status in FINISHED_STATUSES:
+            return locked
+        _finish_locked(run=locked, status=status, error=error)
+        _grant_pass(reason="release", started=started)
+    return locked
+
+
+def run_cancel(*, run: Run, by: Any) -> Run:
+    """Queued: cancelled at once and its slot removed. Active: `stopping`; the kind's stop hook ends the job."""
+    with transaction.atomic():
+        store.slots_lock()
+        locked = Run.objects.select_for_update().get(pk=run.pk)
+        if locked.status == RunStatus.QUEUED:
+            _finish_locked(run=locked, status=RunStatus.CANCELLED, error=f"cancelled by {by}")
+            return locked
+        if locked.status in (RunStatus.STARTING, RunStatus.RUNNING):
+            run_status_change(run=locked, status=RunStatus.STOPPING, error=f"cancel requested by {by}")
+            from runs.tasks import stop_run
+
+            transaction.on_commit(lambda: stop_run.delay(locked.pk))
+            return locked
+        if locked.status == RunStatus.STOPPING:
+            return locked
+    raise InvalidTransition(f"run {run.pk} is already {locked.status}", field="status")
+
+
+def run_resume(*, run: Run, by: Any) -> Run:
+    """Re-queue a failed or cancelled run (same run, same event stream; `resume_requested` tells the launcher
+    to continue from the last checkpoint)."""
+    started = time.time()
+    with transaction.atomic():
+        store.slots_lock()
+        locked = Run.objects.select_for_update().get(pk=run.pk)
+        if locked.status not in (RunStatus.FAILED, RunStatus.CANCELLED):
+            raise InvalidTransition(f"only failed or cancelled runs can resume; run is {locked.status}",
+                                    field="status")
+        locked.resume_requested = True
+        locked.save(update_fields=["resume_requested"])
+        run_status_change(run=locked, status=RunStatus.QUEUED, error="")
+        store.slot_enqueue(run_id=locked.pk, run_class=locked.run_class, now=timezone.now())
+        _grant_pass(reason="resume", started=started)
+    locked.refresh_from_db()
+    return locked
+
+
+def run_heartbeat(*, run: Run) -> bool:
+    """Record that the run's executor is alive; False when the run is no longer active."""
+    return Run.objects.filter(pk=run.pk, status__in=ACTIVE_STATUSES).update(heartbeat_at=timezone.now()) > 0
+
+
+def _fail_active(run_ids: list[int], *, error_of: Any, reason: str) -> list[int]:
+    """Fail each still-active run (one transaction each, so one bad row cannot block the sweep)."""
+    failed: list[int] = []
+    for run_id in run_ids:
+        started = time.time()
+        with transaction.atomic():
+            store.slots_lock()
+            locked = Run.objects.select_for_update().get(pk=run_id)
+            if locked.status not in ACTIVE_STATUSES:
+                continue
+            _finish_locked(run=locked, status=RunStatus.FAILED, error=error_of(locked))
+            _grant_pass(reason=reason, started=started)
+            run_kind_stop_after_commit(locked)
+            failed.append(run_id)
+    return failed
+
+
+def run_kind_stop_after_commit(run: Run) -> None:
+    from runs.tasks import stop_run
+
+    transaction.on_commit(lambda: stop_run.delay(run.pk))
+
+
+def runs_reclaim_stale(*, now: datetime) -> list[int]:
+    """Fail active runs whose executor stopped heartbeating (never heartbeated: counted from the grant)."""
+    timeout = settings.SLOTS_HEARTBEAT_TIMEOUT_SECONDS
+    cutoff = now - timedelta(seconds=timeout)
+    stale = Run.objects.filter(status__in=ACTIVE_STATUSES).filter(
+        Q(heartbeat_at__lt=cutoff) | Q(heartbeat_at__isnull=True, granted_at__lt=cutoff)
+    )
+    ids = list(stale.values_list("pk", flat=True))
+    return _fail_active(ids, reason="reclaim",
+                        error_of=lambda r: f"heartbeat lost: no heartbeat for more than {timeout} s")
+
+
+def runs_enforce_time_limits(*, now: datetime) -> list[int]:
+    """Fail active runs past their time limit, counted from the grant (time queued never counts)."""
+    over = [
+        r.pk for r in Run.objects.filter(status__in=ACTIVE_STATUSES, time_limit_seconds__isnull=False,
+                                         granted_at__isnull=False).only("pk", "granted_at", "time_limit_seconds")
+        if r.granted_at + timedelta(seconds=r.time_limit_seconds) <= now
+    ]
+    return _fail_active(over, reason="time_limit",
+                        error_of=lambda r: f"time limit of {r.time_limit_seconds} s exceeded")
+
+
+def settings_update(*, changes: Any, partial: bool, by: Any) -> dict[str, Any]:
+    """Validate and store concurrency settings (partial merges, full replaces), then grant under new limits.
+    Returns the new stored raw settings. Raises InvalidInput naming the field."""
+    try:
+        policy_validate(changes)
+    except PolicyError as exc:
+        raise InvalidInput(exc.message, field=exc.field) from exc
+    started = time.time()
+    with transaction.atomic():
+        store.slots_lock()
+        row = ConcurrencySettings.objects.select_for_update().order_by("pk").first()
+        raw = policy_merge(row.raw if row else {}, changes, partial=partial)
+        try:
+            policy_check_merged(raw, default_max_total=settings.SLOTS_DEFAULT_MAX_TOTAL, changes=changes)
+        except PolicyError as exc:
+            raise InvalidInput(exc.message, field=exc.field) from exc
+        if row is None:
+            row = ConcurrencySettings(raw=raw, updated_by=by if getattr(by, "pk", None) else None)
+        else:
+            row.raw, row.updated_by = raw, (by if getattr(by, "pk", None) else None)
+        row.save()
+        store.policy_forget()
+        dashboard_publish({"kind": "settings"})
+        _grant_pass(reason="settings", started=started)
+    store.policy_forget()
+    return raw
+
+
+__all__ = ["run_cancel", "run_finish", "run_heartbeat", "run_resume", "run_status_change", "run_submit",
+           "run_transition", "runs_enforce_time_limits", "runs_reclaim_stale", "settings_update", "slots_grant"]

@@ -1,0 +1,1 @@
+"""Slot policy (settings validation, effective values) and the pure grant function."""

@@ -1,0 +1,171 @@
+"""Concurrency policy: validation of stored/submitted settings and the effective values computed from them.
+
+Pure: no Django imports, so grant tests and the settings form share one definition of every rule.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+CLASSES: tuple[str, ...] = ("interactive", "app", "schedule", "system")
+DEFAULT_PRIORITY: dict[str, int] = {"interactive": 40, "app": 30, "schedule": 20, "system": 10}
+LIMIT_MIN, LIMIT_MAX = 1, 1000
+RESERVE_MIN, RESERVE_MAX = 0, 1000
+PRIORITY_MIN, PRIORITY_MAX = 0, 100
+TOP_KEYS = ("max_total", "interactive_reserve", "classes")
+CLASS_KEYS = ("limit", "priority")
+
+
+class PolicyError(ValueError):
+    """Invalid concurrency settings; `field` is the dotted name of the offending field."""
+
+    def __init__(self, field_name: str, message: str) -> None:
+        super().__init__(f"{field_name}: {message}")
+        self.field = field_name
+        self.message = message
+
+
+@dataclass(frozen=True)
+class ClassPolicy:
+    limit: int
+    priority: int
+
+
+@dataclass(frozen=True)
+class Policy:
+    """Effective concurrency settings; `interactive_reserve` is already clamped to 0..max_total-1."""
+
+    max_total: int
+    interactive_reserve: int
+    classes: dict[str, ClassPolicy] = field(default_factory=dict)
+
+    @property
+    def borrowable(self) -> int:
+        """Slots the non-interactive classes may use together: everything except the interactive reserve."""
+        return max(0, self.max_total - self.interactive_reserve)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "max_total": self.max_total,
+            "interactive_reserve": self.interactive_reserve,
+            "classes": {k: {"limit": c.limit, "priority": c.priority} for k, c in self.classes.items()},
+        }
+
+
+def is_int(value: Any) -> bool:
+    # bool is a subclass of int in Python; a JSON `true` must not pass for 1.
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _in_range(value: Any, low: int, high: int) -> bool:
+    return is_int(value) and low <= value <= high
+
+
+def reserve_effective(max_total: int, reserve: int | None) -> int:
+    """Unset means max(1, max_total // 4); always clamped to 0..max_total-1 so other classes can run."""
+    wanted = max(1, max_total // 4) if reserve is None else reserve
+    return max(0, min(wanted, max_total - 1))
+
+
+def policy_defaults(max_total: int, reserve: int | None = None) -> Policy:
+    """Defaults for a total: interactive may use every slot, the others everything but the reserve."""
+    kept = reserve_effective(max_total, reserve)
+    others = max(1, max_total - kept)
+    return Policy(
+        max_total=max_total,
+        interactive_reserve=kept,
+        classes={
+            k: ClassPolicy(limit=max_total if k == "interactive" else others, priority=DEFAULT_PRIORITY[k])
+            for k in CLASSES
+        },
+    )
+
+
+def policy_effective(raw: Any, *, default_max_total: int) -> Policy:
+    """Stored (possibly partial or damaged) settings -> effective policy; bad or missing values use defaults."""
+    raw = raw if isinstance(raw, dict) else {}
+    total = raw.get("max_total")
+    total = total if _in_range(total, LIMIT_MIN, LIMIT_MAX) else max(LIMIT_MIN, min(default_max_total, LIMIT_MAX))
+    reserve = raw.get("interactive_reserve")
+    reserve = reserve if _in_range(reserve, RESERVE_MIN, RESERVE_MAX) else None
+    base = policy_defaults(total, reserve)
+    stored_classes = raw.get("classes") if isinstance(raw.get("classes"), dict) else {}
+    classes: dict[str, ClassPolicy] = {}
+    for name in CLASSES:
+        item = stored_classes.get(name) if isinstance(stored_classes.get(name), dict) else {}
+        limit = item.get("limit")
+        priority = item.get("priority")
+        classes[name] = ClassPolicy(
+            limit=limit if _in_range(limit, LIMIT_MIN, LIMIT_MAX) else base.classes[name].limit,
+            priority=priority if _in_range(priority, PRIORITY_MIN, PRIORITY_MAX) else base.classes[name].priority,
+        )
+    return Policy(max_total=base.max_total, interactive_reserve=base.interactive_reserve, classes=classes)
+
+
+def _check_int(field_name: str, value: Any, low: int, high: int) -> None:
+    if not is_int(value):
+        raise PolicyError(field_name, f"must be an integer from {low} to {high}, got {type(value).__name__}")
+    if not low <= value <= high:
+        raise PolicyError(field_name, f"must be from {low} to {high}, got {value}")
+
+
+def policy_validate(changes: Any) -> None:
+    """Check submitted settings (only the keys given); raise PolicyError naming the first bad field."""
+    if not isinstance(changes, dict):
+        raise PolicyError("settings", "must be a JSON object")
+    for key in changes:
+        if key not in TOP_KEYS:
+            raise PolicyError(str(key), f"unknown setting; expected one of {', '.join(TOP_KEYS)}")
+    if "max_total" in changes:
+        _check_int("max_total", changes["max_total"], LIMIT_MIN, LIMIT_MAX)
+    if "interactive_reserve" in changes and changes["interactive_reserve"] is not None:
+        _check_int("interactive_reserve", changes["interactive_reserve"], RESERVE_MIN, RESERVE_MAX)
+    classes = changes.get("classes", {})
+    if not isinstance(classes, dict):
+        raise PolicyError("classes", "must be an object keyed by class name")
+    for name, item in classes.items():
+        if name not in CLASSES:
+            raise PolicyError(f"classes.{name}", f"unknown class; expected one of {', '.join(CLASSES)}")
+        if not isinstance(item, dict):
+            raise PolicyError(f"classes.{name}", "must be an object with limit and/or priority")
+        for key in item:
+            if key not in CLASS_KEYS:
+                raise PolicyError(f"classes.{name}.{key}", "unknown field; expected limit or priority")
+        if "limit" in item:
+            _check_int(f"classes.{name}.limit", item["limit"], LIMIT_MIN, LIMIT_MAX)
+        if "priority" in item:
+            _check_int(f"classes.{name}.priority", item["priority"], PRIORITY_MIN, PRIORITY_MAX)
+
+
+def policy_merge(stored: Any, changes: dict[str, Any], *, partial: bool) -> dict[str, Any]:
+    """New raw settings: a partial update keeps stored values it does not mention, a full one replaces them.
+
+    Only explicitly given values are stored, so unset class limits keep following max_total and the reserve.
+    """
+    base = stored if (partial and isinstance(stored, dict)) else {}
+    out: dict[str, Any] = {k: base[k] for k in ("max_total", "interactive_reserve") if k in base}
+    for key in ("max_total", "interactive_reserve"):
+        if key in changes:
+            if changes[key] is None:
+                out.pop(key, None)  # null resets to the default
+            else:
+                out[key] = changes[key]
+    stored_classes = base.get("classes") if isinstance(base.get("classes"), dict) else {}
+    classes = {k: dict(v) for k, v in stored_classes.items() if k in CLASSES and isinstance(v, dict)}
+    for name, item in changes.get("classes", {}).items():
+        classes.setdefault(name, {}).update(item)
+    out["classes"] = classes
+    return out
+
+
+def policy_check_merged(raw: dict[str, Any], *, default_max_total: int, changes: dict[str, Any]) -> None:
+    """Cross-field rule: an explicitly set reserve must stay below max_total (when max_total > 1)."""
+    if "interactive_reserve" not in changes or changes["interactive_reserve"] is None:
+        return
+    total = raw.get("max_total", default_max_total)
+    reserve = raw["interactive_reserve"]
+    if total > 1 and reserve >= total:
+        raise PolicyError(
+            "interactive_reserve",
+            f"must be below max_total ({total}); a reserve of {reserve} would leave no slot for the other classes",
+        )

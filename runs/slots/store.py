@@ -1,0 +1,123 @@
+"""Database side of slots: the grant lock, the effective policy (cached per process), and loading the
+queue snapshot that the pure `grant` function decides on. Grant cost is independent of queue depth: it
+counts held slots and seeks each class's head through the (state, run_class, requested_at, run) index.
+"""
+from __future__ import annotations
+
+import threading
+import time
+from datetime import datetime
+
+from django.conf import settings
+from django.db import connection, transaction
+from django.db.models import Count
+
+from runs.models import ConcurrencySettings, Slot, SlotState
+from runs.slots.grant import Decision, Snapshot, WaitingSlot, grant
+from runs.slots.policy import CLASSES, Policy, policy_effective
+
+# Key of the transaction-scoped advisory lock that serializes grants on PostgreSQL ("RLslots").
+GRANT_LOCK_KEY = 0x524C736C6F7473
+
+_cache_lock = threading.Lock()
+_cached: tuple[float, Policy] | None = None
+
+
+def slots_lock() -> None:
+    """Serialize with every other grant until the current transaction ends.
+
+    PostgreSQL: transaction-scoped advisory lock. SQLite: the transaction already holds the database write
+    lock (settings use BEGIN IMMEDIATE), which serializes writers across processes.
+    """
+    if not connection.in_atomic_block:
+        raise RuntimeError("slots_lock() must be called inside transaction.atomic()")
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_xact_lock(%s)", [GRANT_LOCK_KEY])
+
+
+def policy_stored_raw() -> dict:
+    row = ConcurrencySettings.objects.order_by("pk").values_list("raw", flat=True).first()
+    return row if isinstance(row, dict) else {}
+
+
+def policy_load(*, fresh: bool = False) -> Policy:
+    """Effective policy; cached for SLOTS_POLICY_CACHE_SECONDS so every process sees a change within that time.
+    Grants pass fresh=True: they read the stored row under the grant lock, so limits apply at once."""
+    global _cached
+    now = time.monotonic()
+    with _cache_lock:
+        if not fresh and _cached is not None and now - _cached[0] < settings.SLOTS_POLICY_CACHE_SECONDS:
+            return _cached[1]
+    policy = policy_effective(policy_stored_raw(), default_max_total=settings.SLOTS_DEFAULT_MAX_TOTAL)
+    with _cache_lock:
+        _cached = (now, policy)
+    return policy
+
+
+def policy_forget() -> None:
+    global _cached
+    with _cache_lock:
+        _cached = None
+
+
+def held_counts() -> dict[str, int]:
+    counts = {k: 0 for k in CLASSES}
+    rows = Slot.objects.filter(state=SlotState.HELD).values("run_class").annotate(n=Count("run_id"))
+    for row in rows:
+        counts[row["run_class"]] = row["n"]
+    return counts
+
+
+def waiting_counts() -> dict[str, int]:
+    counts = {k: 0 for k in CLASSES}
+    rows = Slot.objects.filter(state=SlotState.WAITING).values("run_class").annotate(n=Count("run_id"))
+    for row in rows:
+        counts[row["run_class"]] = row["n"]
+    return counts
+
+
+def snapshot_load(policy: Policy) -> Snapshot:
+    """Held counts plus, per class, only as many FIFO heads as one grant pass could take."""
+    held = held_counts()
+    probe = Snapshot(policy=policy, held=held)
+    waiting: dict[str, list[WaitingSlot]] = {}
+    for run_class in CLASSES:
+        budget = probe.head_budget(run_class)
+        if budget <= 0:
+            continue
+        heads = (
+            Slot.objects.filter(state=SlotState.WAITING, run_class=run_class)
+            .order_by("requested_at", "run_id")
+            .values_list("run_id", "requested_at")[:budget]
+        )
+        waiting[run_class] = [WaitingSlot(run_id=r, requested_at=t) for r, t in heads]
+    return Snapshot(policy=policy, held=held, waiting=waiting)
+
+
+def slots_grant_locked(*, now: datetime) -> list[Decision]:
+    """One grant pass; the caller holds slots_lock(). Marks the chosen slots held and returns the decisions."""
+    assert connection.in_atomic_block
+    decisions = grant(snapshot_load(policy_load(fresh=True)), now)
+    if decisions:
+        Slot.objects.filter(run_id__in=[d.run_id for d in decisions], state=SlotState.WAITING).update(
+            state=SlotState.HELD, granted_at=now
+        )
+    return decisions
+
+
+def slot_enqueue(*, run_id: int, run_class: str, now: datetime) -> None:
+    Slot.objects.update_or_create(
+        run_id=run_id, defaults={"run_class": run_class, "state": SlotState.WAITING, "requested_at": now,
+                                 "granted_at": None},
+    )
+
+
+def slot_release(*, run_id: int) -> bool:
+    """Delete the run's slot row (waiting or held). True when one existed."""
+    deleted, _ = Slot.objects.filter(run_id=run_id).delete()
+    return deleted > 0
+
+
+__all__ = ["GRANT_LOCK_KEY", "held_counts", "policy_forget", "policy_load", "policy_stored_raw", "slot_enqueue",
+           "slot_release", "slots_grant_locked", "slots_lock", "snapshot_load", "transaction", "waiting_counts"]
