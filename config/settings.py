@@ -112,19 +112,31 @@ CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_TASK_ALWAYS_EAGER = env_bool("CELERY_TASK_ALWAYS_EAGER", False)
 CELERY_BROKER_TRANSPORT_OPTIONS = {
-    # How long a delivered-but-unacknowledged task stays invisible before Redis hands it out again.
-    "visibility_timeout": env_int("CELERY_VISIBILITY_TIMEOUT", 3600),
-    # Restore unacked tasks of dead workers promptly instead of after ~100 s (measured on this machine kind).
-    "unacked_restore_limit": 1,
+    # How long a delivered-but-unacknowledged task stays invisible before Redis hands it to another worker:
+    # the redelivery time of a task whose worker was SIGKILLed. Every task here finishes in seconds (launch,
+    # stop, tick; none waits on training), and all are idempotent, so a short timeout is safe.
+    "visibility_timeout": env_int("CELERY_VISIBILITY_TIMEOUT", 30),
+    # Sweep for such tasks every 2 s (kombu's defaults, interval 10 s x throttle 10, took ~100 s here).
+    "unacked_restore_interval": env_int("CELERY_UNACKED_RESTORE_INTERVAL", 2),
+    "unacked_restore_throttle": 1,
 }
+SCHEDULER_TICK_SECONDS = float(os.environ.get("SCHEDULER_TICK_SECONDS", "2"))
 CELERY_BEAT_SCHEDULE = {
-    "runs-tick": {"task": "runs.tasks.tick", "schedule": float(os.environ.get("SCHEDULER_TICK_SECONDS", "2"))},
+    # Ticks queued while no worker was up are dropped rather than replayed in a burst.
+    "runs-tick": {"task": "runs.tasks.tick", "schedule": SCHEDULER_TICK_SECONDS,
+                  "options": {"expires": max(5.0, 3 * SCHEDULER_TICK_SECONDS)}},
 }
 
 # --- Ray ------------------------------------------------------------------------------------------
 RAY_ADDRESS = os.environ.get("RAY_ADDRESS", "http://127.0.0.1:8265")
 PLATFORM_PUBLIC_URL = os.environ.get("PLATFORM_PUBLIC_URL", "http://127.0.0.1:8000")
 RUN_ARTIFACTS_DIR = Path(os.environ.get("RUN_ARTIFACTS_DIR", VAR_DIR / "runs"))
+# Ray submission ids are `<prefix>-<run id>-<attempt>`; give each installation sharing a cluster its own prefix.
+RAY_SUBMISSION_PREFIX = os.environ.get("RAY_SUBMISSION_PREFIX", "rlrun")
+# Seconds a stopped job gets after SIGTERM to checkpoint before Ray SIGKILLs it.
+RUN_STOP_GRACE_SECONDS = env_int("RUN_STOP_GRACE_SECONDS", 60)
+# Automatic resumes (Run.auto_resume) of one run, at most.
+RUN_AUTO_RESUME_MAX = env_int("RUN_AUTO_RESUME_MAX", 3)
 
 # --- Slots ----------------------------------------------------------------------------------------
 SLOTS_DEFAULT_MAX_TOTAL = env_int("SLOTS_DEFAULT_MAX_TOTAL", 4)

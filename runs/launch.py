@@ -1,0 +1,173 @@
+"""Launch granted runs as Ray jobs and ask them to stop: the execution hooks of the Ray-backed run kinds.
+
+A launch is idempotent: the Ray `submission_id` is derived from the run id and attempt, so a second launch of
+the same attempt (a redelivered Celery task, the tick's lost-launch sweep) finds the job and only records it.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import shlex
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+
+import requests
+from django.conf import settings
+from ray.job_submission import JobSubmissionClient
+
+from runs import services
+from runs.errors import InvalidTransition
+from runs.models import Run, RunStatus
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """What a kind wants Ray to run for one attempt of a run."""
+
+    entrypoint: list[str]
+    env: dict[str, str] = field(default_factory=dict)
+    wants_gpu: bool = False  # reserve one GPU for the entrypoint process when the cluster has any
+
+
+class RayUnavailable(Exception):
+    """The Ray job API could not be reached; the launch is retried by the tick (the run stays `starting`)."""
+
+
+# What the job client raises when the job API cannot be reached (its constructor raises the builtin one).
+RAY_UNREACHABLE = (ConnectionError, requests.RequestException)
+
+
+@lru_cache(maxsize=4)
+def _client(address: str) -> JobSubmissionClient:
+    return JobSubmissionClient(address)
+
+
+def ray_client() -> JobSubmissionClient:
+    try:
+        return _client(settings.RAY_ADDRESS)
+    except (*RAY_UNREACHABLE, RuntimeError) as exc:  # the constructor probes the job API
+        raise RayUnavailable(f"Ray job API at {settings.RAY_ADDRESS} is not reachable: {exc}") from exc
+
+
+def submission_id_for(run: Run) -> str:
+    """Stable per (run, attempt); the prefix keeps installations sharing one Ray cluster apart."""
+    return f"{settings.RAY_SUBMISSION_PREFIX}-{run.pk}-{run.attempt}"
+
+
+def run_artifacts_dir(run_id: int) -> Path:
+    return Path(settings.RUN_ARTIFACTS_DIR) / str(run_id)
+
+
+def run_checkpoint_dir(run_id: int) -> Path:
+    return run_artifacts_dir(run_id) / "checkpoints"
+
+
+def run_events_url(run: Run) -> str:
+    return f"{settings.PLATFORM_PUBLIC_URL.rstrip('/')}/api/runs/{run.pk}/ingest/"
+
+
+def cluster_gpus(client: JobSubmissionClient) -> float:
+    """Total GPUs the cluster reports (0 when it has none or does not say)."""
+    try:
+        # The job client's own request helper carries the cluster's auth token/cookies, if any.
+        resp = client._do_request("GET", "/api/cluster_status")
+        usage = resp.json()["data"]["clusterStatus"]["loadMetricsReport"]["usage"]
+        return float(usage.get("GPU", [0.0, 0.0])[1])
+    except Exception:  # noqa: BLE001 - unknown means "do not ask for a GPU" (a CPU job still runs)
+        logger.warning("could not read the Ray cluster's GPU count", exc_info=True)
+        return 0.0
+
+
+def rl_train_job(run: Run) -> JobSpec:
+    """`python -m trainer run`: the config is written next to the checkpoints (a shared path in production)."""
+    artifacts = run_artifacts_dir(run.pk)
+    artifacts.mkdir(parents=True, exist_ok=True)
+    config_path = artifacts / "config.json"
+    config_path.write_text(json.dumps(run.config, indent=2, sort_keys=True))
+    cmd = ["python", "-m", "trainer", "run", "--config", str(config_path), "--events", run_events_url(run),
+           "--checkpoint-dir", str(run_checkpoint_dir(run.pk))]
+    if run.resume_requested:
+        cmd.append("--resume")
+    # 'local' trains inside the entrypoint process; the other modes place a learner actor that asks Ray for
+    # its own GPU, so reserving one for the entrypoint too would deadlock a one-GPU cluster.
+    wants_gpu = run.config.get("mode") == "local" and run.config.get("device", "auto") != "cpu"
+    return JobSpec(entrypoint=cmd, wants_gpu=wants_gpu)
+
+
+def job_submit(run: Run, spec: JobSpec) -> str:
+    """Submit the run's job unless a job with its submission id exists; returns the submission id."""
+    client = ray_client()
+    submission_id = submission_id_for(run)
+    env = {
+        "RUN_ID": str(run.pk),
+        "RUN_INGEST_TOKEN": run.ingest_token,
+        "RUN_ATTEMPT": str(run.attempt),
+        "OMP_NUM_THREADS": "1",
+        # Time the job gets after SIGTERM (cancel) to checkpoint before Ray kills it.
+        "RAY_JOB_STOP_WAIT_TIME_S": str(settings.RUN_STOP_GRACE_SECONDS),
+        **spec.env,
+    }
+    gpus = 1 if spec.wants_gpu and cluster_gpus(client) >= 1 else None
+    try:
+        client.submit_job(
+            entrypoint=shlex.join(spec.entrypoint), submission_id=submission_id, runtime_env={"env_vars": env},
+            metadata={"platform_run": str(run.pk), "attempt": str(run.attempt), "kind": run.kind},
+            entrypoint_num_gpus=gpus,
+        )
+        logger.info("run %s: submitted Ray job %s (gpus=%s)", run.pk, submission_id, gpus or 0)
+    except RuntimeError as exc:
+        if "already exists" not in str(exc):
+            raise
+        logger.info("run %s: Ray job %s already exists; recording it", run.pk, submission_id)
+    except RAY_UNREACHABLE as exc:
+        raise RayUnavailable(f"Ray job API at {settings.RAY_ADDRESS} is not reachable: {exc}") from exc
+    return submission_id
+
+
+def run_launch_job(run: Run, spec: JobSpec) -> None:
+    """Launch hook body shared by the Ray-backed kinds: record the id, submit, move to `running`."""
+    submission_id = submission_id_for(run)
+    # Recorded first, so that a worker dying right after the submit leaves a run whose job can be found.
+    if not Run.objects.filter(pk=run.pk, status=RunStatus.STARTING).update(ray_submission_id=submission_id):
+        return  # cancelled or finished since the grant: nothing to launch
+    run.ray_submission_id = submission_id
+    try:
+        job_submit(run, spec)
+    except RayUnavailable:
+        logger.warning("run %s: Ray is not reachable; the tick will launch it again", run.pk, exc_info=True)
+        return
+    try:
+        services.run_transition(run=run, status=RunStatus.RUNNING)
+    except InvalidTransition:
+        # Cancelled, failed or already marked running while we submitted. A run that no longer wants a job
+        # must not keep one: the cancel path may have looked for the job before it existed.
+        current = Run.objects.get(pk=run.pk)
+        if current.status not in (RunStatus.RUNNING,):
+            job_stop(current)
+
+
+def run_launch(run: Run) -> None:
+    """The `rl_train` launch hook."""
+    run_launch_job(run, rl_train_job(run))
+
+
+def job_stop(run: Run) -> None:
+    """Ask the run's Ray job to stop (SIGTERM, then SIGKILL after RUN_STOP_GRACE_SECONDS). The tick's
+    reconcile records the outcome; a `stopping` run with no job at all is cancelled here at once."""
+    if not run.ray_submission_id:
+        if run.status == RunStatus.STOPPING:
+            services.run_finish(run=run, status=RunStatus.CANCELLED, error=run.error)
+        return
+    try:
+        ray_client().stop_job(run.ray_submission_id)
+    except RuntimeError as exc:
+        if "does not exist" not in str(exc):
+            raise
+        fresh = Run.objects.get(pk=run.pk)
+        if fresh.status == RunStatus.STOPPING:
+            services.run_finish(run=fresh, status=RunStatus.CANCELLED, error=fresh.error)
+    except (*RAY_UNREACHABLE, RayUnavailable):
+        logger.warning("run %s: Ray not reachable to stop %s; the tick retries", run.pk, run.ray_submission_id)
