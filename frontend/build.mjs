@@ -1,0 +1,50 @@
+// Bundles the dashboard's TypeScript and CSS (frontend/static/src) into frontend/static/dist with esbuild.
+// One entry per page plus a shared chunk; third-party code (uPlot) comes from node_modules, never the repo.
+import * as esbuild from "esbuild";
+import { gzipSync } from "node:zlib";
+import { readdirSync, readFileSync, rmSync, statSync } from "node:fs";
+import { join, dirname } from "node:path";
+import { fileURLToPath } from "node:url";
+
+const here = dirname(fileURLToPath(import.meta.url));
+const src = join(here, "static", "src");
+const dist = join(here, "static", "dist");
+const watch = process.argv.includes("--watch");
+
+const options = {
+  entryPoints: {
+    board: join(src, "board.ts"),
+    run: join(src, "run.ts"),
+    submit: join(src, "submit.ts"),
+    settings: join(src, "settings.ts"),
+    app: join(src, "app.css"),
+  },
+  outdir: dist,
+  bundle: true,
+  splitting: true,
+  format: "esm",
+  minify: true,
+  sourcemap: false,
+  target: ["es2020"],
+  chunkNames: "chunks/[name]-[hash]",
+  logLevel: "warning",
+};
+
+if (watch) {
+  const ctx = await esbuild.context(options);
+  await ctx.watch();
+  console.log("watching frontend/static/src ...");
+} else {
+  rmSync(dist, { recursive: true, force: true });
+  await esbuild.build(options);
+  let raw = 0, gz = 0;
+  const walk = (dir) => {
+    for (const name of readdirSync(dir)) {
+      const p = join(dir, name);
+      if (statSync(p).isDirectory()) walk(p);
+      else if (/\.(js|css)$/.test(name)) { const b = readFileSync(p); raw += b.length; gz += gzipSync(b, { level: 9 }).length; }
+    }
+  };
+  walk(dist);
+  console.log(`frontend assets: ${(raw / 1024).toFixed(1)} KB, ${(gz / 1024).toFixed(1)} KB gzip -> ${dist}`);
+}

@@ -1,0 +1,178 @@
+/** Queue board: slots per class with the reserve and borrowable share drawn, the waiting line in grant order,
+ * the running runs with gate, version, sampler progress and reward; live over /ws/dashboard/. */
+import { embedded } from "./lib/api";
+import { CLASSES, CLASS_LABEL, duration, esc, eta, num, reasonText } from "./lib/format";
+import { LiveSocket, wsUrl } from "./lib/live";
+import { ACTIVE, FINISHED, ownerName, positions, Run, runView, Slots } from "./lib/model";
+import { sparkline } from "./lib/sparkline";
+import { initTheme } from "./lib/theme";
+import { applyDashboardMessage, BoardState } from "./board_state";
+
+const MAX_CELLS = 64; // beyond this many slots the capacity bar draws proportional spans instead of cells
+
+const initial = embedded<any>("board-data");
+const state: BoardState = { slots: null, queued: [], running: [] };
+if (initial) applyDashboardMessage(state, { type: "snapshot", ...initial }, FINISHED);
+const rewardHistory = new Map<number, number[]>();
+const highlight = Number(new URLSearchParams(location.search).get("submitted")) || null;
+let lastQueueKey = "";
+let frame = 0;
+
+function reserveOf(slots: Slots): number {
+  const p = slots.policy?.interactive_reserve;
+  if (typeof p === "number") return p;
+  return Math.max(0, slots.total.max_total - slots.borrowable);
+}
+
+function renderCapacity(slots: Slots | null): void {
+  const el = document.getElementById("capacity")!;
+  if (!slots) { el.innerHTML = `<p class="empty">Slot information is not available yet.</p>`; return; }
+  const total = slots.total.max_total;
+  const reserve = reserveOf(slots);
+  const borrowable = slots.borrowable;
+  // Non-interactive runs fill from the left (they may only use the borrowable share); interactive runs fill
+  // after them and are the only ones that can reach into the reserve.
+  const used: string[] = [];
+  for (const c of ["system", "schedule", "app", "interactive"]) {
+    for (let i = 0; i < (slots.classes[c]?.running ?? 0); i++) used.push(c);
+  }
+  const waiting = CLASSES.reduce((a, c) => a + (slots.classes[c]?.waiting ?? 0), 0);
+  let bar = "";
+  if (total <= MAX_CELLS) {
+    for (let i = 0; i < total; i++) {
+      const cls = used[i];
+      const inReserve = i >= total - reserve;
+      bar += `<div class="cap-cell${cls ? ` used cls-${cls}` : ""}${inReserve ? " reserve" : ""}" title="${cls ? `${CLASS_LABEL[cls]} run` : "Free"}${inReserve ? " · interactive reserve" : ""}"></div>`;
+    }
+  } else {
+    const pct = (n: number) => `${((n / total) * 100).toFixed(3)}%`;
+    const counts = new Map<string, number>();
+    for (const c of used) counts.set(c, (counts.get(c) ?? 0) + 1);
+    for (const [c, n] of counts) bar += `<div class="cap-cell used cls-${c}" style="flex:0 0 ${pct(n)}" title="${n} ${CLASS_LABEL[c]} runs"></div>`;
+    const free = Math.max(0, total - used.length);
+    const freeBorrow = Math.max(0, Math.min(free, borrowable - used.length));
+    if (freeBorrow) bar += `<div class="cap-cell" style="flex:0 0 ${pct(freeBorrow)}" title="${freeBorrow} free"></div>`;
+    if (free - freeBorrow) bar += `<div class="cap-cell reserve" style="flex:0 0 ${pct(free - freeBorrow)}" title="${free - freeBorrow} free, interactive reserve"></div>`;
+  }
+  const span = (cls: string, n: number, text: string) => (n > 0 ? `<div class="cap-span ${cls}" style="flex:${n} 1 0">${text}</div>` : "");
+  el.innerHTML = `
+    <div class="kpis">
+      <div class="kpi"><div class="v num" data-testid="total-running">${slots.total.running} / ${total}</div><div class="l">slots in use</div></div>
+      <div class="kpi"><div class="v num">${waiting}</div><div class="l">waiting</div></div>
+      <div class="kpi"><div class="v num" data-testid="reserve">${reserve}</div><div class="l">interactive reserve</div></div>
+      <div class="kpi"><div class="v num" data-testid="borrowable">${borrowable}</div><div class="l">borrowable by other classes</div></div>
+    </div>
+    <div role="img" aria-label="${slots.total.running} of ${total} slots in use; ${reserve} reserved for interactive runs; other classes may borrow up to ${borrowable}">
+      <div class="cap-bar">${bar}</div>
+      <div class="cap-spans" aria-hidden="true">${span("borrow", borrowable, `borrowable · ${borrowable}`)}${span("reserve", reserve, `reserve · ${reserve}`)}</div>
+    </div>
+    <div class="legend" aria-hidden="true">
+      ${CLASSES.map((c) => `<span class="cls-${c}"><span class="sw"></span>${CLASS_LABEL[c]}</span>`).join("")}
+      <span><span class="sw res"></span>Interactive reserve (free)</span>
+    </div>`;
+}
+
+function renderClasses(slots: Slots | null): void {
+  const el = document.getElementById("classes")!;
+  if (!slots) { el.innerHTML = ""; return; }
+  el.innerHTML = CLASSES.map((c) => {
+    const s = slots.classes[c] ?? { running: 0, waiting: 0, limit: 0, priority: 0 };
+    const pct = s.limit ? Math.min(100, (s.running / s.limit) * 100) : 0;
+    return `<section class="class-card cls-${c}" aria-label="${CLASS_LABEL[c]} class" data-class="${c}">
+      <div class="row"><span class="cls cls-${c}">${CLASS_LABEL[c]}</span><span class="muted">priority ${s.priority}</span></div>
+      <div class="row"><span class="big num"><span data-testid="running-${c}">${s.running}</span> <span class="muted" style="font-size:.95rem">/ <span data-testid="limit-${c}">${s.limit}</span></span></span>
+        <span class="num">${s.waiting} waiting</span></div>
+      <div class="meter" role="meter" aria-label="${CLASS_LABEL[c]} running of limit" aria-valuemin="0" aria-valuemax="${s.limit}" aria-valuenow="${s.running}"><span style="width:${pct}%"></span></div>
+    </section>`;
+  }).join("");
+}
+
+function progress(run: Run): string {
+  const v = runView(run);
+  if (v.datasetSize === null || v.consumed === null) return `<span class="muted">—</span>`;
+  const pct = v.datasetSize ? Math.min(100, (v.consumed / v.datasetSize) * 100) : 0;
+  return `<div class="progress" role="progressbar" aria-label="Sampler progress of ${esc(run.name)}" aria-valuemin="0" aria-valuemax="${v.datasetSize}" aria-valuenow="${v.consumed}">
+    <div class="bar"><span style="width:${pct.toFixed(1)}%"></span></div>
+    <div class="lbl num">epoch ${v.epoch ?? 0} · ${v.consumed} / ${v.datasetSize} groups</div></div>`;
+}
+
+function renderRunning(runs: Run[]): void {
+  const el = document.getElementById("running")!;
+  document.getElementById("running-count")!.textContent = String(runs.length);
+  if (!runs.length) { el.innerHTML = `<p class="empty">No run is running.</p>`; return; }
+  const rows = runs.map((r) => {
+    const v = runView(r);
+    const hist = v.rewardHistory.length ? v.rewardHistory : rewardHistory.get(r.id) ?? [];
+    return `<tr data-run="${r.id}" data-status="${esc(r.status)}"${r.id === highlight ? ' class="flash"' : ""}>
+      <td><a class="run-link" href="/runs/${r.id}/">${esc(r.name)}</a><div class="muted num" style="font-size:.8rem">#${r.id} · ${esc(ownerName(r))}</div></td>
+      <td><span class="cls cls-${esc(r.run_class)}">${esc(CLASS_LABEL[r.run_class] ?? r.run_class)}</span></td>
+      <td><span class="badge st-${esc(r.status)}" data-testid="status">${esc(r.status)}</span></td>
+      <td>${v.gateState ? `<span class="badge gate-${esc(v.gateState)}" title="gate state">${esc(v.gateState)}</span>` : `<span class="muted">—</span>`}</td>
+      <td class="num" data-testid="version">${v.version === null ? "—" : `v${v.version}`}</td>
+      <td>${progress(r)}</td>
+      <td class="hide-sm">${sparkline(hist, `Reward of ${r.name}`)}</td>
+      <td class="num right">${num(v.reward)}</td>
+    </tr>`;
+  }).join("");
+  el.innerHTML = `<div class="table-wrap"><table aria-describedby="running-title"><thead><tr><th scope="col">Run</th><th scope="col">Class</th><th scope="col">Status</th><th scope="col">Gate</th><th scope="col">Weights</th><th scope="col">Sampler</th><th scope="col" class="hide-sm">Reward trend</th><th scope="col" class="right">Reward</th></tr></thead><tbody>${rows}</tbody></table></div>`;
+}
+
+function renderWaiting(runs: Run[]): void {
+  const key = runs.map((r) => `${r.id}:${r.status}:${JSON.stringify(r.position)}:${r.pending_reason}:${r.eta_seconds}`).join("|");
+  if (key === lastQueueKey) return;
+  lastQueueKey = key;
+  const el = document.getElementById("waiting")!;
+  document.getElementById("waiting-count")!.textContent = String(runs.length);
+  if (!runs.length) { el.innerHTML = `<p class="empty">Nobody is waiting: new runs start at once.</p>`; return; }
+  const now = Date.now() / 1000;
+  const parts: string[] = [];
+  for (const r of runs) {
+    const p = positions(r);
+    const waited = r.created_at ? now - Date.parse(r.created_at) / 1000 : r.queued_seconds ?? null;
+    parts.push(`<tr data-run="${r.id}" data-status="${esc(r.status)}"${r.id === highlight ? ' class="flash"' : ""}>
+      <td class="num" data-testid="position">${p.overall ?? "—"}</td>
+      <td><a class="run-link" href="/runs/${r.id}/">${esc(r.name)}</a><div class="muted num" style="font-size:.8rem">#${r.id} · ${esc(ownerName(r))}</div></td>
+      <td><span class="cls cls-${esc(r.run_class)}">${esc(CLASS_LABEL[r.run_class] ?? r.run_class)}</span>${p.inClass ? `<div class="muted num" style="font-size:.8rem">#${p.inClass} in class</div>` : ""}</td>
+      <td class="reason" data-testid="reason">${esc(reasonText(r.pending_reason))}</td>
+      <td class="num">${duration(waited)}</td>
+      <td class="num" data-testid="eta">${eta(r.eta_seconds)}</td>
+    </tr>`);
+  }
+  el.innerHTML = `<div class="table-wrap"><table class="waiting-table"><thead><tr><th scope="col">#</th><th scope="col">Run</th><th scope="col">Class</th><th scope="col">Why it waits</th><th scope="col">Waited</th><th scope="col">Starts in</th></tr></thead><tbody>${parts.join("")}</tbody></table></div>`;
+}
+
+function byPosition(a: Run, b: Run): number {
+  const pa = positions(a).overall ?? 1e9, pb = positions(b).overall ?? 1e9;
+  return pa - pb || a.id - b.id;
+}
+
+function render(): void {
+  frame = 0;
+  state.queued = state.queued.filter((r) => r.status === "queued").sort(byPosition);
+  state.running = state.running.filter((r) => ACTIVE.has(r.status)).sort((a, b) => a.id - b.id);
+  for (const r of state.running) {
+    const v = runView(r);
+    if (v.reward === null) continue;
+    const hist = rewardHistory.get(r.id) ?? [];
+    if (hist[hist.length - 1] !== v.reward) { hist.push(v.reward); if (hist.length > 60) hist.shift(); }
+    rewardHistory.set(r.id, hist);
+  }
+  renderCapacity(state.slots);
+  renderClasses(state.slots);
+  renderRunning(state.running);
+  renderWaiting(state.queued);
+}
+
+function schedule(): void {
+  if (!frame) frame = requestAnimationFrame(render);
+}
+
+initTheme();
+render();
+performance.mark("board-rendered");
+(window as any).__board = { state, rendered: true };
+
+new LiveSocket({
+  url: () => wsUrl("/ws/dashboard/"),
+  onMessage: (msg) => { if (applyDashboardMessage(state, msg, FINISHED)) schedule(); },
+});

@@ -1,0 +1,66 @@
+/** Formatting and escaping shared by every page: HTML escape, durations, numbers, pending reasons in words. */
+
+export function esc(value: unknown): string {
+  return String(value ?? "").replace(/[&<>"']/g, (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" })[c]!);
+}
+
+export function duration(seconds: number | null | undefined): string {
+  if (seconds === null || seconds === undefined || !isFinite(seconds)) return "—";
+  const s = Math.max(0, Math.round(seconds));
+  if (s < 60) return `${s}s`;
+  if (s < 3600) return `${Math.floor(s / 60)}m ${String(s % 60).padStart(2, "0")}s`;
+  const h = Math.floor(s / 3600);
+  if (h < 48) return `${h}h ${String(Math.floor((s % 3600) / 60)).padStart(2, "0")}m`;
+  return `${Math.floor(h / 24)}d ${h % 24}h`;
+}
+
+export function ms(msValue: number): string {
+  if (msValue < 1000) return `${Math.round(msValue)} ms`;
+  return duration(msValue / 1000);
+}
+
+export function num(value: unknown, digits = 3): string {
+  if (typeof value !== "number" || !isFinite(value)) return "—";
+  if (Number.isInteger(value)) return value.toLocaleString("en-US");
+  const abs = Math.abs(value);
+  if (abs >= 1000) return value.toLocaleString("en-US", { maximumFractionDigits: 0 });
+  return value.toPrecision(digits).replace(/\.?0+$/, "");
+}
+
+export function eta(seconds: number | null | undefined): string {
+  if (seconds === null || seconds === undefined) return "unknown";
+  if (seconds <= 0) return "any moment";
+  return `~${duration(seconds)}`;
+}
+
+export function timeOfDay(tsSeconds: number): string {
+  const d = new Date(tsSeconds * 1000);
+  return d.toLocaleTimeString("en-GB", { hour12: false }) + "." + String(d.getMilliseconds()).padStart(3, "0");
+}
+
+/** Seconds since the epoch from an ISO string or a number (events carry numbers, run JSON ISO strings). */
+export function toSeconds(value: unknown): number | null {
+  if (typeof value === "number") return value;
+  if (typeof value === "string" && value) {
+    const t = Date.parse(value);
+    return isNaN(t) ? null : t / 1000;
+  }
+  return null;
+}
+
+const REASONS: Record<string, string> = {
+  class_limit_reached: "Its class is at its concurrency limit",
+  global_limit_reached: "Every slot on the platform is in use",
+  reserve_protected: "Free slots are held back for interactive runs",
+  higher_priority_waiting: "Runs of higher priority are ahead in line",
+};
+
+export function reasonText(reason: string | null | undefined): string {
+  if (!reason) return "Waiting for the next grant";
+  return REASONS[reason] ?? reason.replace(/_/g, " ");
+}
+
+export const CLASSES = ["interactive", "app", "schedule", "system"] as const;
+export const CLASS_LABEL: Record<string, string> = {
+  interactive: "Interactive", app: "App", schedule: "Schedule", system: "System",
+};

@@ -1,0 +1,189 @@
+/** Run page: live charts, gate/version timeline, engines and workers, checkpoints, event log, config, and
+ * cancel/resume. Live over /ws/runs/<id>/: first connect asks ?after=0 (whole history), every reconnect
+ * asks ?after=<last seq seen> and gets exactly the missed events (docs/realtime.md). */
+import { api, ApiError, embedded, errorMessages } from "./lib/api";
+import { CLASS_LABEL, esc, num, timeOfDay, toSeconds } from "./lib/format";
+import { LiveSocket, wsUrl } from "./lib/live";
+import { ACTIVE, FINISHED, ownerName, Run, RunEvent, runView } from "./lib/model";
+import { initTheme } from "./lib/theme";
+import { RunCharts } from "./run_charts";
+import { EventLog } from "./run_log";
+import { Timeline } from "./run_timeline";
+
+initTheme();
+let run = embedded<Run>("run-data")!;
+let lastSeq = 0;
+const cfg = (run.config ?? {}) as Record<string, any>;
+const perStep = typeof cfg.prompts_per_step === "number" && typeof cfg.group_size === "number" ? cfg.prompts_per_step * cfg.group_size : null;
+const charts = new RunCharts(document.getElementById("charts")!, perStep);
+const timeline = new Timeline(document.getElementById("timeline")!);
+const log = new EventLog(document.getElementById("log")!);
+const engines = new Map<string, Record<string, any>>();
+const workers = new Map<string, Record<string, any>>();
+const checkpoints: { seq: number; ts: number; data: Record<string, any> }[] = [];
+let panelsDirty = true;
+let frame = 0;
+let lastLogFlush = 0;
+
+function keyOf(d: any, i: number): string {
+  if (typeof d !== "object" || d === null) return String(d ?? i);
+  return String(d.id ?? d.engine ?? d.worker ?? d.name ?? d.index ?? i);
+}
+
+function ingest(ev: RunEvent): void {
+  if (ev.seq <= lastSeq) return; // never apply an event twice (the server already guarantees it; cheap to check)
+  lastSeq = ev.seq;
+  const d = ev.data ?? {};
+  const summary = (run.summary ??= {});
+  switch (ev.type) {
+    case "status":
+      if (typeof d.status === "string") run = { ...run, status: d.status, error: d.error ?? run.error };
+      if (FINISHED.has(run.status)) timeline.end = toSeconds(ev.ts);
+      break;
+    case "gate":
+      summary.gate = d;
+      if (Array.isArray(d.engines)) d.engines.forEach((e: any, i: number) => engines.set(keyOf(e, i), typeof e === "object" && e ? e : { id: e }));
+      break;
+    case "version": summary.version = d; break;
+    case "sampler": summary.sampler = d; break;
+    case "train": summary.train = d; break;
+    case "worker": workers.set(keyOf(d, workers.size), { ...(workers.get(keyOf(d, workers.size)) ?? {}), ...d }); break;
+    case "checkpoint": checkpoints.push({ seq: ev.seq, ts: toSeconds(ev.ts) ?? 0, data: d }); summary.checkpoint = d; break;
+  }
+  charts.add(ev);
+  timeline.add(ev);
+  log.add(ev);
+  panelsDirty = true;
+}
+
+function renderHeader(): void {
+  const badge = document.getElementById("run-status")!;
+  badge.className = `badge st-${run.status}`;
+  badge.textContent = run.status;
+  document.getElementById("btn-cancel")!.hidden = !(run.status === "queued" || ACTIVE.has(run.status)) || run.status === "stopping";
+  document.getElementById("btn-resume")!.hidden = !(run.status === "failed" || run.status === "cancelled");
+  const err = document.getElementById("run-error")!;
+  err.hidden = !run.error;
+  err.textContent = run.error ? `Error: ${run.error}` : "";
+  const v = runView(run);
+  const pct = v.datasetSize ? Math.min(100, ((v.consumed ?? 0) / v.datasetSize) * 100) : 0;
+  const stat = (label: string, value: string, testid = "") => `<div class="stat"><div class="l">${label}</div><div class="v num"${testid ? ` data-testid="${testid}"` : ""}>${value}</div></div>`;
+  const queueInfo = run.status === "queued" && run.position != null ? stat("Queue position", esc(typeof run.position === "number" ? run.position : (run.position as any).overall ?? "—")) : "";
+  document.getElementById("stats")!.innerHTML = [
+    queueInfo,
+    stat("Weights", v.version === null ? "—" : `v${v.version}`, "version"),
+    `<div class="stat"><div class="l">Gate</div><div class="v">${v.gateState ? `<span class="badge gate-${esc(v.gateState)}" data-testid="gate">${esc(v.gateState)}</span>` : "—"}</div></div>`,
+    `<div class="stat"><div class="l">Sampler</div><div class="v num" data-testid="sampler">${v.datasetSize ? `${v.consumed ?? 0} / ${v.datasetSize}` : "—"}</div>
+      <div class="progress" role="progressbar" aria-label="Sampler progress in epoch" aria-valuemin="0" aria-valuemax="${v.datasetSize ?? 0}" aria-valuenow="${v.consumed ?? 0}"><div class="bar"><span style="width:${pct.toFixed(1)}%"></span></div>
+      <div class="lbl">epoch ${v.epoch ?? 0}${v.groupCount !== null ? ` · ${v.groupCount} groups total` : ""}</div></div></div>`,
+    stat("Step", v.step === null ? "—" : num(v.step), "step"),
+    stat("Reward", num(v.reward)),
+    stat("Events", num(lastSeq), "last-seq"),
+  ].join("");
+}
+
+function table(rows: Record<string, any>[], empty: string, label: string): string {
+  if (!rows.length) return `<p class="empty">${empty}</p>`;
+  const cols = [...new Set(rows.flatMap((r) => Object.keys(r)))].slice(0, 8);
+  const cell = (v: any) => {
+    if (typeof v === "boolean") return v ? "yes" : "no";
+    if (typeof v === "number") return num(v);
+    if (typeof v === "string" && ["alive", "retired", "dead", "open", "sealed", "draining", "installing", "poisoned"].includes(v)) {
+      const cls = v === "alive" || v === "open" ? "st-running" : v === "retired" || v === "dead" || v === "poisoned" ? "st-failed" : `gate-${v}`;
+      return `<span class="badge ${cls}">${esc(v)}</span>`;
+    }
+    return esc(typeof v === "object" && v !== null ? JSON.stringify(v) : v);
+  };
+  return `<div class="table-wrap"><table aria-label="${label}"><thead><tr>${cols.map((c) => `<th scope="col">${esc(c.replace(/_/g, " "))}</th>`).join("")}</tr></thead>
+    <tbody>${rows.map((r) => `<tr>${cols.map((c) => `<td class="num">${cell(r[c])}</td>`).join("")}</tr>`).join("")}</tbody></table></div>`;
+}
+
+function renderPanels(): void {
+  document.getElementById("engines")!.innerHTML = table([...engines.values()], "No engine reported yet.", "Engines");
+  document.getElementById("workers")!.innerHTML = table([...workers.values()], "No worker reported yet.", "Workers");
+  document.getElementById("checkpoints")!.innerHTML = checkpoints.length
+    ? `<div class="table-wrap"><table aria-label="Checkpoints"><thead><tr><th scope="col">time</th><th scope="col">step</th><th scope="col">version</th><th scope="col">where</th></tr></thead><tbody>${checkpoints.slice().reverse().map((c) =>
+      `<tr><td class="num">${timeOfDay(c.ts)}</td><td class="num">${num(c.data.step)}</td><td class="num">${c.data.version !== undefined ? `v${esc(c.data.version)}` : "—"}</td><td class="mono" style="word-break:break-all">${esc(c.data.path ?? c.data.dir ?? "")}</td></tr>`).join("")}</tbody></table></div>`
+    : `<p class="empty">No checkpoint yet.</p>`;
+}
+
+function draw(): void {
+  frame = 0;
+  charts.flush();
+  timeline.flush();
+  if (panelsDirty) { panelsDirty = false; renderHeader(); renderPanels(); }
+  // The log is the most expensive part to rebuild; a few times a second is plenty for reading.
+  const now = performance.now();
+  if (now - lastLogFlush > 250) { lastLogFlush = now; log.flush(); }
+  else if (!frame) window.setTimeout(schedule, 260 - (now - lastLogFlush));
+}
+
+function schedule(): void {
+  if (!frame) frame = requestAnimationFrame(draw);
+}
+
+const socket = new LiveSocket({
+  url: () => wsUrl(`/ws/runs/${run.id}/?after=${lastSeq}`),
+  onMessage: (msg) => {
+    if (msg.type === "snapshot" && msg.run) {
+      // The snapshot's summary is as of its last_seq; keep what replayed events already folded in.
+      run = { ...msg.run, summary: { ...(msg.run.summary ?? {}), ...(lastSeq >= (msg.last_seq ?? 0) ? run.summary : {}) } };
+      panelsDirty = true;
+    } else if (msg.type === "events" && Array.isArray(msg.events)) {
+      for (const ev of msg.events) ingest(ev);
+    }
+    schedule();
+  },
+  onClose: (code) => {
+    if (code === 4400) lastSeq = 0; // our seq is ahead of the server's (database reset): start over
+    if (code === 4401) { location.href = `/login/?next=${encodeURIComponent(location.pathname)}`; return false; }
+    return code !== 4403 && code !== 4404;
+  },
+});
+(window as any).__run = { socket, lastSeq: () => lastSeq, timeline };
+
+// Active runs: let the lanes grow with the clock even between events.
+window.setInterval(() => { if (!FINISHED.has(run.status)) { timeline.flush(true); } }, 1000);
+
+// --- cancel / resume with confirmation ------------------------------------------------------------
+const dialog = document.getElementById("confirm") as HTMLDialogElement;
+const message = document.getElementById("action-message")!;
+
+async function act(action: "cancel" | "resume"): Promise<void> {
+  message.hidden = true;
+  try {
+    const updated = await api<Run>("POST", `/api/runs/${run.id}/${action}/`);
+    run = { ...run, ...updated, summary: { ...(updated.summary ?? {}), ...(run.summary ?? {}) } };
+    message.className = "alert alert-ok";
+    message.textContent = action === "cancel" ? "Cancel requested: the run is stopping." : "Resume requested: the run is back in the queue.";
+  } catch (e) {
+    message.className = "alert alert-error";
+    message.textContent = e instanceof ApiError ? errorMessages(e.body).join("; ") || `Request failed (${e.status})` : "Network error";
+  }
+  message.hidden = false;
+  panelsDirty = true;
+  schedule();
+}
+
+function confirmThen(action: "cancel" | "resume"): void {
+  document.getElementById("confirm-title")!.textContent = action === "cancel" ? `Cancel run “${run.name}”?` : `Resume run “${run.name}”?`;
+  document.getElementById("confirm-text")!.textContent = action === "cancel"
+    ? "The job is asked to stop; it saves a checkpoint if it can, and its slot goes to the next run in line."
+    : "The run goes back into the queue and continues from its last checkpoint when it gets a slot.";
+  const ok = document.getElementById("confirm-ok") as HTMLButtonElement;
+  ok.textContent = action === "cancel" ? "Cancel run" : "Resume run";
+  ok.className = action === "cancel" ? "btn btn-danger solid" : "btn btn-primary";
+  dialog.returnValue = "";
+  dialog.showModal();
+  dialog.addEventListener("close", () => { if (dialog.returnValue === "ok") void act(action); }, { once: true });
+}
+
+document.getElementById("btn-cancel")!.addEventListener("click", () => confirmThen("cancel"));
+document.getElementById("btn-resume")!.addEventListener("click", () => confirmThen("resume"));
+document.getElementById("run-class")!.textContent = CLASS_LABEL[run.run_class] ?? run.run_class;
+document.getElementById("run-owner")!.textContent = ownerName(run);
+renderHeader();
+renderPanels();
+timeline.flush(true);
+charts.flush();
+log.flush();

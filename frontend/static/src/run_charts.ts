@@ -1,0 +1,108 @@
+/** The run page's metric charts (uPlot): reward, exact-match, loss, samples/s and staleness against step. */
+import uPlot from "uplot";
+import { num } from "./lib/format";
+import type { RunEvent } from "./lib/model";
+
+interface ChartSpec { key: string; title: string; series: { label: string; color: string; pick: (d: any, s: Sample) => number | null }[] }
+interface Sample { step: number; ts: number; data: any; samplesPerS: number | null }
+
+const n = (v: any): number | null => (typeof v === "number" && isFinite(v) ? v : null);
+
+const SPECS: ChartSpec[] = [
+  { key: "reward", title: "Reward", series: [{ label: "mean reward", color: "--c-app", pick: (d) => n(d.reward_mean) }] },
+  { key: "exact_match", title: "Exact match", series: [
+    { label: "train", color: "--c-interactive", pick: (d) => n(d.exact_match) },
+    { label: "held-out", color: "--c-system", pick: (d) => n(d.held_out_exact_match ?? d.exact_match_held_out ?? d.eval_held_out_exact_match) },
+  ] },
+  { key: "loss", title: "Loss", series: [{ label: "loss", color: "--c-schedule", pick: (d) => n(d.loss) }] },
+  { key: "samples", title: "Samples / s", series: [{ label: "samples/s", color: "--info", pick: (_d, s) => s.samplesPerS }] },
+  { key: "staleness", title: "Staleness (versions)", series: [
+    { label: "max", color: "--bad", pick: (d) => n(d.staleness_max) },
+    { label: "mean", color: "--warn", pick: (d) => n(d.staleness_mean) },
+  ] },
+];
+
+function cssVar(name: string): string {
+  return getComputedStyle(document.documentElement).getPropertyValue(name).trim() || "#888";
+}
+
+export class RunCharts {
+  private samples: Sample[] = [];
+  private plots = new Map<string, uPlot>();
+  private dirty = false;
+
+  constructor(private root: HTMLElement, private samplesPerStep: number | null) {
+    this.root.innerHTML = SPECS.map((s) => `<figure class="card chart" data-chart="${s.key}" style="margin:0">
+      <h3><span id="chart-${s.key}-title">${s.title}</span><span class="last num" data-last="${s.key}">—</span></h3>
+      <div class="plot" role="img" aria-labelledby="chart-${s.key}-title" aria-describedby="chart-${s.key}-desc"></div>
+      <figcaption class="sr-only" id="chart-${s.key}-desc">No data yet.</figcaption></figure>`).join("");
+    this.build();
+    new ResizeObserver(() => this.resize()).observe(this.root);
+    document.addEventListener("themechange", () => this.build());
+    matchMedia("(prefers-color-scheme: dark)").addEventListener("change", () => this.build());
+  }
+
+  /** Feed a train event; returns whether a chart needs redrawing. */
+  add(ev: RunEvent): boolean {
+    if (ev.type !== "train") return false;
+    const d = ev.data ?? {};
+    const ts = typeof ev.ts === "number" ? ev.ts : Date.parse(String(ev.ts)) / 1000;
+    const step = n(d.step) ?? this.samples.length + 1;
+    let sps = n(d.samples_per_s ?? d.samples_per_second ?? d.throughput);
+    const prev = this.samples[this.samples.length - 1];
+    if (sps === null && prev && ts > prev.ts) {
+      // Without a reported rate: samples in this step over the time since the previous step.
+      const count = n(d.samples) ?? (this.samplesPerStep !== null ? this.samplesPerStep * Math.max(1, step - prev.step) : null);
+      if (count !== null) sps = count / (ts - prev.ts);
+    }
+    this.samples.push({ step, ts, data: d, samplesPerS: sps });
+    this.dirty = true;
+    return true;
+  }
+
+  private width(): number {
+    const fig = this.root.querySelector<HTMLElement>(".chart .plot");
+    return Math.max(220, (fig?.clientWidth ?? 320));
+  }
+
+  private build(): void {
+    for (const p of this.plots.values()) p.destroy();
+    this.plots.clear();
+    const axis = { stroke: cssVar("--muted"), grid: { stroke: cssVar("--border"), width: 1 }, ticks: { stroke: cssVar("--border"), width: 1 } };
+    for (const spec of SPECS) {
+      const el = this.root.querySelector<HTMLElement>(`[data-chart="${spec.key}"] .plot`)!;
+      const opts: uPlot.Options = {
+        width: this.width(), height: 170, legend: { show: false }, cursor: { drag: { x: false, y: false } },
+        scales: { x: { time: false } },
+        axes: [{ ...axis, label: "", size: 30 }, { ...axis, size: 48 }],
+        series: [{ label: "step" }, ...spec.series.map((s) => ({ label: s.label, stroke: cssVar(s.color), width: 1.8, spanGaps: true, points: { show: false } }))],
+      };
+      this.plots.set(spec.key, new uPlot(opts, this.columns(spec), el));
+    }
+  }
+
+  private columns(spec: ChartSpec): uPlot.AlignedData {
+    const xs = this.samples.map((s) => s.step);
+    return [xs, ...spec.series.map((ser) => this.samples.map((s) => ser.pick(s.data, s)))] as uPlot.AlignedData;
+  }
+
+  private resize(): void {
+    const w = this.width();
+    for (const p of this.plots.values()) if (Math.abs(p.width - w) > 2) p.setSize({ width: w, height: 170 });
+  }
+
+  /** Redraw whatever changed since the last call (called at most once per animation frame). */
+  flush(): void {
+    if (!this.dirty) return;
+    this.dirty = false;
+    for (const spec of SPECS) {
+      const cols = this.columns(spec);
+      this.plots.get(spec.key)?.setData(cols);
+      const last = cols[1][cols[1].length - 1] as number | null | undefined;
+      const lastEl = this.root.querySelector(`[data-last="${spec.key}"]`);
+      if (lastEl) lastEl.textContent = last === null || last === undefined ? "—" : num(last);
+      const desc = document.getElementById(`chart-${spec.key}-desc`);
+      if (desc) desc.textContent = `${spec.title} over ${cols[0].length} steps; latest ${lastEl?.textContent}.`;
+    }
+  }
+}

@@ -1,0 +1,111 @@
+/** Submit form for a training run (origin `dashboard`, so class interactive): fields come from the run kind's
+ * JSON schema (rendered by the server), values are typed here, and the API's validation errors are shown
+ * beside the field they name. */
+import { api, ApiError } from "./lib/api";
+import { initTheme } from "./lib/theme";
+
+initTheme();
+const form = document.getElementById("submit-form") as HTMLFormElement;
+const alertBox = document.getElementById("form-error")!;
+const button = form.querySelector<HTMLButtonElement>('button[type="submit"]')!;
+
+function fieldEl(name: string): HTMLElement | null {
+  return form.querySelector<HTMLElement>(`[data-field="${CSS.escape(name)}"]`);
+}
+
+function clearErrors(): void {
+  form.querySelectorAll(".field.invalid").forEach((f) => f.classList.remove("invalid"));
+  form.querySelectorAll<HTMLElement>(".field .error").forEach((e) => { e.textContent = ""; e.hidden = true; });
+  form.querySelectorAll("[aria-invalid]").forEach((e) => e.removeAttribute("aria-invalid"));
+  alertBox.hidden = true;
+  alertBox.textContent = "";
+}
+
+/** Flatten a DRF error body into [path, message] pairs: {"config": {"lr": ["..."]}} -> ["config.lr", "..."]. */
+function flatten(body: unknown, path = ""): [string, string][] {
+  if (body === null || body === undefined) return [];
+  if (typeof body === "string") return [[path, body]];
+  if (Array.isArray(body)) return body.flatMap((b) => flatten(b, path));
+  if (typeof body === "object") {
+    return Object.entries(body as Record<string, unknown>).flatMap(([k, v]) =>
+      flatten(v, ["detail", "non_field_errors", "message", "error"].includes(k) ? path : path ? `${path}.${k}` : k));
+  }
+  return [[path, String(body)]];
+}
+
+/** Which form field an error is about: its path (`config.lr`, `name`) or a `field: message` prefix. */
+function fieldOf(path: string, message: string): string | null {
+  const candidates = [path.replace(/^config\./, ""), path];
+  const m = message.match(/^(?:config\.)?([A-Za-z_][\w]*)\s*:/);
+  if (m) candidates.push(m[1]);
+  for (const c of candidates) if (c && fieldEl(c)) return c;
+  return null;
+}
+
+function showErrors(body: unknown, status: number): void {
+  const formLevel: string[] = [];
+  let first: HTMLElement | null = null;
+  for (const [path, message] of flatten(body)) {
+    const name = fieldOf(path, message);
+    const field = name ? fieldEl(name) : null;
+    if (!field) { formLevel.push(path && path !== "config" ? `${path}: ${message}` : message); continue; }
+    field.classList.add("invalid");
+    const err = field.querySelector<HTMLElement>(".error")!;
+    err.textContent = err.textContent ? `${err.textContent} ${message}` : message;
+    err.hidden = false;
+    const input = field.querySelector<HTMLElement>("input, select");
+    input?.setAttribute("aria-invalid", "true");
+    first ??= input;
+  }
+  if (formLevel.length || !first) {
+    alertBox.textContent = formLevel.length ? formLevel.join(" ") : `The server refused the run (HTTP ${status}).`;
+    alertBox.hidden = false;
+    alertBox.focus();
+  } else {
+    first.focus();
+  }
+}
+
+function valueOf(input: HTMLInputElement | HTMLSelectElement): unknown {
+  const type = input.dataset.type;
+  if (input instanceof HTMLInputElement && input.type === "checkbox") return input.checked;
+  const raw = input.value.trim();
+  if (type === "integer" || type === "number") {
+    // Send what was typed when it is not a number, so the API names the field in its message.
+    if (raw === "") return raw;
+    const n = Number(raw);
+    return isNaN(n) ? raw : n;
+  }
+  return input.value;
+}
+
+form.addEventListener("submit", async (e) => {
+  e.preventDefault();
+  clearErrors();
+  const config: Record<string, unknown> = {};
+  form.querySelectorAll<HTMLInputElement | HTMLSelectElement>("[data-config]").forEach((input) => {
+    config[input.name] = valueOf(input);
+  });
+  const name = (form.elements.namedItem("name") as HTMLInputElement).value.trim();
+  const kind = (form.elements.namedItem("kind") as HTMLInputElement).value;
+  button.disabled = true;
+  button.textContent = "Submitting…";
+  try {
+    const run = await api<{ id: number }>("POST", "/api/runs/", { name, origin: "dashboard", kind, config });
+    location.href = `/?submitted=${run.id}`;
+  } catch (err) {
+    if (err instanceof ApiError) showErrors(err.body, err.status);
+    else { alertBox.textContent = "Could not reach the server; try again."; alertBox.hidden = false; }
+    button.disabled = false;
+    button.textContent = "Submit run";
+  }
+});
+
+form.querySelector<HTMLButtonElement>("#reset-defaults")?.addEventListener("click", () => {
+  form.querySelectorAll<HTMLInputElement | HTMLSelectElement>("[data-config]").forEach((input) => {
+    const def = input.dataset.default ?? "";
+    if (input instanceof HTMLInputElement && input.type === "checkbox") input.checked = def === "true";
+    else input.value = def;
+  });
+  clearErrors();
+});
