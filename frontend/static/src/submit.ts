@@ -24,6 +24,9 @@ function clearErrors(): void {
 /** Flatten a DRF error body into [path, message] pairs: {"config": {"lr": ["..."]}} -> ["config.lr", "..."]. */
 function flatten(body: unknown, path = ""): [string, string][] {
   if (body === null || body === undefined) return [];
+  // The platform's own shape: {"detail": "config.lr: ...", "field": "config.lr"}.
+  const b = body as Record<string, unknown>;
+  if (typeof b === "object" && typeof b.detail === "string" && typeof b.field === "string") return [[b.field, b.detail]];
   if (typeof body === "string") return [[path, body]];
   if (Array.isArray(body)) return body.flatMap((b) => flatten(b, path));
   if (typeof body === "object") {
@@ -45,11 +48,15 @@ function fieldOf(path: string, message: string): string | null {
 function showErrors(body: unknown, status: number): void {
   const formLevel: string[] = [];
   let first: HTMLElement | null = null;
-  for (const [path, message] of flatten(body)) {
+  for (let [path, message] of flatten(body)) {
     const name = fieldOf(path, message);
     const field = name ? fieldEl(name) : null;
     if (!field) { formLevel.push(path && path !== "config" ? `${path}: ${message}` : message); continue; }
     field.classList.add("invalid");
+    const details = field.closest("details");
+    if (details) details.open = true;
+    // The API prefixes messages with the field path ("config.lr: lr: must be ..."); beside the field it is noise.
+    message = message.replace(/^(?:config\.)?[\w.]+:\s*/, "").replace(/^[\w.]+:\s*/, "");
     const err = field.querySelector<HTMLElement>(".error")!;
     err.textContent = err.textContent ? `${err.textContent} ${message}` : message;
     err.hidden = false;
