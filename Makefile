@@ -8,7 +8,7 @@ export PATH := $(CURDIR)/$(BIN):$(PATH)
 TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/postgres
 TEST_REDIS_URL ?= redis://127.0.0.1:6379/1
 
-.PHONY: setup run test bench bench-slots bench-rollout bench-learning bench-async bench-events bench-dashboard clean
+.PHONY: setup frontend run test bench bench-slots bench-rollout bench-learning bench-async bench-events bench-dashboard clean
 
 $(BIN)/.installed: requirements.txt
 	$(PY) -m venv $(VENV)
@@ -16,7 +16,15 @@ $(BIN)/.installed: requirements.txt
 	$(BIN)/pip install -q -r requirements.txt
 	touch $@
 
-setup: $(BIN)/.installed
+setup: $(BIN)/.installed frontend
+
+# Dashboard assets: npm packages from package-lock.json, bundled by esbuild into frontend/static/dist (gitignored).
+node_modules/.installed: package.json package-lock.json
+	npm ci --no-audit --no-fund --loglevel=error
+	touch $@
+
+frontend: node_modules/.installed
+	node frontend/build.mjs
 
 run: setup
 	$(BIN)/python platform/up.py
@@ -35,6 +43,9 @@ bench-learning: setup
 
 bench-async: setup
 	$(BIN)/python bench/async.py $(BENCH_ARGS)
+
+bench-dashboard: setup
+	DATABASE_URL=$(TEST_DATABASE_URL) REDIS_URL=$(TEST_REDIS_URL) $(BIN)/python bench/dashboard.py $(BENCH_ARGS)
 
 clean:
 	rm -rf var
