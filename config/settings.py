@@ -99,9 +99,22 @@ CHANNEL_LAYERS = {
         # The pub/sub layer: no per-channel capacity that silently drops messages (the core layer drops past
         # `capacity`), and fan-out to many consumers measured without loss on this machine kind.
         "BACKEND": "channels_redis.pubsub.RedisPubSubChannelLayer",
-        "CONFIG": {"hosts": [REDIS_URL]},
+        "CONFIG": {
+            # One subscriber connection per ASGI process whatever the client count; keepalive and a health
+            # check notice a dead Redis, and redis-py resubscribes on reconnect (consumers then refill any
+            # gap from the database, docs/realtime.md).
+            "hosts": [{"address": REDIS_URL, "socket_keepalive": True, "health_check_interval": 5,
+                       "socket_connect_timeout": 2, "retry_on_timeout": True}],
+            # Pub/sub channels are global across Redis db numbers: a prefix keeps deployments (and parallel
+            # test runs) sharing one Redis apart.
+            "prefix": os.environ.get("CHANNEL_LAYER_PREFIX", "asgi"),
+        },
     }
 }
+# Websockets: a run consumer idle this long compares with the database (catches events published while
+# Redis was unreachable); the dashboard sends at most one update per run per this interval.
+REALTIME_RESYNC_SECONDS = float(os.environ.get("REALTIME_RESYNC_SECONDS", "2"))
+REALTIME_COALESCE_SECONDS = float(os.environ.get("REALTIME_COALESCE_SECONDS", "0.1"))
 
 CELERY_BROKER_URL = REDIS_URL
 CELERY_RESULT_BACKEND = None
@@ -173,6 +186,9 @@ USE_I18N = True
 USE_TZ = True
 STATIC_URL = "static/"
 STATIC_ROOT = VAR_DIR / "static"
+# WhiteNoise serves the built dashboard assets (frontend/static/dist, made by `make frontend`) straight from the
+# app folders, so the embedded default needs no collectstatic; production may still collectstatic to STATIC_ROOT.
+WHITENOISE_USE_FINDERS = True
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
     "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"},
