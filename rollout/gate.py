@@ -1,0 +1,337 @@
+"""RequestGate: per-engine admission of generation requests under leases, fail-closed weight installation.
+
+Every request holds a lease; every lease ends with a settlement receipt. An unknown outcome poisons the gate,
+and a poisoned gate refuses admission, drain, install and reopen until its owner resets it.
+"""
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import deque
+from enum import Enum
+from typing import Any, NamedTuple
+
+from rollout.errors import (
+    AdmissionTimeoutError,
+    DrainTimeoutError,
+    GatePoisonedError,
+    GateStateError,
+    RejectedBeforeGeneration,
+    StaleVersionError,
+)
+
+
+class GateState(str, Enum):
+    OPEN = "open"
+    SEALED = "sealed"
+    DRAINING = "draining"
+    INSTALLING = "installing"
+    POISONED = "poisoned"
+
+
+# Most severe first: the folded state of many engines is the worst one among them.
+_SEVERITY = {GateState.POISONED: 4, GateState.INSTALLING: 3, GateState.DRAINING: 2, GateState.SEALED: 1,
+             GateState.OPEN: 0}
+
+
+class SettlementReceipt(NamedTuple):
+    """How one lease ended. Safe only when the backend is known to have stopped and the outcome is recorded."""
+
+    request_id: str
+    session_id: str
+    version: int
+    backend_ended: bool
+    outcome_recorded: bool
+    outcome: str  # completed | rejected | cancelled | timeout | lost | error | record_failed
+    detail: str = ""
+
+    @property
+    def safe(self) -> bool:
+        return self.backend_ended and self.outcome_recorded
+
+    @classmethod
+    def completed(cls, lease: Lease, detail: str = "") -> SettlementReceipt:
+        return cls(lease.request_id, lease.session_id, lease.version, True, True, "completed", detail)
+
+    @classmethod
+    def rejected(cls, lease: Lease, detail: str) -> SettlementReceipt:
+        """Refused before any token was generated (e.g. prompt longer than the context): safe."""
+        return cls(lease.request_id, lease.session_id, lease.version, True, True, "rejected", detail)
+
+    @classmethod
+    def unknown(cls, lease: Lease, outcome: str, detail: str = "") -> SettlementReceipt:
+        """The backend may still be working or the result was not recorded: poisons the gate."""
+        return cls(lease.request_id, lease.session_id, lease.version, False, False, outcome, detail)
+
+
+_new_receipt = tuple.__new__  # skips NamedTuple's keyword handling on the hot path
+
+
+class Lease:
+    """One admitted request: tag every token it produces with `version` and `request_id`."""
+
+    __slots__ = ("request_id", "session_id", "version", "epoch", "started_at", "receipt", "_gate")
+
+    def __init__(self, gate: RequestGate, request_id: str, session_id: str, version: int, epoch: int) -> None:
+        self._gate = gate
+        self.request_id = request_id
+        self.session_id = session_id
+        self.version = version
+        self.epoch = epoch
+        self.started_at = time.monotonic()
+        self.receipt: SettlementReceipt | None = None
+
+    @property
+    def settled(self) -> bool:
+        return self.receipt is not None
+
+    def settle(self, receipt: SettlementReceipt) -> SettlementReceipt:
+        return self._gate.settle(self, receipt)
+
+    def __repr__(self) -> str:
+        return f"Lease({self.request_id!r}, session={self.session_id!r}, v{self.version}, settled={self.settled})"
+
+
+class _LeaseContext:
+    """`async with gate.lease(...)`: builds the receipt from how the block ended (class, not a generator: cheap)."""
+
+    __slots__ = ("_gate", "_args", "_lease")
+
+    def __init__(self, gate: RequestGate, args: tuple[str, str | None, float | None]) -> None:
+        self._gate = gate
+        self._args = args
+        self._lease: Lease | None = None
+
+    async def __aenter__(self) -> Lease:
+        session_id, request_id, timeout = self._args
+        self._lease = await self._gate.acquire(session_id, request_id=request_id, timeout=timeout)
+        return self._lease
+
+    async def __aexit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> None:
+        lease = self._lease
+        if lease is None or lease.receipt is not None:
+            return None
+        if exc_type is None:
+            receipt = _new_receipt(SettlementReceipt, (lease.request_id, lease.session_id, lease.version, True, True,
+                                                       "completed", ""))
+        elif issubclass(exc_type, RejectedBeforeGeneration):
+            receipt = SettlementReceipt.rejected(lease, str(exc))
+        elif issubclass(exc_type, asyncio.CancelledError):
+            receipt = SettlementReceipt.unknown(lease, "cancelled", "cancelled mid-flight")
+        elif issubclass(exc_type, TimeoutError):
+            receipt = SettlementReceipt.unknown(lease, "timeout", repr(exc))
+        else:
+            # The backend may still be generating: fail closed.
+            receipt = SettlementReceipt.unknown(lease, "error", repr(exc))
+        self._gate.settle(lease, receipt)
+        return None
+
+
+class RequestGate:
+    """Admission, drain and version installation for one inference engine (single asyncio event loop)."""
+
+    def __init__(self, name: str = "engine", *, version: int = 0, initially_open: bool = True,
+                 max_failures_kept: int = 32) -> None:
+        if max_failures_kept < 1:
+            raise ValueError("max_failures_kept must be at least 1")
+        self.name = name
+        self._state = GateState.OPEN if initially_open else GateState.SEALED
+        self._version = version
+        self._epoch = 0
+        self._drained = False
+        self._active: dict[str, Lease] = {}
+        self._waiting = 0
+        self._next_id = 0
+        self._poison_reason: str | None = None
+        self._failures = 0
+        self._safe_failures = 0
+        self._recent: deque[dict[str, Any]] = deque(maxlen=max_failures_kept)
+        self._change: asyncio.Future[None] | None = None
+
+    # --- properties ---------------------------------------------------------------------------------------
+    @property
+    def state(self) -> GateState:
+        return self._state
+
+    @property
+    def version(self) -> int:
+        return self._version
+
+    @property
+    def active(self) -> int:
+        return len(self._active)
+
+    # --- admission ----------------------------------------------------------------------------------------
+    async def acquire(self, session_id: str, *, request_id: str | None = None,
+                      timeout: float | None = None) -> Lease:
+        """Admit one request, waiting (up to `timeout` s) while the gate is closed for a publication."""
+        if self._state is not GateState.OPEN:
+            await self._wait_for_open(timeout)
+        if request_id is None:
+            self._next_id += 1
+            request_id = f"{self.name}:{self._next_id}"
+        elif request_id in self._active:
+            raise GateStateError(f"request id {request_id!r} already holds a lease on gate {self.name!r}")
+        lease = Lease(self, request_id, session_id, self._version, self._epoch)
+        self._active[request_id] = lease
+        return lease
+
+    def lease(self, session_id: str, *, request_id: str | None = None,
+              timeout: float | None = None) -> _LeaseContext:
+        """`async with gate.lease(sid) as lease:`; leaving the block settles the lease (see module doc)."""
+        return _LeaseContext(self, (session_id, request_id, timeout))
+
+    async def _wait_for_open(self, timeout: float | None) -> None:
+        self._waiting += 1
+        try:
+            async with asyncio.timeout(timeout):
+                while self._state is not GateState.OPEN:
+                    self._raise_if_poisoned()
+                    await self._wait_change()
+        except TimeoutError:
+            raise AdmissionTimeoutError(
+                f"gate {self.name!r} stayed {self._state.value} for {timeout} s; request not admitted") from None
+        finally:
+            self._waiting -= 1
+
+    def settle(self, lease: Lease, receipt: SettlementReceipt) -> SettlementReceipt:
+        """End a lease. Idempotent: a second settle returns the first receipt. Unsafe receipts poison."""
+        if lease.receipt is not None:
+            return lease.receipt
+        if lease._gate is not self:
+            raise GateStateError(f"lease {lease.request_id!r} belongs to another gate")
+        del self._active[lease.request_id]
+        lease.receipt = receipt
+        if not (receipt[3] and receipt[4]):  # backend_ended and outcome_recorded
+            self._failures += 1
+            self._recent.append({"request_id": receipt.request_id, "session_id": receipt.session_id,
+                                 "outcome": receipt.outcome, "detail": receipt.detail, "ts": time.time()})
+            self._poison(f"request {receipt.request_id!r} of session {receipt.session_id!r} ended "
+                         f"{receipt.outcome}: {receipt.detail or 'outcome unknown'}")
+        elif receipt.outcome == "rejected":
+            self._safe_failures += 1
+        if self._change is not None:
+            self._notify()
+        return receipt
+
+    # --- publication steps --------------------------------------------------------------------------------
+    def seal(self) -> None:
+        """Stop admission; new requests wait for reopen(). Idempotent while closed."""
+        self._raise_if_poisoned()
+        if self._state is GateState.OPEN:
+            self._state = GateState.SEALED
+            self._drained = False
+            self._notify()
+
+    async def drain(self, timeout_s: float) -> None:
+        """Wait until no lease is active; at the deadline poison the gate and raise DrainTimeoutError."""
+        self._raise_if_poisoned()
+        if self._state is GateState.OPEN:
+            raise GateStateError(f"gate {self.name!r} is open: seal() before drain()")
+        if self._state is GateState.INSTALLING:
+            return  # drained before the install started
+        self._state = GateState.DRAINING
+        self._notify()
+        try:
+            async with asyncio.timeout(timeout_s):
+                while self._active:
+                    await self._wait_change()
+                    self._raise_if_poisoned()
+                    if self._state is not GateState.DRAINING:
+                        raise GateStateError(f"gate {self.name!r} left draining ({self._state.value}) mid-drain")
+        except TimeoutError:
+            ids = sorted(self._active)[:8]
+            self._poison(f"drain deadline of {timeout_s} s passed with {len(self._active)} active lease(s) {ids}")
+            raise DrainTimeoutError(f"gate {self.name!r}: {self._poison_reason}") from None
+        self._raise_if_poisoned()
+        if self._state is GateState.DRAINING:
+            self._state = GateState.SEALED
+            self._drained = True
+            self._notify()
+
+    def install_version(self, version: int) -> bool:
+        """Record `version` as installed (weights load while `installing`). Returns False for a repeated call."""
+        self._raise_if_poisoned()
+        if self._state is GateState.INSTALLING and version == self._version:
+            return False
+        if self._state is GateState.OPEN:
+            raise GateStateError(f"gate {self.name!r} is open: seal() and drain() before install_version()")
+        if not (self._state is GateState.SEALED and self._drained):
+            raise GateStateError(f"gate {self.name!r} is {self._state.value} and not drained: drain() first")
+        if not isinstance(version, int) or version <= self._version:
+            raise StaleVersionError(
+                f"gate {self.name!r}: version {version!r} is not newer than installed {self._version}")
+        self._version = version
+        self._state = GateState.INSTALLING
+        self._notify()
+        return True
+
+    def reopen(self) -> None:
+        """Admit new requests (and every waiter) under the installed version."""
+        self._raise_if_poisoned()
+        if self._state is GateState.OPEN:
+            return
+        if self._state is GateState.DRAINING:
+            raise GateStateError(f"gate {self.name!r} is draining: wait for drain() before reopen()")
+        self._state = GateState.OPEN
+        self._drained = False
+        self._epoch += 1
+        self._notify()
+
+    def reset(self, reason: str = "reset by owner") -> str | None:
+        """Clear poison (the owner resolved the unknown outcomes). The gate stays closed: sealed, not drained."""
+        previous = self._poison_reason
+        if self._state is GateState.POISONED:
+            self._recent.append({"outcome": "reset", "detail": reason, "previous": previous, "ts": time.time()})
+            self._poison_reason = None
+            self._state = GateState.SEALED
+            self._drained = False
+            self._notify()
+        return previous
+
+    def snapshot(self) -> dict[str, Any]:
+        return {
+            "engine": self.name, "state": self._state.value, "version": self._version, "epoch": self._epoch,
+            "active": len(self._active), "waiting": self._waiting, "drained": self._drained,
+            "failures": self._failures, "safe_failures": self._safe_failures,
+            "poison_reason": self._poison_reason, "recent_failures": list(self._recent),
+        }
+
+    # --- internals ----------------------------------------------------------------------------------------
+    def _poison(self, reason: str) -> None:
+        if self._state is not GateState.POISONED:
+            self._poison_reason = reason
+            self._state = GateState.POISONED
+        self._notify()
+
+    def _raise_if_poisoned(self) -> None:
+        if self._state is GateState.POISONED:
+            raise GatePoisonedError(self.name, self._poison_reason or "unknown")
+
+    async def _wait_change(self) -> None:
+        if self._change is None:
+            self._change = asyncio.get_running_loop().create_future()
+        # Shielded: one waiter's cancellation must not cancel the future every other waiter shares.
+        await asyncio.shield(self._change)
+
+    def _notify(self) -> None:
+        change, self._change = self._change, None
+        if change is not None and not change.done():
+            change.set_result(None)
+
+    def __repr__(self) -> str:
+        return (f"RequestGate({self.name!r}, {self._state.value}, v{self._version}, active={len(self._active)}, "
+                f"waiting={self._waiting})")
+
+
+def gate_event_data(snapshots: list[dict[str, Any]]) -> dict[str, Any]:
+    """Fold engine snapshots into the `gate` event data: worst state, lowest version, summed counts."""
+    if not snapshots:
+        return {"state": GateState.SEALED.value, "version": None, "active": 0, "waiting": 0, "engines": []}
+    state = max((GateState(s["state"]) for s in snapshots), key=_SEVERITY.__getitem__)
+    versions = [s["version"] for s in snapshots if s.get("version") is not None]
+    return {
+        "state": state.value, "version": min(versions) if versions else None,
+        "active": sum(s.get("active", 0) for s in snapshots), "waiting": sum(s.get("waiting", 0) for s in snapshots),
+        "engines": snapshots,
+    }

@@ -1,0 +1,237 @@
+"""RolloutScheduler: feeds prompt groups to rollout workers and collects exactly batch_size kept groups per batch.
+
+A background thread owns dispatch and result collection (SchedulerCore holds the rules); the trainer calls
+generate(), pause(), state_dict() from its own thread.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Any, Protocol
+
+from rollout.errors import NoWorkerLeftError, SchedulerClosedError, SchedulerStateError, WorkerLostError
+from rollout.filters import KEEP, GroupFilter, apply_filters
+from rollout.invoke_workers import ERROR, LOST, OK, make_invoker
+from rollout.scheduler_core import SchedulerCore
+from rollout.types import Batch, GroupResult
+
+log = logging.getLogger(__name__)
+
+
+class GroupSource(Protocol):
+    """The trainer's sampler: hands out prompt groups and takes back the ones that were not delivered."""
+
+    def get_groups(self, n: int) -> list[Any]: ...
+
+    def return_groups(self, groups: list[Any]) -> None: ...
+
+
+class RolloutScheduler:
+    def __init__(self, workers: list[Any], capacities: list[int], source: GroupSource, batch_size: int, *,
+                 filters: list[GroupFilter] | None = None, poll_interval_s: float = 0.01) -> None:
+        if len(workers) != len(capacities):
+            raise ValueError(f"{len(workers)} workers but {len(capacities)} capacities")
+        self.workers = list(workers)
+        self._core = SchedulerCore(capacities, batch_size)
+        self._invoker = make_invoker(self.workers)
+        self._source = source
+        self._filters = list(filters or [])
+        self._poll = poll_interval_s
+        self._cond = threading.Condition()
+        self._batch_id: Any = None
+        self._thread: threading.Thread | None = None
+        self._closed = False
+        self._error: BaseException | None = None
+        self._starved = False  # the source gave fewer groups than asked on the last dispatch
+
+    # --- trainer-facing API -------------------------------------------------------------------------------
+    def generate(self, batch_id: Any, prefetch: int = 0) -> Batch:
+        """Block until batch_size kept groups are collected; filtered groups are replaced."""
+        with self._cond:
+            self._raise_if_unusable()
+            self._core.start_batch(prefetch)
+            self._batch_id = batch_id
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="rollout-scheduler", daemon=True)
+                self._thread.start()
+            self._cond.notify_all()
+            while not self._core.collect():
+                if self._error is not None or self._closed:
+                    self._core.abandon_batch()
+                    self._raise_if_unusable()
+                self._cond.wait()
+            groups, dropped, aborted = self._core.finish_batch()
+            self._cond.notify_all()  # demand fell: the loop may prefetch again
+        n_dropped = sum(dropped.values())
+        ratio = n_dropped / (len(groups) + n_dropped)
+        metrics = {f"rollout/drop_{reason}": float(n) for reason, n in dropped.items()}
+        metrics.update({"rollout/dropped_groups": float(n_dropped), "rollout/dropped_ratio": ratio,
+                        "rollout/aborted_groups": float(aborted)})
+        return Batch(batch_id, groups, dropped, ratio, aborted, metrics)
+
+    def pause(self, *, drain: bool = True) -> bool:
+        """Stop dispatching; with drain, return only once every in-flight call has settled. Returns was-paused."""
+        with self._cond:
+            was_paused = self._core.paused
+            self._core.paused = True
+            self._cond.notify_all()
+            while drain and self._core.pending and self._error is None and not self._closed:
+                self._cond.wait()
+            if self._error is not None:
+                raise self._error
+            return was_paused
+
+    def resume(self) -> None:
+        with self._cond:
+            self._raise_if_unusable()
+            self._core.paused = False
+            self._cond.notify_all()
+
+    def state_dict(self) -> dict[str, Any]:
+        """Ready-but-undelivered results and counters; only while paused with nothing in flight."""
+        with self._cond:
+            if not self._core.paused:
+                raise SchedulerStateError("state_dict() needs a paused scheduler: call pause(drain=True) first")
+            if self._core.pending:
+                raise SchedulerStateError(f"state_dict(): {len(self._core.pending)} group(s) still in flight; "
+                                          "call pause(drain=True) first")
+            if self._core.collecting:
+                raise SchedulerStateError("state_dict(): a batch is being collected")
+            return self._core.state_dict()
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        with self._cond:
+            if self._thread is not None:
+                raise SchedulerStateError("load_state_dict() must be called before the first generate()")
+            self._core.load_state_dict(state)
+
+    def retire_worker(self, worker: int, reason: str = "retired by owner") -> None:
+        """Take a worker out of service as if it had died (its finished results are still recovered)."""
+        with self._cond:
+            self._retire_locked(worker, reason)
+            self._cond.notify_all()
+        self._flush_returns()
+
+    def stats(self) -> dict[str, Any]:
+        with self._cond:
+            return self._core.stats()
+
+    def close(self, timeout_s: float = 30.0) -> None:
+        """Stop the loop, cancel in-flight calls, hand their groups back to the source, close the workers."""
+        deadline = time.monotonic() + timeout_s
+        with self._cond:
+            if self._closed:
+                return
+            self._closed = True
+            self._cond.notify_all()
+        if self._thread is not None:
+            self._thread.join(timeout=max(0.0, deadline - time.monotonic()))
+        with self._cond:
+            for token in list(self._core.pending):
+                self._invoker.cancel(token)
+                self._core.fail(token)
+            while self._core.ready:
+                self._core.returns.append(self._core.ready.popleft()[2])
+        self._flush_returns()
+        self._invoker.close(deadline)
+
+    # --- background loop ----------------------------------------------------------------------------------
+    def _run(self) -> None:
+        try:
+            while True:
+                # Returns first: a group handed back must be visible before the source is judged exhausted.
+                self._flush_returns()
+                with self._cond:
+                    if self._closed:
+                        return
+                    slots = self._core.dispatch_slots()
+                    batch_id = self._batch_id
+                if slots:
+                    self._dispatch(slots, batch_id)
+                with self._cond:
+                    tokens = list(self._core.pending)
+                    if not tokens:
+                        self._check_exhausted(slots)
+                        self._cond.wait(timeout=self._poll)
+                        continue
+                done = self._invoker.wait(tokens, self._poll)
+                for token in done:
+                    self._settle(token)
+        except BaseException as exc:  # noqa: BLE001 - surfaced to generate()/pause() callers
+            with self._cond:
+                self._error = exc
+                self._cond.notify_all()
+        finally:
+            self._flush_returns()
+
+    def _dispatch(self, slots: list[int], batch_id: Any) -> None:
+        groups = self._source.get_groups(len(slots))
+        if len(groups) > len(slots):
+            raise ValueError(f"source returned {len(groups)} groups for a request of {len(slots)}")
+        for worker, group in zip(slots, groups):
+            token = self._invoker.submit(worker, group, batch_id)
+            with self._cond:
+                self._core.register(token, worker, group)
+        with self._cond:
+            self._starved = len(groups) < len(slots)
+
+    def _check_exhausted(self, slots: list[int]) -> None:
+        # Called under the lock with nothing pending: if the source gave nothing, nothing will ever arrive.
+        if slots and self._starved and self._core.demand and not self._core.ready:
+            raise SchedulerStateError(f"data source exhausted with {self._core.demand} group(s) still needed")
+
+    def _settle(self, token: Any) -> None:
+        with self._cond:
+            if token not in self._core.pending:
+                return  # already recovered while retiring its worker
+            worker = self._core.pending[token][0]
+        kind, value = self._invoker.outcome(token)
+        # Filters run outside the lock: they may be slow, and trainer calls must not wait on them.
+        verdict = apply_filters(self._filters, value) if kind == OK and not value.aborted else KEEP
+        with self._cond:
+            if token not in self._core.pending:
+                return
+            if kind == OK:
+                self._core.complete(token, value, verdict)
+            elif kind == LOST:
+                self._core.fail(token)
+                self._retire_locked(worker, value)
+            else:
+                self._core.fail(token)
+                raise RuntimeError(f"rollout worker {worker} failed a group: {value!r}") from value
+            self._cond.notify_all()
+
+    def _retire_locked(self, worker: int, reason: Any) -> None:
+        if not self._core.capacities[worker]:
+            return
+        log.warning("retiring rollout worker %d: %s", worker, reason)
+        try:
+            tokens = self._core.retire(worker)
+        except NoWorkerLeftError:
+            self._invoker.kill(worker)
+            raise
+        for token in tokens:
+            # A result the worker finished before dying is still retrievable: deliver it.
+            if self._invoker.finished(token):
+                kind, value = self._invoker.outcome(token)
+                if kind == OK:
+                    verdict = KEEP if value.aborted else apply_filters(self._filters, value)
+                    self._core.complete(token, value, verdict)
+                    self._core.totals["recovered"] += 1
+                    continue
+            self._invoker.cancel(token)
+            self._core.fail(token)
+        self._invoker.kill(worker)
+
+    def _flush_returns(self) -> None:
+        with self._cond:
+            returns = self._core.take_returns()
+        if returns:
+            self._source.return_groups(returns)
+
+    def _raise_if_unusable(self) -> None:
+        if self._error is not None:
+            raise self._error
+        if self._closed:
+            raise SchedulerClosedError("the rollout scheduler is closed")

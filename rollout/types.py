@@ -1,0 +1,39 @@
+"""Plain data passed between rollout workers, the scheduler and the trainer (picklable, no behaviour)."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass
+class GroupResult:
+    """One generated group of G attempts for one prompt, as a worker returns it."""
+
+    rewards: list[float]
+    """One reward per attempt."""
+    payload: Any = None
+    """Whatever the trainer needs (tokens, behaviour log-probs, versions, request ids)."""
+    valid: list[bool] | None = None
+    """Per attempt: did it finish successfully (None: all valid)."""
+    attempt_ids: list[str | None] | None = None
+    """Per attempt id (e.g. agent session id), used to count distinct attempts (None: all missing)."""
+    aborted: bool = False
+    """True when generation was interrupted: the group goes back to the data source, not to the trainer."""
+    group_id: Any = None
+    """The prompt group's id, for provenance and tests."""
+    meta: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Batch:
+    """What RolloutScheduler.generate returns: exactly batch_size kept groups plus drop accounting."""
+
+    batch_id: Any
+    groups: list[GroupResult]
+    dropped: dict[str, int]
+    """Groups dropped by a filter while this batch was collected, per reason."""
+    dropped_ratio: float
+    """dropped / (kept + dropped)."""
+    aborted: int
+    """Aborted groups returned to the data source while this batch was collected."""
+    metrics: dict[str, float] = field(default_factory=dict)
