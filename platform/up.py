@@ -18,6 +18,7 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -122,8 +123,11 @@ def wait_until(check, timeout: float) -> bool:
 
 
 def http_ok(url: str) -> bool:
-    with urllib.request.urlopen(url, timeout=2) as resp:
-        return resp.status < 500
+    try:
+        with urllib.request.urlopen(url, timeout=2) as resp:
+            return resp.status < 500
+    except urllib.error.HTTPError as exc:  # 401/403 from an authenticated endpoint still means "serving"
+        return exc.code < 500
 
 
 def banner_when_ready(env: dict[str, str], login: dict[str, str]) -> None:

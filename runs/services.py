@@ -190,7 +190,9 @@ def run_resume(*, run: Run, by: Any) -> Run:
             raise InvalidTransition(f"only failed or cancelled runs can resume; run is {locked.status}",
                                     field="status")
         locked.resume_requested = True
-        locked.save(update_fields=["resume_requested"])
+        # A new attempt: a new Ray submission id (the old job's id is taken) and a new event source.
+        locked.attempt += 1
+        locked.save(update_fields=["resume_requested", "attempt"])
         run_status_change(run=locked, status=RunStatus.QUEUED, error="")
         store.slot_enqueue(run_id=locked.pk, run_class=locked.run_class, now=timezone.now())
         _grant_pass(reason="resume", started=started)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 from datetime import timedelta
+from typing import Any
 
 from celery import shared_task
 from django.utils import timezone
@@ -19,10 +20,16 @@ RELAUNCH_AFTER_SECONDS = 30
 
 
 @shared_task(name="runs.tasks.tick")
-def tick() -> dict[str, list[int]]:
+def tick() -> dict[str, Any]:
+    from runs.reconcile import runs_reconcile  # late: imports the Ray job client
+    from runs.schedules import schedules_submit_due
+
+    # Job outcomes first: a run whose job ended gets its real result, not "heartbeat lost".
+    reconciled = runs_reconcile()
     now = timezone.now()
     reclaimed = services.runs_reclaim_stale(now=now)
     timed_out = services.runs_enforce_time_limits(now=now)
+    scheduled = schedules_submit_due(now=now)
     granted = services.slots_grant(reason="tick")
     lost = list(
         Run.objects.filter(status=RunStatus.STARTING, heartbeat_at__isnull=True,
@@ -31,7 +38,8 @@ def tick() -> dict[str, list[int]]:
     )
     for run_id in lost:
         dispatch_run.delay(run_id)
-    return {"reclaimed": reclaimed, "timed_out": timed_out, "granted": granted, "relaunched": lost}
+    return {"reconciled": reconciled, "reclaimed": reclaimed, "timed_out": timed_out, "scheduled": scheduled,
+            "granted": granted, "relaunched": lost}
 
 
 @shared_task(name="runs.tasks.dispatch_run")
