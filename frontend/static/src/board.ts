@@ -5,7 +5,6 @@ import { CLASSES, CLASS_LABEL, duration, esc, eta, num, reasonText } from "./lib
 import { LiveSocket, wsUrl } from "./lib/live";
 import { ACTIVE, FINISHED, ownerName, positions, Run, runView, Slots } from "./lib/model";
 import { sparkline } from "./lib/sparkline";
-import { initTheme } from "./lib/theme";
 import { applyDashboardMessage, BoardState } from "./board_state";
 
 const MAX_CELLS = 64; // beyond this many slots the capacity bar draws proportional spans instead of cells
@@ -167,7 +166,6 @@ function schedule(): void {
   if (!frame) frame = requestAnimationFrame(render);
 }
 
-initTheme();
 render();
 performance.mark("board-rendered");
 (window as any).__board = { state, rendered: true };

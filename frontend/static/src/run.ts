@@ -5,12 +5,10 @@ import { api, ApiError, embedded, errorMessages } from "./lib/api";
 import { CLASS_LABEL, esc, num, timeOfDay, toSeconds } from "./lib/format";
 import { LiveSocket, wsUrl } from "./lib/live";
 import { ACTIVE, FINISHED, ownerName, Run, RunEvent, runView } from "./lib/model";
-import { initTheme } from "./lib/theme";
 import { RunCharts } from "./run_charts";
 import { EventLog } from "./run_log";
 import { Timeline } from "./run_timeline";
 
-initTheme();
 let run = embedded<Run>("run-data")!;
 let lastSeq = 0;
 const cfg = (run.config ?? {}) as Record<string, any>;

@@ -1,8 +1,6 @@
 /** Concurrency settings page (server-rendered, works without JS): a live preview of the effective reserve
  * and the borrowable share while typing, drawn like the queue board's capacity bar. */
-import { initTheme } from "./lib/theme";
 
-initTheme();
 
 function intOf(form: HTMLFormElement, name: string): number | null {
   const el = form.elements.namedItem(name) as HTMLInputElement | null;

@@ -2,9 +2,7 @@
  * JSON schema (rendered by the server), values are typed here, and the API's validation errors are shown
  * beside the field they name. */
 import { api, ApiError } from "./lib/api";
-import { initTheme } from "./lib/theme";
 
-initTheme();
 const form = document.getElementById("submit-form") as HTMLFormElement;
 const alertBox = document.getElementById("form-error")!;
 const button = form.querySelector<HTMLButtonElement>('button[type="submit"]')!;
