@@ -1,4 +1,9 @@
-"""Websocket URL map (Channels)."""
-from django.urls import path  # noqa: F401
+"""Websocket URL map (Channels): the dashboard and one run's event stream (docs/realtime.md)."""
+from django.urls import path
 
-websocket_urlpatterns: list = []
+from frontend.consumers import DashboardConsumer, RunConsumer
+
+websocket_urlpatterns: list = [
+    path("ws/dashboard/", DashboardConsumer.as_asgi()),
+    path("ws/runs/<int:run_id>/", RunConsumer.as_asgi()),
+]

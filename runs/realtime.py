@@ -1,20 +1,27 @@
-"""Real-time fan-out: after a transaction commits, send run events and dashboard updates to Channels groups.
+"""Real-time fan-out and the reads behind the websocket snapshots (formats: docs/realtime.md).
 
-Group `run.<id>` gets {"type": "run.event", "event": {run, seq, ts, type, data}}; group `dashboard` gets
-{"type": "dashboard.update", "update": {...}} (shapes in docs/api.md). Publishing never fails the caller.
+Writers call the *_publish functions inside their transaction; messages go to the channel layer only after
+commit (never on rollback): group `run.<id>` gets every stored event, batched per transaction
+(`run.events`); group `dashboard` gets the run's current JSON (`run.update`) and the slots + queue
+(`slots.update`). Publishing never fails the caller: the data is committed and consumers repair gaps from
+the database.
 """
 from __future__ import annotations
 
 import logging
+import threading
 from typing import Any
 
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 from django.db import transaction
 
+from runs.models import ACTIVE_STATUSES, Run, RunEvent, RunStatus
+
 logger = logging.getLogger(__name__)
 
 DASHBOARD_GROUP = "dashboard"
+_dashboard_pending = threading.local()
 
 
 def run_group(run_id: int) -> str:
@@ -27,7 +34,7 @@ def group_send_now(group: str, message: dict[str, Any]) -> None:
         return
     try:
         async_to_sync(layer.group_send)(group, message)
-    except Exception:  # noqa: BLE001 - a lost live update is repaired by replay/snapshot; never fail the write
+    except Exception:  # noqa: BLE001 - a lost live update is repaired by replay/resync; never fail the write
         logger.warning("group_send to %s failed", group, exc_info=True)
 
 
@@ -36,9 +43,129 @@ def group_send_after_commit(group: str, message: dict[str, Any]) -> None:
     transaction.on_commit(lambda: group_send_now(group, message))
 
 
+# --- run stream --------------------------------------------------------------------------------------
+
+class _EventBatch:
+    """An on-commit callback carrying the events of one run recorded in one savepoint context."""
+
+    def __init__(self, run_id: int, event: dict[str, Any]) -> None:
+        self.run_id = run_id
+        self.events = [event]
+
+    def __call__(self) -> None:
+        group_send_now(run_group(self.run_id), {"type": "run.events", "events": self.events})
+
+
 def run_event_publish(event: dict[str, Any]) -> None:
-    group_send_after_commit(run_group(event["run"]), {"type": "run.event", "event": event})
+    """Publish one stored event ({run, seq, ts, type, data}) after commit.
+
+    Consecutive calls for the same run in the same savepoint context join one `run.events` message (a
+    batch of 100 events is one publish and one websocket frame); joining only then keeps rollback exact,
+    since Django drops a savepoint's callbacks together with its rows.
+    """
+    conn = transaction.get_connection()
+    if not conn.in_atomic_block:
+        return _EventBatch(event["run"], event)()
+    hooks = conn.run_on_commit
+    if hooks:
+        sids, func, _robust = hooks[-1]
+        if isinstance(func, _EventBatch) and func.run_id == event["run"] and sids == set(conn.savepoint_ids):
+            func.events.append(event)
+            return
+    transaction.on_commit(_EventBatch(event["run"], event))
+
+
+# --- dashboard ---------------------------------------------------------------------------------------
+
+def run_changed_publish(*, run_id: int, slots: bool = False) -> None:
+    """After commit, send the run's current JSON to the dashboard (and the slots + queue if `slots`).
+
+    Changes are collected per thread and sent once per commit: they are state reads, not deltas, so a
+    leftover from a rolled-back transaction only causes a harmless refresh with the next commit.
+    """
+    pending = _dashboard_pending.__dict__
+    pending.setdefault("runs", set()).add(run_id)
+    pending["slots"] = pending.get("slots", False) or slots
+    transaction.on_commit(_dashboard_flush)
+
+
+def slots_changed_publish() -> None:
+    _dashboard_pending.__dict__["slots"] = True
+    _dashboard_pending.__dict__.setdefault("runs", set())
+    transaction.on_commit(_dashboard_flush)
 
 
 def dashboard_publish(update: dict[str, Any]) -> None:
-    group_send_after_commit(DASHBOARD_GROUP, {"type": "dashboard.update", "update": update})
+    """Entry point of runs.services: {"kind": "run_status", "run": id, ...} or {"kind": "settings"}."""
+    if update.get("kind") == "run_status":
+        run_changed_publish(run_id=update["run"], slots=True)
+    else:
+        slots_changed_publish()
+
+
+def _dashboard_flush() -> None:
+    pending = _dashboard_pending.__dict__
+    run_ids, slots = pending.pop("runs", set()), pending.pop("slots", False)
+    if not run_ids and not slots:
+        return
+    try:
+        runs = list(Run.objects.select_related("owner").filter(pk__in=run_ids)) if run_ids else []
+        payloads = runs_payload(runs)
+        for run, payload in zip(runs, payloads):
+            group_send_now(DASHBOARD_GROUP, {"type": "run.update", "run": payload, "owner_id": run.owner_id})
+        if slots:
+            group_send_now(DASHBOARD_GROUP, {"type": "slots.update", **slots_and_queue()})
+    except Exception:  # noqa: BLE001 - same rule as group_send_now: the write already committed
+        logger.warning("dashboard publish failed", exc_info=True)
+
+
+# --- reads for snapshots -----------------------------------------------------------------------------
+
+def runs_payload(runs: list[Run]) -> list[dict[str, Any]]:
+    """REST run JSON (the same serializer as GET /api/runs/), queue info included for queued runs."""
+    from runs import selectors
+    from runs.api.serializers import RunSerializer  # late: the API layer imports this module's callers
+
+    info = selectors.runs_queue_info(runs=runs)
+    return list(RunSerializer(runs, many=True, context={"queue_info": info}).data)
+
+
+def run_owner_id(*, run_id: int) -> int | None:
+    return Run.objects.filter(pk=run_id).values_list("owner_id", flat=True).first()
+
+
+def run_last_seq(*, run_id: int) -> int:
+    return Run.objects.filter(pk=run_id).values_list("last_seq", flat=True).first() or 0
+
+
+def run_stream_snapshot(*, run_id: int) -> tuple[dict[str, Any], int]:
+    """The run's JSON and its last seq, from one row read (the summary is folded up to that seq)."""
+    run = Run.objects.select_related("owner").get(pk=run_id)
+    return runs_payload([run])[0], run.last_seq
+
+
+def run_events_after(*, run_id: int, after: int, limit: int) -> list[dict[str, Any]]:
+    from runs.events import run_event_to_dict
+
+    rows = RunEvent.objects.filter(run_id=run_id, seq__gt=after).order_by("seq")[:limit]
+    return [run_event_to_dict(row) for row in rows]
+
+
+def slots_and_queue() -> dict[str, Any]:
+    """{slots, queue: [{run, owner_id}]}: queued runs in grant order (their `position.overall`)."""
+    from runs import selectors
+
+    queued = list(Run.objects.select_related("owner").filter(status=RunStatus.QUEUED).order_by("created_at", "id"))
+    queue = [{"run": p, "owner_id": r.owner_id} for r, p in zip(queued, runs_payload(queued))]
+    queue.sort(key=lambda item: (item["run"]["position"] or {}).get("overall", 1 << 30))
+    return {"slots": selectors.slots_snapshot(), "queue": queue}
+
+
+def dashboard_snapshot(*, user: Any) -> dict[str, Any]:
+    """{slots, queue, active} as this user may see them (own runs; staff: all)."""
+    state = slots_and_queue()
+    active = Run.objects.select_related("owner").filter(status__in=ACTIVE_STATUSES).order_by("id")
+    if not user.is_staff:
+        active = active.filter(owner_id=user.pk)
+    queue = [item["run"] for item in state["queue"] if user.is_staff or item["owner_id"] == user.pk]
+    return {"slots": state["slots"], "queue": queue, "active": runs_payload(list(active))}

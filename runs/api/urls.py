@@ -4,6 +4,8 @@ from drf_spectacular.views import SpectacularAPIView
 from rest_framework.permissions import IsAuthenticated
 
 from runs.api import views
+from runs.api.ingest import RunIngestView
+from runs.api.schedules import ScheduleDetailView, ScheduleListCreateView
 
 urlpatterns = [
     path("runs/", views.RunListCreateView.as_view(), name="api-runs"),
@@ -11,9 +13,12 @@ urlpatterns = [
     path("runs/<int:run_id>/cancel/", views.RunCancelView.as_view(), name="api-run-cancel"),
     path("runs/<int:run_id>/resume/", views.RunResumeView.as_view(), name="api-run-resume"),
     path("runs/<int:run_id>/events/", views.RunEventsView.as_view(), name="api-run-events"),
+    path("runs/<int:run_id>/ingest/", RunIngestView.as_view(), name="api-run-ingest"),
     path("slots/", views.SlotsView.as_view(), name="api-slots"),
     path("slots/dry-run/", views.SlotDryRunView.as_view(), name="api-slots-dry-run"),
     path("settings/concurrency/", views.ConcurrencySettingsView.as_view(), name="api-settings-concurrency"),
+    path("schedules/", ScheduleListCreateView.as_view(), name="api-schedules"),
+    path("schedules/<int:schedule_id>/", ScheduleDetailView.as_view(), name="api-schedule"),
     path("auth/token/", views.TokenView.as_view(), name="api-token"),
     path("schema/", SpectacularAPIView.as_view(permission_classes=[IsAuthenticated]), name="api-schema"),
 ]

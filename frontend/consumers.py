@@ -1,0 +1,210 @@
+"""Websocket consumers: one run's exact event stream (`/ws/runs/<id>/`) and the dashboard (`/ws/dashboard/`).
+
+Each authenticates, checks permission, joins its group, sends a snapshot, then forwards live messages; the
+wire formats and the no-gap/no-duplicate rules are in docs/realtime.md. Reads go through runs.realtime.
+"""
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+from urllib.parse import parse_qs
+
+from channels.db import database_sync_to_async
+from channels.generic.websocket import AsyncJsonWebsocketConsumer
+from django.conf import settings
+
+from runs import realtime
+
+CLOSE_BAD_REQUEST = 4400
+CLOSE_UNAUTHENTICATED = 4401
+CLOSE_FORBIDDEN = 4403
+CLOSE_NOT_FOUND = 4404
+REPLAY_PAGE = 500
+
+
+def resync_seconds() -> float:
+    return float(getattr(settings, "REALTIME_RESYNC_SECONDS", 2.0))
+
+
+def coalesce_seconds() -> float:
+    return float(getattr(settings, "REALTIME_COALESCE_SECONDS", 0.1))
+
+
+class Coalescer:
+    """Per-key rate limit with a trailing send: at most one payload per key per `interval`, and the latest
+    payload offered within a window is always sent at the window's end (so the browser ends up current)."""
+
+    def __init__(self, interval: float, send: Callable[[dict[str, Any]], Awaitable[None]]) -> None:
+        self.interval = interval
+        self._send = send
+        self._last_sent: dict[Any, float] = {}
+        self._pending: dict[Any, dict[str, Any]] = {}
+        self._timers: dict[Any, asyncio.Task] = {}
+
+    async def offer(self, key: Any, payload: dict[str, Any]) -> None:
+        wait = self._last_sent.get(key, -1e9) + self.interval - time.monotonic()
+        if wait <= 0 and key not in self._timers:
+            self._last_sent[key] = time.monotonic()
+            await self._send(payload)
+            return
+        self._pending[key] = payload
+        if key not in self._timers:
+            self._timers[key] = asyncio.create_task(self._flush_later(key, max(wait, 0.0)))
+
+    async def _flush_later(self, key: Any, wait: float) -> None:
+        await asyncio.sleep(wait)
+        self._timers.pop(key, None)
+        payload = self._pending.pop(key, None)
+        if payload is not None:
+            self._last_sent[key] = time.monotonic()
+            await self._send(payload)
+
+    def cancel(self) -> None:
+        for task in self._timers.values():
+            task.cancel()
+        self._timers.clear()
+
+
+class AuthenticatedConsumer(AsyncJsonWebsocketConsumer):
+    """Accept then close with an application code, so the browser sees why (a close before accept is a
+    bare HTTP 403 to it)."""
+
+    async def refuse(self, code: int) -> None:
+        await self.accept()
+        await self.close(code=code)
+
+    def user_or_none(self) -> Any:
+        user = self.scope.get("user")
+        return user if user is not None and user.is_authenticated else None
+
+
+class RunConsumer(AuthenticatedConsumer):
+    """Every event of one run, in platform seq order, exactly once per connection (docs/realtime.md)."""
+
+    run_id: int
+    last_sent: int
+    group: str | None = None
+
+    async def connect(self) -> None:
+        user = self.user_or_none()
+        if user is None:
+            return await self.refuse(CLOSE_UNAUTHENTICATED)
+        self.run_id = int(self.scope["url_route"]["kwargs"]["run_id"])
+        after = self._after_from_query()
+        if after == -1:
+            return await self.refuse(CLOSE_BAD_REQUEST)
+        owner_id = await database_sync_to_async(realtime.run_owner_id)(run_id=self.run_id)
+        if owner_id is None:
+            return await self.refuse(CLOSE_NOT_FOUND)
+        if not (user.is_staff or owner_id == user.id):
+            return await self.refuse(CLOSE_FORBIDDEN)
+        # Subscribe BEFORE reading the database: an event committed after our read is then certain to
+        # reach us live. Channels dispatches one message at a time, so live messages wait in our queue
+        # until connect() returns, and on_events drops those the replay already covered.
+        self.group = realtime.run_group(self.run_id)
+        await self.channel_layer.group_add(self.group, self.channel_name)
+        snapshot, last_seq = await database_sync_to_async(realtime.run_stream_snapshot)(run_id=self.run_id)
+        if after is not None and after > last_seq:
+            return await self.refuse(CLOSE_BAD_REQUEST)
+        self._lock = asyncio.Lock()
+        self._last_live = time.monotonic()
+        await self.accept()
+        await self.send_json({"type": "snapshot", "run": snapshot, "last_seq": last_seq})
+        self.last_sent = last_seq if after is None else after
+        await self._send_stored(upto=last_seq)
+        self._resync = asyncio.create_task(self._resync_loop())
+
+    def _after_from_query(self) -> int | None:
+        """None when absent, -1 when malformed, else the client's last processed seq."""
+        values = parse_qs(self.scope.get("query_string", b"").decode()).get("after")
+        if not values:
+            return None
+        try:
+            after = int(values[-1])
+        except ValueError:
+            return -1
+        return after if after >= 0 else -1
+
+    async def _send_stored(self, upto: int | None = None) -> None:
+        """Send stored events after last_sent (up to `upto`) in pages; caller holds the order."""
+        while upto is None or self.last_sent < upto:
+            page = await database_sync_to_async(realtime.run_events_after)(
+                run_id=self.run_id, after=self.last_sent, limit=REPLAY_PAGE
+            )
+            if not page:
+                return
+            await self.send_json({"type": "events", "events": page})
+            self.last_sent = page[-1]["seq"]
+            if len(page) < REPLAY_PAGE:
+                return
+
+    async def run_events(self, message: dict[str, Any]) -> None:
+        """Layer message from runs.realtime: a committed batch, seqs contiguous and ascending."""
+        self._last_live = time.monotonic()
+        async with self._lock:
+            events = [e for e in message["events"] if e["seq"] > self.last_sent and e["run"] == self.run_id]
+            if not events:
+                return
+            if events[0]["seq"] != self.last_sent + 1:
+                # A message went missing (Redis restart) or two publishers overtook each other. Everything
+                # up to these seqs is committed (seqs are assigned under the run's row lock), so the
+                # database, not this message, fills the gap.
+                await self._send_stored(upto=events[-1]["seq"])
+                return
+            await self.send_json({"type": "events", "events": events})
+            self.last_sent = events[-1]["seq"]
+
+    async def _resync_loop(self) -> None:
+        """Catch the tail of the stream that was published while the layer could not deliver it."""
+        interval = resync_seconds()
+        while True:
+            await asyncio.sleep(interval)
+            if time.monotonic() - self._last_live < interval:
+                continue
+            last_seq = await database_sync_to_async(realtime.run_last_seq)(run_id=self.run_id)
+            if last_seq > self.last_sent:
+                async with self._lock:
+                    await self._send_stored(upto=last_seq)
+
+    async def disconnect(self, code: int) -> None:
+        resync = getattr(self, "_resync", None)
+        if resync is not None:
+            resync.cancel()
+        if self.group is not None:
+            await self.channel_layer.group_discard(self.group, self.channel_name)
+
+
+class DashboardConsumer(AuthenticatedConsumer):
+    """Slots, queue and run changes, coalesced per run; non-staff users only see their own runs."""
+
+    joined = False
+
+    async def connect(self) -> None:
+        user = self.user_or_none()
+        if user is None:
+            return await self.refuse(CLOSE_UNAUTHENTICATED)
+        self.user = user
+        self._coalescer = Coalescer(coalesce_seconds(), self.send_json)
+        await self.channel_layer.group_add(realtime.DASHBOARD_GROUP, self.channel_name)
+        self.joined = True
+        snapshot = await database_sync_to_async(realtime.dashboard_snapshot)(user=user)
+        await self.accept()
+        await self.send_json({"type": "snapshot", **snapshot})
+
+    def _visible(self, owner_id: int) -> bool:
+        return bool(self.user.is_staff or owner_id == self.user.id)
+
+    async def run_update(self, message: dict[str, Any]) -> None:
+        if self._visible(message["owner_id"]):
+            await self._coalescer.offer(("run", message["run"]["id"]), {"type": "run", "run": message["run"]})
+
+    async def slots_update(self, message: dict[str, Any]) -> None:
+        queue = [item["run"] for item in message["queue"] if self._visible(item["owner_id"])]
+        await self._coalescer.offer("slots", {"type": "slots", "slots": message["slots"], "queue": queue})
+
+    async def disconnect(self, code: int) -> None:
+        if self.joined:
+            self._coalescer.cancel()
+            await self.channel_layer.group_discard(realtime.DASHBOARD_GROUP, self.channel_name)

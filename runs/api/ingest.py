@@ -1,0 +1,42 @@
+"""`POST /api/runs/<id>/ingest/`: a job's event batches, authenticated by the run's own token (not a user)."""
+from __future__ import annotations
+
+from drf_spectacular.utils import OpenApiResponse, extend_schema
+from rest_framework import serializers
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from runs.errors import ServiceError
+from runs.ingest import run_events_ingest, run_for_ingest
+
+
+class IngestResultSerializer(serializers.Serializer):
+    stored = serializers.IntegerField()
+    duplicates = serializers.IntegerField()
+    last_seq = serializers.IntegerField()
+    status = serializers.CharField()
+
+
+class RunIngestView(APIView):
+    """Store a batch of trainer events (docs/realtime.md). Auth: `Authorization: Bearer <RUN_INGEST_TOKEN>`."""
+
+    # The per-run token is checked by the service; session/API-token users have no business here.
+    authentication_classes: list = []
+    permission_classes: list = []
+
+    @extend_schema(
+        request={"application/json": {"type": "array", "items": {"type": "object"}}},
+        responses={200: IngestResultSerializer, 400: OpenApiResponse(description="invalid event, named"),
+                   401: OpenApiResponse(description="bad token"), 404: OpenApiResponse(description="no run")},
+        auth=[],
+    )
+    def post(self, request: Request, run_id: int) -> Response:
+        header = request.headers.get("Authorization", "")
+        token = header[len("Bearer "):].strip() if header.startswith("Bearer ") else None
+        try:
+            run = run_for_ingest(run_id=run_id, token=token)
+            result = run_events_ingest(run=run, payload=request.data)
+        except ServiceError as exc:
+            return Response(exc.as_dict(), status=exc.status_code)
+        return Response(result.as_dict())

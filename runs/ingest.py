@@ -1,0 +1,96 @@
+"""Event ingest: check a job's per-run token, validate its event batch, store it once, fold the run summary,
+and count every accepted post as a heartbeat. The HTTP view is runs/api/ingest.py; formats in docs/realtime.md.
+"""
+from __future__ import annotations
+
+import secrets
+from dataclasses import dataclass
+from typing import Any
+
+from django.db import transaction
+from django.utils import timezone
+
+from runs.errors import InvalidInput, RunNotFound, ServiceError
+from runs.events import run_events_record
+from runs.models import Run, RunEvent
+from trainer.events import EventSchemaError, validate_event
+
+MAX_BATCH = 1000
+# Event types whose latest `data` the run summary keeps, under the same key.
+SUMMARY_TYPES: frozenset[str] = frozenset({"gate", "version", "sampler", "train", "checkpoint"})
+
+
+class IngestUnauthorized(ServiceError):
+    """Missing or wrong per-run token."""
+
+    status_code = 401
+
+
+@dataclass(frozen=True)
+class IngestResult:
+    stored: int  # events stored by this post
+    duplicates: int  # events of this post already stored by an earlier one
+    last_seq: int  # the run's platform seq after this post
+    status: str  # the run's status, so the job notices `stopping` (cancel requested)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"stored": self.stored, "duplicates": self.duplicates, "last_seq": self.last_seq, "status": self.status}
+
+
+def run_for_ingest(*, run_id: int, token: str | None) -> Run:
+    """The run whose token this is; RunNotFound / IngestUnauthorized otherwise (constant-time compare)."""
+    run = Run.objects.filter(pk=run_id).first()
+    if run is None:
+        raise RunNotFound(f"run {run_id} does not exist")
+    if not token or not secrets.compare_digest(token.encode(), run.ingest_token.encode()):
+        raise IngestUnauthorized("a valid per-run ingest token is required (Authorization: Bearer <token>)")
+    return run
+
+
+def ingest_batch_validate(payload: Any) -> list[dict[str, Any]]:
+    """Decode a posted body (a list of events, or {"events": [...]}) into run_events_record items."""
+    events = payload.get("events") if isinstance(payload, dict) else payload
+    if not isinstance(events, list):
+        raise InvalidInput("expected a JSON list of events or an object with a list under 'events'", field="events")
+    if len(events) > MAX_BATCH:
+        raise InvalidInput(f"at most {MAX_BATCH} events per post, got {len(events)}", field="events")
+    items = []
+    for index, raw in enumerate(events):
+        try:
+            event = validate_event(raw)
+        except EventSchemaError as exc:
+            raise InvalidInput(str(exc), field=f"events[{index}]") from exc
+        items.append({"type": event.type, "data": event.data, "ts": event.ts, "source_seq": event.seq})
+    return items
+
+
+def summary_fold(summary: dict[str, Any], events: list[RunEvent]) -> dict[str, Any]:
+    """The summary after `events` (in seq order): the latest data of each summarized type wins."""
+    folded = dict(summary)
+    for event in events:
+        if event.type in SUMMARY_TYPES:
+            folded[event.type] = event.data
+        folded["last_event_at"] = event.ts.timestamp()
+    return folded
+
+
+def run_events_ingest(*, run: Run, payload: Any) -> IngestResult:
+    """Store a validated batch from the run's current attempt; idempotent on the emitter's seq."""
+    items = ingest_batch_validate(payload)
+    source = f"attempt-{run.attempt}"
+    now = timezone.now()
+    with transaction.atomic():
+        # run_events_record locks the run row; holding the transaction open keeps the lock for the fold,
+        # so two concurrent posts cannot fold their summaries over each other.
+        stored = run_events_record(run=run, source=source, events=items)
+        locked = Run.objects.select_for_update().only("summary", "status", "last_seq").get(pk=run.pk)
+        fields: dict[str, Any] = {"heartbeat_at": now}
+        if stored:
+            fields["summary"] = summary_fold(locked.summary or {}, stored)
+        Run.objects.filter(pk=run.pk).update(**fields)
+        status, last_seq = locked.status, locked.last_seq
+        if stored:
+            from runs.realtime import run_changed_publish  # late: realtime imports channels
+
+            run_changed_publish(run_id=run.pk)
+    return IngestResult(stored=len(stored), duplicates=len(items) - len(stored), last_seq=last_seq, status=status)
