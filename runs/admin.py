@@ -1,0 +1,46 @@
+"""Django admin: cron schedules (staff define them here or through /api/schedules/)."""
+from __future__ import annotations
+
+from croniter import croniter
+from django import forms
+from django.contrib import admin
+from django.utils import timezone
+
+from runs import kinds
+from runs.errors import ServiceError
+from runs.models import Schedule
+from runs.schedules import cron_next
+
+
+class ScheduleForm(forms.ModelForm):
+    class Meta:
+        model = Schedule
+        fields = ["name", "cron", "kind", "config", "owner", "enabled"]
+
+    def clean_cron(self) -> str:
+        cron = self.cleaned_data["cron"]
+        if not croniter.is_valid(cron):
+            raise forms.ValidationError(f"not a valid cron expression: {cron!r} (e.g. '0 3 * * *')")
+        return cron
+
+    def clean(self) -> dict:
+        data = super().clean()
+        try:
+            kind = kinds.kind_get(data.get("kind"))
+            data["config"] = kind.validate_config(data.get("config") or {})
+        except ServiceError as exc:
+            raise forms.ValidationError(str(exc)) from exc
+        return data
+
+
+@admin.register(Schedule)
+class ScheduleAdmin(admin.ModelAdmin):
+    form = ScheduleForm
+    list_display = ["id", "name", "cron", "kind", "owner", "enabled", "next_run_at", "last_run"]
+    list_filter = ["enabled", "kind"]
+    readonly_fields = ["next_run_at", "last_run", "created_at"]
+
+    def save_model(self, request, obj: Schedule, form, change: bool) -> None:
+        if not change or {"cron", "enabled"} & set(form.changed_data):
+            obj.next_run_at = cron_next(obj.cron, after=timezone.now())
+        super().save_model(request, obj, form, change)
