@@ -1,0 +1,241 @@
+"""Channel: a keyed, weighted FIFO shared by producers and consumers, in-process (local) or via a named Ray actor."""
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable
+from typing import Any
+
+from rollout.channel import ops
+from rollout.channel.state import DEFAULT_KEY, ChannelState, check_weight
+from rollout.errors import ChannelError, QueueEmpty, QueueFull
+
+_LOCAL: dict[str, ChannelState] = {}
+_LOCAL_LOCK = threading.Lock()
+_ACTOR_PREFIX = "rollout-channel:"
+
+
+class Channel:
+    """Use Channel.create / Channel.connect. Sync methods block the calling thread; *_async ones await."""
+
+    def __init__(self, name: str, *, state: ChannelState | None = None, actor: Any = None) -> None:
+        self.name = name
+        self._state = state
+        self._actor = actor
+
+    # --- lifecycle ----------------------------------------------------------------------------------------
+    @classmethod
+    def create(cls, name: str, *, maxsize: int = 0, local: bool = False, collector: Any = None,
+               dispatcher: Any = None, consumers: Iterable[str] = (), hook_options: dict[str, Any] | None = None,
+               cfg: Any = None, namespace: str | None = None, actor_options: dict[str, Any] | None = None) -> Channel:
+        """A new channel. local=True: this process only; otherwise a named Ray actor any process can connect to."""
+        kwargs = {"maxsize": maxsize, "collector": collector, "dispatcher": dispatcher,
+                  "consumers": tuple(consumers), "hook_options": hook_options, "cfg": cfg}
+        if local:
+            with _LOCAL_LOCK:
+                if name in _LOCAL:
+                    raise ChannelError(f"a local channel named {name!r} already exists in this process")
+                state = _LOCAL[name] = ChannelState(name, **kwargs)
+            return cls(name, state=state)
+        import ray
+
+        from rollout.channel.actor import ChannelActor
+
+        options = {"name": _ACTOR_PREFIX + name, "num_cpus": 0, "max_concurrency": 1000}
+        if namespace is not None:
+            options["namespace"] = namespace
+        options.update(actor_options or {})
+        actor = ray.remote(ChannelActor).options(**options).remote(name, kwargs)
+        ray.get(actor.qsize.remote(DEFAULT_KEY, None))  # surface hook/config errors now, not on first put
+        return cls(name, actor=actor)
+
+    @classmethod
+    def connect(cls, name: str, *, namespace: str | None = None) -> Channel:
+        """An existing channel: a local one of this process first, else the named Ray actor."""
+        with _LOCAL_LOCK:
+            state = _LOCAL.get(name)
+        if state is not None:
+            return cls(name, state=state)
+        import ray
+
+        try:
+            actor = ray.get_actor(_ACTOR_PREFIX + name, namespace=namespace)
+        except ValueError as exc:
+            raise ChannelError(f"no channel named {name!r} (create it first)") from exc
+        return cls(name, actor=actor)
+
+    def close(self) -> None:
+        """Close the channel for everyone: pending and later calls raise ChannelError."""
+        if self._state is not None:
+            self._state.close()
+            with _LOCAL_LOCK:
+                _LOCAL.pop(self.name, None)
+        else:
+            import ray
+
+            ray.get(self._actor.close.remote())
+            ray.kill(self._actor)
+
+    @property
+    def is_local(self) -> bool:
+        return self._state is not None
+
+    def __reduce__(self) -> Any:
+        if self._state is not None:
+            raise ChannelError(f"local channel {self.name!r} cannot leave its process; create it with local=False")
+        return (Channel, (self.name,), {"_actor": self._actor, "_state": None})
+
+    # --- put ----------------------------------------------------------------------------------------------
+    def put(self, item: Any, weight: float = 0, key: str = DEFAULT_KEY, timeout: float | None = None) -> None:
+        self._put_sync([(item, check_weight(weight))], key, timeout, False)
+
+    def put_nowait(self, item: Any, weight: float = 0, key: str = DEFAULT_KEY) -> None:
+        self._put_sync([(item, check_weight(weight))], key, None, True)
+
+    def put_many(self, items: Iterable[Any], weights: Iterable[float] | None = None, key: str = DEFAULT_KEY,
+                 timeout: float | None = None) -> None:
+        """Many items in one call (one actor round trip): what a producer of many small items should use."""
+        self._put_sync(_entries(items, weights), key, timeout, False)
+
+    async def put_async(self, item: Any, weight: float = 0, key: str = DEFAULT_KEY,
+                        timeout: float | None = None) -> None:
+        await self._put_async([(item, check_weight(weight))], key, timeout)
+
+    async def put_many_async(self, items: Iterable[Any], weights: Iterable[float] | None = None,
+                             key: str = DEFAULT_KEY, timeout: float | None = None) -> None:
+        await self._put_async(_entries(items, weights), key, timeout)
+
+    def _put_sync(self, entries: list, key: str, timeout: float | None, nowait: bool) -> None:
+        if self._state is not None:
+            code = ops.put_blocking(self._state, entries, key, timeout, nowait)
+        else:
+            import ray
+
+            code = ray.get(self._actor.put.remote(entries, key, timeout, nowait))
+        _raise_put(code, self.name, key, timeout)
+
+    async def _put_async(self, entries: list, key: str, timeout: float | None) -> None:
+        if self._state is not None:
+            code = await ops.put_waiting(self._state, entries, key, timeout, False)
+        else:
+            code = await self._actor.put.remote(entries, key, timeout, False)
+        _raise_put(code, self.name, key, timeout)
+
+    # --- get ----------------------------------------------------------------------------------------------
+    def get(self, key: str = DEFAULT_KEY, consumer: str | None = None, timeout: float | None = None) -> Any:
+        return self._take_sync(key, consumer, None, 1, timeout, False)[0]
+
+    def get_nowait(self, key: str = DEFAULT_KEY, consumer: str | None = None) -> Any:
+        return self._take_sync(key, consumer, None, 1, None, True)[0]
+
+    def get_many(self, max_items: int, key: str = DEFAULT_KEY, consumer: str | None = None,
+                 timeout: float | None = None) -> list[Any]:
+        """At least one and at most max_items items, in FIFO order, in one call."""
+        return self._take_sync(key, consumer, None, _positive(max_items), timeout, False)
+
+    def get_batch(self, target_weight: float, key: str = DEFAULT_KEY, consumer: str | None = None,
+                  timeout: float | None = None, max_items: int | None = None) -> list[Any]:
+        """Blocks for at least one item; the first always comes, then more while the total <= target_weight."""
+        return self._take_sync(key, consumer, _target(target_weight), _cap(max_items), timeout, False)
+
+    async def get_async(self, key: str = DEFAULT_KEY, consumer: str | None = None,
+                        timeout: float | None = None) -> Any:
+        return (await self._take_async(key, consumer, None, 1, timeout))[0]
+
+    async def get_many_async(self, max_items: int, key: str = DEFAULT_KEY, consumer: str | None = None,
+                             timeout: float | None = None) -> list[Any]:
+        return await self._take_async(key, consumer, None, _positive(max_items), timeout)
+
+    async def get_batch_async(self, target_weight: float, key: str = DEFAULT_KEY, consumer: str | None = None,
+                              timeout: float | None = None, max_items: int | None = None) -> list[Any]:
+        return await self._take_async(key, consumer, _target(target_weight), _cap(max_items), timeout)
+
+    def _take_sync(self, key: str, consumer: str | None, target: float | None, max_items: int,
+                   timeout: float | None, nowait: bool) -> list[Any]:
+        if self._state is not None:
+            code, items = ops.take_blocking(self._state, key, consumer, target, max_items, timeout, nowait)
+        else:
+            import ray
+
+            code, items = ray.get(self._actor.take.remote(key, consumer, target, max_items, timeout, nowait))
+        _raise_take(code, self.name, key, timeout)
+        return items
+
+    async def _take_async(self, key: str, consumer: str | None, target: float | None, max_items: int,
+                          timeout: float | None) -> list[Any]:
+        # Cancelling an awaiting get on a Ray channel cannot un-take an item the actor already handed out:
+        # prefer a timeout over cancellation there.
+        if self._state is not None:
+            code, items = await ops.take_waiting(self._state, key, consumer, target, max_items, timeout, False)
+        else:
+            code, items = await self._actor.take.remote(key, consumer, target, max_items, timeout, False)
+        _raise_take(code, self.name, key, timeout)
+        return items
+
+    # --- sizes --------------------------------------------------------------------------------------------
+    def qsize(self, key: str = DEFAULT_KEY, consumer: str | None = None) -> int:
+        """Items under `key`; with `consumer`, only that consumer's private queue."""
+        if self._state is not None:
+            return self._state.qsize(key, consumer)
+        import ray
+
+        return ray.get(self._actor.qsize.remote(key, consumer))
+
+    def empty(self, key: str = DEFAULT_KEY, consumer: str | None = None) -> bool:
+        return self.qsize(key, consumer) == 0
+
+    def full(self, key: str = DEFAULT_KEY) -> bool:
+        if self._state is not None:
+            return self._state.full(key)
+        import ray
+
+        return ray.get(self._actor.full.remote(key))
+
+    def __repr__(self) -> str:
+        if self._state is not None:
+            return self._state.describe().replace("Channel(", "Channel[local](", 1)
+        try:
+            import ray
+
+            return ray.get(self._actor.describe.remote(), timeout=5).replace("Channel(", "Channel[ray](", 1)
+        except Exception as exc:  # noqa: BLE001 - repr must not raise
+            return f"Channel[ray]({self.name!r}, unreachable: {exc!r})"
+
+
+def _entries(items: Iterable[Any], weights: Iterable[float] | None) -> list:
+    items = list(items)
+    if weights is None:
+        return [(item, 0.0) for item in items]
+    weights = [check_weight(w) for w in weights]
+    if len(weights) != len(items):
+        raise ChannelError(f"{len(items)} items but {len(weights)} weights")
+    return list(zip(items, weights))
+
+
+def _target(target_weight: float) -> float:
+    if isinstance(target_weight, bool) or not isinstance(target_weight, (int, float)) or not target_weight > 0:
+        raise ChannelError(f"target_weight must be a positive number, got {target_weight!r}")
+    return float(target_weight)
+
+
+def _positive(n: int) -> int:
+    if not isinstance(n, int) or n < 1:
+        raise ChannelError(f"max_items must be a positive integer, got {n!r}")
+    return n
+
+
+def _cap(max_items: int | None) -> int:
+    return 1 << 62 if max_items is None else _positive(max_items)
+
+
+def _raise_put(code: int, name: str, key: str, timeout: float | None) -> None:
+    if code == ops.NOT_NOW:
+        raise QueueFull(f"channel {name!r} key {key!r} is full")
+    if code == ops.TIMED_OUT:
+        raise TimeoutError(f"channel {name!r} key {key!r} stayed full for {timeout} s")
+
+
+def _raise_take(code: int, name: str, key: str, timeout: float | None) -> None:
+    if code == ops.NOT_NOW:
+        raise QueueEmpty(f"channel {name!r} key {key!r} is empty")
+    if code == ops.TIMED_OUT:
+        raise TimeoutError(f"channel {name!r} key {key!r} stayed empty for {timeout} s")
