@@ -239,6 +239,11 @@ class RequestGate:
                     self._raise_if_poisoned()
                     if self._state is not GateState.DRAINING:
                         raise GateStateError(f"gate {self.name!r} left draining ({self._state.value}) mid-drain")
+        except asyncio.CancelledError:
+            if self._state is GateState.DRAINING:
+                self._state = GateState.SEALED  # still closed; a later drain() starts over
+                self._notify()
+            raise
         except TimeoutError:
             ids = sorted(self._active)[:8]
             self._poison(f"drain deadline of {timeout_s} s passed with {len(self._active)} active lease(s) {ids}")
@@ -256,6 +261,8 @@ class RequestGate:
             return False
         if self._state is GateState.OPEN:
             raise GateStateError(f"gate {self.name!r} is open: seal() and drain() before install_version()")
+        if self._state is GateState.INSTALLING:
+            raise GateStateError(f"gate {self.name!r} is already installing version {self._version}: reopen() first")
         if not (self._state is GateState.SEALED and self._drained):
             raise GateStateError(f"gate {self.name!r} is {self._state.value} and not drained: drain() first")
         if not isinstance(version, int) or version <= self._version:

@@ -10,6 +10,9 @@ from rollout.gate import GateState, gate_event_data
 from rollout.invoke import call
 
 
+_DRAIN_GRACE_S = 2.0
+
+
 class PublicationController:
     """Drives the gates of a set of engines through a publication; any failure leaves all of them closed.
 
@@ -97,7 +100,8 @@ class PublicationController:
             if remaining <= 0:
                 raise TimeoutError("publication deadline passed")
             extra = (remaining,) if remaining_arg else ()
-            async with asyncio.timeout(remaining):
+            # The engine's own drain deadline must fire first (it poisons); the grace only guards a hung call.
+            async with asyncio.timeout(remaining + (_DRAIN_GRACE_S if remaining_arg else 0.0)):
                 await call(self._engines[engine_id], method, *extra, *args, **kwargs)
 
         results = await asyncio.gather(*(one(e) for e in ids), return_exceptions=True)
