@@ -9,6 +9,7 @@ from django.contrib.auth.decorators import login_required
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import render
 
+from frontend.selectors import reward_histories
 from runs import realtime, selectors
 from runs.api.serializers import RunSerializer
 from runs.errors import RunNotFound
@@ -18,11 +19,18 @@ from runs.kinds import DEFAULT_KIND, kind_get
 COMMON_FIELDS = ("task", "steps", "prompts_per_step", "group_size", "lr", "mode", "max_staleness",
                  "num_engines", "num_workers", "checkpoint_every", "seed", "device")
 
+LABELS = {"lr": "Learning rate", "kl_coef": "KL coefficient", "clip_eps": "PPO clip range", "ppo_epochs": "PPO epochs",
+          "d_model": "Model width", "n_layer": "Layers", "n_head": "Attention heads", "max_staleness": "Max staleness"}
+
 
 @login_required
 def board(request: HttpRequest) -> HttpResponse:
     """Queue board; the snapshot is the one /ws/dashboard/ sends on connect, so first paint needs no fetch."""
     snapshot = realtime.dashboard_snapshot(user=request.user)
+    # Sparklines start with history; live `run` messages extend it in the browser.
+    histories = reward_histories(run_ids=[r["id"] for r in snapshot["active"]])
+    for run in snapshot["active"]:
+        run["reward_history"] = histories.get(run["id"], [])
     return render(request, "frontend/board.html", {"board_data": snapshot, "nav": "board"})
 
 
@@ -47,7 +55,7 @@ def schema_fields(schema: dict[str, Any]) -> list[dict[str, Any]]:
         default = prop.get("default")
         field = {
             "name": name,
-            "label": name.replace("_", " ").capitalize(),
+            "label": LABELS.get(name, name.replace("_", " ").capitalize()),
             "type": kind,
             "help": prop.get("description", ""),
             "enum": prop.get("enum"),

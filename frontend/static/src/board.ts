@@ -101,7 +101,7 @@ function renderRunning(runs: Run[]): void {
   if (!runs.length) { el.innerHTML = `<p class="empty">No run is running.</p>`; return; }
   const rows = runs.map((r) => {
     const v = runView(r);
-    const hist = v.rewardHistory.length ? v.rewardHistory : rewardHistory.get(r.id) ?? [];
+    const hist = rewardHistory.get(r.id) ?? [];
     return `<tr data-run="${r.id}" data-status="${esc(r.status)}"${r.id === highlight ? ' class="flash"' : ""}>
       <td><a class="run-link" href="/runs/${r.id}/">${esc(r.name)}</a><div class="muted num" style="font-size:.8rem">#${r.id} · ${esc(ownerName(r))}</div></td>
       <td><span class="cls cls-${esc(r.run_class)}">${esc(CLASS_LABEL[r.run_class] ?? r.run_class)}</span></td>
@@ -151,8 +151,10 @@ function render(): void {
   state.running = state.running.filter((r) => ACTIVE.has(r.status)).sort((a, b) => a.id - b.id);
   for (const r of state.running) {
     const v = runView(r);
+    // Server history seeds the line once; after that each update's latest reward extends it.
+    if (!rewardHistory.has(r.id)) rewardHistory.set(r.id, v.rewardHistory.slice(-60));
     if (v.reward === null) continue;
-    const hist = rewardHistory.get(r.id) ?? [];
+    const hist = rewardHistory.get(r.id)!;
     if (hist[hist.length - 1] !== v.reward) { hist.push(v.reward); if (hist.length > 60) hist.shift(); }
     rewardHistory.set(r.id, hist);
   }

@@ -92,7 +92,7 @@ function table(rows: Record<string, any>[], empty: string, label: string): strin
     }
     return esc(typeof v === "object" && v !== null ? JSON.stringify(v) : v);
   };
-  return `<div class="table-wrap"><table aria-label="${label}"><thead><tr>${cols.map((c) => `<th scope="col">${esc(c.replace(/_/g, " "))}</th>`).join("")}</tr></thead>
+  return `<div class="table-wrap panel"><table aria-label="${label}"><thead><tr>${cols.map((c) => `<th scope="col">${esc(c.replace(/_/g, " "))}</th>`).join("")}</tr></thead>
     <tbody>${rows.map((r) => `<tr>${cols.map((c) => `<td class="num">${cell(r[c])}</td>`).join("")}</tr>`).join("")}</tbody></table></div>`;
 }
 

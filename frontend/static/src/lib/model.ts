@@ -62,6 +62,6 @@ export function runView(run: Run): RunView {
     groupCount: num(pick(s, "sampler.group_count", "group_count")),
     reward: num(pick(s, "train.reward_mean", "metrics.reward_mean", "reward_mean")),
     step: num(pick(s, "train.step", "metrics.step", "step")),
-    rewardHistory: (pick(s, "reward_history", "metrics.reward_history", "train.reward_history") ?? []).filter((v: any) => typeof v === "number"),
+    rewardHistory: ((run as any).reward_history ?? pick(s, "reward_history", "metrics.reward_history", "train.reward_history") ?? []).filter((v: any) => typeof v === "number"),
   };
 }
