@@ -28,7 +28,10 @@ def isolated_layer(settings, redis_url: str):
 
 
 def user_make(username: str, *, staff: bool = False) -> Any:
-    return get_user_model().objects.create_user(username=username, password="pw", is_staff=staff)
+    """A user with a logged-in session (`user.cookie`), made in sync code so async tests can use it."""
+    user = get_user_model().objects.create_user(username=username, password="pw", is_staff=staff)
+    user.cookie = session_cookie(user)
+    return user
 
 
 def session_cookie(user: Any) -> str:
@@ -46,7 +49,7 @@ def communicator(path: str, user: Any | None) -> WebsocketCommunicator:
 
     headers = [(b"origin", b"http://localhost"), (b"host", b"localhost")]
     if user is not None:
-        headers.append((b"cookie", f"sessionid={session_cookie(user)}".encode()))
+        headers.append((b"cookie", f"sessionid={user.cookie}".encode()))
     return WebsocketCommunicator(application, path, headers=headers)
 
 

@@ -1,0 +1,181 @@
+"""Websocket consumers through config.asgi.application (WebsocketCommunicator, real Redis layer, real PG)."""
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+
+import pytest
+from asgiref.sync import sync_to_async
+from channels.layers import get_channel_layer
+
+from runs.ingest import run_events_ingest
+from runs.models import Run, RunEvent
+from runs.realtime import run_group
+from tests.realtime.conftest import communicator, gate, run_async, run_make, train, user_make
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def ingest(run: Run, events: list[dict]) -> None:
+    run_events_ingest(run=Run.objects.get(pk=run.pk), payload=events)
+
+
+async def close_code(path: str, user) -> int:
+    comm = communicator(path, user)
+    connected, _ = await comm.connect()
+    assert connected
+    message = await comm.receive_output(timeout=5)
+    await comm.disconnect()
+    assert message["type"] == "websocket.close"
+    return message["code"]
+
+
+async def receive_seqs(comm, until: int, timeout: float = 10) -> list[int]:
+    seqs: list[int] = []
+    deadline = time.monotonic() + timeout
+    while not seqs or seqs[-1] < until:
+        message = await comm.receive_json_from(timeout=max(0.1, deadline - time.monotonic()))
+        assert message["type"] == "events", message
+        seqs += [e["seq"] for e in message["events"]]
+    return seqs
+
+
+def test_authentication_and_permission_close_codes():
+    owner, other, staff = user_make("o"), user_make("x"), user_make("s", staff=True)
+    run = run_make(owner)
+    assert run_async(close_code, f"/ws/runs/{run.pk}/", None) == 4401
+    assert run_async(close_code, "/ws/dashboard/", None) == 4401
+    assert run_async(close_code, f"/ws/runs/{run.pk}/", other) == 4403
+    assert run_async(close_code, "/ws/runs/999999/", staff) == 4404
+    assert run_async(close_code, f"/ws/runs/{run.pk}/?after=abc", owner) == 4400
+    assert run_async(close_code, f"/ws/runs/{run.pk}/?after=5", owner) == 4400  # beyond the stream
+
+
+def test_snapshot_then_live_events_then_exact_replay_on_reconnect():
+    owner, staff = user_make("o"), user_make("s", staff=True)
+    run = run_make(owner)
+    ingest(run, [gate(1), train(2, 1)])
+
+    async def scenario():
+        comm = communicator(f"/ws/runs/{run.pk}/", staff)
+        assert (await comm.connect())[0]
+        snap = await comm.receive_json_from(timeout=5)
+        assert snap["type"] == "snapshot" and snap["last_seq"] == 2
+        assert snap["run"]["id"] == run.pk and snap["run"]["summary"]["train"]["step"] == 1
+        await sync_to_async(ingest)(run, [train(3, 2), train(4, 3)])
+        live = await comm.receive_json_from(timeout=5)
+        assert live == {"type": "events", "events": [
+            {"run": run.pk, "seq": 3, "ts": live["events"][0]["ts"], "type": "train", "data": train(3, 2)["data"]},
+            {"run": run.pk, "seq": 4, "ts": live["events"][1]["ts"], "type": "train", "data": train(4, 3)["data"]},
+        ]}
+        await comm.disconnect()
+        await sync_to_async(ingest)(run, [train(5, 4)])  # missed while away
+        again = communicator(f"/ws/runs/{run.pk}/?after=3", owner)
+        assert (await again.connect())[0]
+        assert (await again.receive_json_from(timeout=5))["last_seq"] == 5
+        assert await receive_seqs(again, 5) == [4, 5]
+        await sync_to_async(ingest)(run, [train(6, 5)])
+        assert await receive_seqs(again, 6) == [6]
+        assert await again.receive_nothing(timeout=0.3)
+        await again.disconnect()
+
+    run_async(scenario)
+
+
+def test_replay_racing_a_live_stream_has_no_gap_and_no_duplicate():
+    owner = user_make("o")
+    run = run_make(owner)
+    total = 120
+    done = threading.Event()
+
+    def writer():
+        from django.db import connection
+
+        for seq in range(1, total + 1):
+            ingest(run, [train(seq, seq)])
+            time.sleep(0.004)
+        connection.close()
+        done.set()
+
+    async def scenario():
+        thread = threading.Thread(target=writer)
+        thread.start()
+        seen: list[int] = []
+        give_up = time.monotonic() + 60
+        while not (done.is_set() and seen[-1:] == [total]) and time.monotonic() < give_up:
+            # Reconnect again and again with the last seq while the writer keeps committing and publishing.
+            comm = communicator(f"/ws/runs/{run.pk}/?after={seen[-1] if seen else 0}", owner)
+            assert (await comm.connect())[0]
+            assert (await comm.receive_json_from(timeout=5))["type"] == "snapshot"
+            window = time.monotonic() + 0.15
+            while time.monotonic() < window:
+                if not await comm.receive_nothing(timeout=0.02):
+                    seen += [e["seq"] for e in (await comm.receive_json_from(timeout=5))["events"]]
+            await comm.disconnect()
+        await asyncio.to_thread(thread.join)
+        return seen
+
+    assert run_async(scenario) == list(range(1, total + 1))
+
+
+def test_lost_live_message_is_filled_from_the_database():
+    owner = user_make("o")
+    run = run_make(owner)
+
+    async def scenario():
+        comm = communicator(f"/ws/runs/{run.pk}/", owner)
+        assert (await comm.connect())[0]
+        await comm.receive_json_from(timeout=5)
+        # Store 1..3 without publishing (as if Redis were down), then a live message for 4 only.
+        await sync_to_async(store_silently)(run, 3)
+        event4 = await sync_to_async(store_silently)(run, 1)
+        await get_channel_layer().group_send(run_group(run.pk), {"type": "run.events", "events": event4})
+        assert await receive_seqs(comm, 4) == [1, 2, 3, 4]
+        # Tail loss with no later message: the idle resync (0.5 s in tests) finds it.
+        await sync_to_async(store_silently)(run, 2)
+        assert await receive_seqs(comm, 6, timeout=5) == [5, 6]
+        await comm.disconnect()
+
+    run_async(scenario)
+
+
+def store_silently(run: Run, count: int) -> list[dict]:
+    from runs.events import run_event_to_dict
+
+    last = Run.objects.get(pk=run.pk).last_seq
+    rows = [RunEvent(run_id=run.pk, seq=last + i, source="test", source_seq=last + i, ts=run.created_at,
+                     type="log", data={"line": i}) for i in range(1, count + 1)]
+    RunEvent.objects.bulk_create(rows)
+    Run.objects.filter(pk=run.pk).update(last_seq=last + count)
+    return [run_event_to_dict(r) for r in rows]
+
+
+def test_dashboard_snapshot_visibility_and_coalesced_run_updates():
+    alice, bob, staff = user_make("alice"), user_make("bob"), user_make("s", staff=True)
+    mine, theirs = run_make(alice, name="mine"), run_make(bob, name="theirs")
+
+    async def scenario():
+        comm = communicator("/ws/dashboard/", alice)
+        assert (await comm.connect())[0]
+        snap = await comm.receive_json_from(timeout=5)
+        assert snap["type"] == "snapshot" and set(snap) == {"type", "slots", "queue", "active"}
+        assert [r["name"] for r in snap["active"]] == ["mine"]
+        assert set(snap["slots"]) >= {"classes", "total"}
+        started = time.monotonic()
+        for step in range(1, 31):  # 30 ingests as fast as they go
+            await sync_to_async(ingest)(mine, [train(step, step)])
+            await sync_to_async(ingest)(theirs, [train(step, step)])
+        elapsed = time.monotonic() - started
+        updates = []
+        while not await comm.receive_nothing(timeout=0.5):
+            updates.append(await comm.receive_json_from(timeout=5))
+        await comm.disconnect()
+        return updates, elapsed
+
+    updates, elapsed = run_async(scenario)
+    assert {u["type"] for u in updates} == {"run"}
+    assert {u["run"]["name"] for u in updates} == {"mine"}  # bob's run is not alice's business
+    assert len(updates) <= elapsed / 0.1 + 2  # at most 10 per second per run (+ the trailing one)
+    assert updates[-1]["run"]["summary"]["train"]["step"] == 30  # the latest state always arrives
+    assert staff.is_staff
