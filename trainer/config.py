@@ -59,15 +59,15 @@ class TrainConfig:
     """Groups (prompts) per training batch."""
     group_size: int = 8
     """G: samples drawn per prompt; advantages are normalized within the group."""
-    lr: float = 0.003
+    lr: float = 0.001
     """Adam learning rate."""
     clip_eps: float = 0.2
     """PPO ratio clip range."""
     ppo_epochs: int = 1
     """Optimizer passes over each batch."""
-    minibatches: int = 1
+    minibatches: int = 4
     """Optimizer steps per pass (the batch is split into this many minibatches)."""
-    entropy_coef: float = 0.01
+    entropy_coef: float = 0.03
     """Weight of the entropy bonus on all generated tokens (without it the policy collapses)."""
     kl_coef: float = 0.0
     """Weight of the k3 KL penalty against the behaviour policy (0 disables it)."""

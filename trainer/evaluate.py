@@ -1,0 +1,48 @@
+"""Greedy evaluation of a policy on training or held-out prompts (batched, with the KV cache)."""
+from __future__ import annotations
+
+from collections import defaultdict
+
+import torch
+
+from trainer.policy import TinyTransformer, sample_tokens
+from trainer.tasks import Prompt, SequenceTask
+
+
+@torch.no_grad()
+def evaluate(model: TinyTransformer, task: SequenceTask, prompts: list[Prompt]) -> dict[str, float]:
+    """Mean reward and exact-match of greedy answers; prompts of equal length run as one batch per turn."""
+    was_training = model.training
+    model.eval()
+    buckets: dict[int, list[Prompt]] = defaultdict(list)
+    for p in prompts:
+        buckets[p.shown].append(p)
+    device = next(model.parameters()).device
+    reward = exact = 0.0
+    for bucket in buckets.values():
+        feed = torch.tensor([task.prompt_tokens(p) for p in bucket], device=device)  # (n, P)
+        cache = None
+        generated: list[list[int]] = [[] for _ in bucket]
+        for turn in range(task.turns):
+            toks, _, cache, pending = sample_tokens(model, feed, cache, task.turn_len(), temperature=1.0,
+                                                    generator=None, greedy=True)
+            for row, t in enumerate(toks.tolist()):
+                generated[row] += t
+            replies = [task.tool_reply(p, turn, generated[row]) for row, p in enumerate(bucket)]
+            if replies[0]:
+                feed = torch.cat([pending, torch.tensor(replies, device=device)], dim=1)
+        for p, g in zip(bucket, generated):
+            r, e = task.score(p, g)
+            reward += r
+            exact += e
+    model.train(was_training)
+    n = max(1, len(prompts))
+    return {"reward": reward / n, "exact_match": exact / n}
+
+
+def eval_prompts(prompts: list[Prompt], n: int) -> list[Prompt]:
+    """A fixed, evenly spread subset (the same every evaluation, so curves are comparable)."""
+    if len(prompts) <= n:
+        return list(prompts)
+    stride = len(prompts) / n
+    return [prompts[int(i * stride)] for i in range(n)]

@@ -1,0 +1,76 @@
+"""The trainer: owns the trained policy and its optimizer, runs GRPO steps, exports weights by version.
+
+A plain class; the Ray topology wraps it as an actor that asks for a GPU when the cluster has one.
+"""
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import torch
+
+from trainer.algorithm import batch_from_groups, ppo_loss
+from trainer.config import TrainConfig
+from trainer.episodes import Group
+from trainer.policy import build_policy
+from trainer.tasks import task_build
+
+
+def pick_device(requested: str) -> torch.device:
+    if requested == "cuda" or (requested == "auto" and torch.cuda.is_available()):
+        return torch.device("cuda")
+    return torch.device("cpu")
+
+
+class Learner:
+    def __init__(self, cfg: TrainConfig) -> None:
+        self.cfg = cfg
+        self.device = pick_device(cfg.device)
+        task = task_build(cfg)
+        torch.manual_seed(cfg.seed)  # engines build the same initial weights from the same seed
+        self.model = build_policy(cfg, task.vocab_size, task.block_size()).to(self.device)
+        self.opt = torch.optim.Adam(self.model.parameters(), lr=cfg.lr, betas=(0.9, 0.99))
+        self.version = 0  # weight version of self.model; engines serve it after publication
+
+    def train_step(self, groups: list[Group]) -> dict[str, float]:
+        """One GRPO update on a batch of groups; bumps the version. The caller owns the group objects."""
+        t0 = time.monotonic()
+        cfg = self.cfg
+        batch = batch_from_groups(groups, self.device)
+        B = batch.tokens.shape[0]
+        stats: dict[str, float] = {}
+        self.model.train()
+        for _ in range(cfg.ppo_epochs):
+            order = torch.arange(B)
+            for idx in order.chunk(cfg.minibatches):
+                sub = type(batch)(**{k: (v[idx.to(v.device)] if v.shape[0] == B else v)
+                                     for k, v in batch.__dict__.items()})
+                loss, stats = ppo_loss(self.model, sub, clip_eps=cfg.clip_eps, entropy_coef=cfg.entropy_coef,
+                                       kl_coef=cfg.kl_coef, temperature=cfg.temperature)
+                self.opt.zero_grad(set_to_none=True)
+                loss.backward()
+                grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.max_grad_norm)
+                self.opt.step()
+                stats["loss"] = loss.item()
+                stats["grad_norm"] = float(grad_norm)
+        self.version += 1
+        stats.update(reward_mean=batch.rewards.mean().item(), exact_match=batch.exact.mean().item(),
+                     train_seconds=time.monotonic() - t0, version=self.version)
+        return stats
+
+    def weights(self) -> dict[str, torch.Tensor]:
+        return {k: v.detach().to("cpu").clone() for k, v in self.model.state_dict().items()}
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"model": self.weights(), "optimizer": self.opt.state_dict(), "version": self.version,
+                "torch_rng": torch.get_rng_state()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.model.load_state_dict(state["model"])
+        self.opt.load_state_dict(state["optimizer"])
+        self.version = state["version"]
+        torch.set_rng_state(state["torch_rng"])
+
+    def info(self) -> dict[str, Any]:
+        return {"device": str(self.device), "version": self.version,
+                "parameters": sum(p.numel() for p in self.model.parameters())}

@@ -1,0 +1,174 @@
+"""Where run events go: JSON lines to a file, or batched HTTP POSTs to the platform's ingest URL.
+
+`EventEmitter` numbers and validates events (trainer.events is the one schema); sinks only deliver them.
+HTTP delivery retries connection failures, read timeouts and 5xx answers: re-posting is safe because the
+platform ingests idempotently by the emitter's seq. A 409 means the run is finished: `stop_requested` is set.
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any, Protocol
+
+from trainer.events import validate_event
+
+TOKEN_ENV = "RUN_INGEST_TOKEN"
+
+
+class EventSink(Protocol):
+    stop_requested: bool
+
+    def write(self, event: dict[str, Any]) -> None: ...
+
+    def close(self, timeout_s: float = 10.0) -> None: ...
+
+
+class JsonlSink:
+    """Appends one JSON object per line and flushes, so a crash loses at most the event being written."""
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.last_seq = _last_seq(self.path)  # a resumed run appends after the previous seq
+        self._file = open(self.path, "a", encoding="utf-8")
+        self.stop_requested = False
+
+    def write(self, event: dict[str, Any]) -> None:
+        self._file.write(json.dumps(event, separators=(",", ":")) + "\n")
+        self._file.flush()
+
+    def close(self, timeout_s: float = 10.0) -> None:
+        self._file.close()
+
+
+def _last_seq(path: Path) -> int:
+    if not path.exists():
+        return 0
+    last = 0
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            try:
+                last = max(last, int(json.loads(line)["seq"]))
+            except (ValueError, KeyError, TypeError):
+                continue  # a torn last line from a crash
+    return last
+
+
+class HttpSink:
+    """Posts batches of events (a JSON list) from a background thread; never blocks the training loop."""
+
+    def __init__(self, url: str, *, token: str | None = None, max_batch: int = 200, flush_interval_s: float = 0.5,
+                 timeout_s: float = 10.0, session: Any = None) -> None:
+        import requests
+
+        self.url = url
+        self.token = token if token is not None else os.environ.get(TOKEN_ENV, "")
+        self.max_batch, self.flush_interval_s, self.timeout_s = max_batch, flush_interval_s, timeout_s
+        self.session = session or requests.Session()
+        self.last_seq = 0
+        self.stop_requested = False  # the platform answered 409: the run is over
+        self.delivered = 0
+        self.dropped = 0
+        self._buf: list[dict[str, Any]] = []
+        self._cond = threading.Condition()
+        self._closing = False
+        self._deadline = float("inf")
+        self._thread = threading.Thread(target=self._run, name="event-post", daemon=True)
+        self._thread.start()
+
+    def write(self, event: dict[str, Any]) -> None:
+        with self._cond:
+            self._buf.append(event)
+            if len(self._buf) >= self.max_batch:
+                self._cond.notify()
+
+    def close(self, timeout_s: float = 10.0) -> None:
+        with self._cond:
+            self._closing = True
+            self._deadline = time.monotonic() + timeout_s
+            self._cond.notify()
+        self._thread.join(timeout_s + 1)
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                if not self._buf and not self._closing:
+                    self._cond.wait(self.flush_interval_s)
+                batch, self._buf = self._buf[: self.max_batch], self._buf[self.max_batch:]
+                done = self._closing and not batch and not self._buf
+            if done:
+                return
+            if batch:
+                self._post(batch)
+
+    def _post(self, batch: list[dict[str, Any]]) -> None:
+        import requests
+
+        headers = {"Authorization": f"Bearer {self.token}"} if self.token else {}
+        delay = 0.2
+        while True:
+            try:
+                resp = self.session.post(self.url, json=batch, headers=headers, timeout=self.timeout_s)
+                if resp.status_code < 300:
+                    self.delivered += len(batch)
+                    return
+                if resp.status_code == 409:
+                    self.stop_requested = True
+                    self.dropped += len(batch)
+                    return
+                if resp.status_code < 500:  # our fault: retrying the same bytes cannot help
+                    print(f"event post rejected ({resp.status_code}): {resp.text[:300]}", file=sys.stderr)
+                    self.dropped += len(batch)
+                    return
+                reason = f"HTTP {resp.status_code}"
+            # Read timeouts are retried too: the server may have stored the batch, and a re-post is a no-op.
+            except (requests.ConnectionError, requests.Timeout) as exc:
+                reason = type(exc).__name__
+            if time.monotonic() + delay > self._deadline:
+                print(f"event post gave up at close ({reason}); {len(batch)} events lost", file=sys.stderr)
+                self.dropped += len(batch)
+                return
+            time.sleep(delay)
+            delay = min(delay * 2, 5.0)
+
+
+class EventEmitter:
+    """Numbers events (`seq` strictly increasing), stamps `ts`, checks the schema, hands them to the sinks."""
+
+    def __init__(self, sinks: list[EventSink], run: str | int | None = None) -> None:
+        self.sinks = sinks
+        self.run = run
+        self.seq = max([getattr(s, "last_seq", 0) for s in sinks] + [0])
+        self._lock = threading.Lock()
+        self.last_emit = time.monotonic()
+
+    def emit(self, type_: str, data: dict[str, Any]) -> dict[str, Any]:
+        with self._lock:
+            self.seq += 1
+            event = {"run": self.run, "seq": self.seq, "ts": time.time(), "type": type_, "data": data}
+            validate_event(event)  # a schema bug fails here, loudly, not in the platform
+            for sink in self.sinks:
+                sink.write(event)
+            self.last_emit = time.monotonic()
+            return event
+
+    @property
+    def stop_requested(self) -> bool:
+        return any(s.stop_requested for s in self.sinks)
+
+    def close(self, timeout_s: float = 10.0) -> None:
+        for sink in self.sinks:
+            sink.close(timeout_s)
+
+
+def sink_for(target: str | None) -> list[EventSink]:
+    """`--events` value -> sinks: an http(s) URL posts to the platform, anything else is a JSONL path."""
+    if not target:
+        return []
+    if target.startswith(("http://", "https://")):
+        return [HttpSink(target)]
+    return [JsonlSink(target)]

@@ -1,0 +1,194 @@
+"""Where the pieces run: in this process ('local') or as Ray actors (engines, rollout workers, trainer, channel).
+
+Either way the driver sees the same `Runtime`: engine handles behind a PublicationController, workers behind a
+RolloutScheduler, a trainer it calls synchronously, and the Channel that carries batches to the trainer.
+"""
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures as cf
+import os
+import threading
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from rollout.channel import Channel
+from rollout.filters import MinValidAttemptsFilter, ZeroVarianceFilter
+from rollout.invoke import is_ray_actor
+from rollout.publication import PublicationController
+from rollout.scheduler import RolloutScheduler
+from trainer.config import TrainConfig
+from trainer.engine import Engine
+from trainer.sampler import GroupSampler
+from trainer.service import TrainerService
+from trainer.worker import RolloutWorker
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+class LoopThread:
+    """An asyncio loop on a daemon thread: the driver's publication calls and local engines/workers run on it."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self.loop.run_forever, name="trainer-loop", daemon=True)
+        self._thread.start()
+
+    def submit(self, coro: Any) -> cf.Future:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop)
+
+    def run(self, coro: Any, timeout: float | None = None) -> Any:
+        return self.submit(coro).result(timeout)
+
+    def close(self) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(timeout=5)
+
+
+class _LoopWorker:
+    """Adapts an async RolloutWorker to the scheduler's local protocol (returns a concurrent Future)."""
+
+    def __init__(self, worker: RolloutWorker, loop: LoopThread) -> None:
+        self.worker, self._loop = worker, loop
+
+    def generate_group(self, group: Any, batch_id: Any) -> cf.Future:
+        return self._loop.submit(self.worker.generate_group(group, batch_id))
+
+
+@dataclass
+class Runtime:
+    cfg: TrainConfig
+    loop: LoopThread
+    engines: dict[str, Any]
+    workers: list[Any]  # actor handles (ray) or RolloutWorker objects (local)
+    trainer: Any
+    channel: Channel
+    publication: PublicationController
+    scheduler: RolloutScheduler
+    sampler: GroupSampler
+    uses_ray: bool
+    trainer_resources: dict[str, Any] = field(default_factory=dict)
+
+    def trainer_call(self, method: str, *args: Any, timeout: float | None = None) -> Any:
+        if self.uses_ray:
+            import ray
+
+            return ray.get(getattr(self.trainer, method).remote(*args), timeout=timeout)
+        return getattr(self.trainer, method)(*args)
+
+    def put_batch(self, groups: list[Any]) -> Any:
+        """The object the channel carries for one batch: an object-store ref on Ray, the list itself locally."""
+        if self.uses_ray:
+            import ray
+
+            return ray.put(groups)
+        return groups
+
+    def workers_call(self, method: str, *args: Any) -> list[Any]:
+        if self.uses_ray:
+            import ray
+
+            return ray.get([getattr(w, method).remote(*args) for w in self.workers], timeout=30)
+        return [getattr(w, method)(*args) for w in self.workers]
+
+    def engine_alive(self, engine_id: str, timeout_s: float = 10.0) -> bool:
+        handle = self.engines[engine_id]
+        if not is_ray_actor(handle):
+            return True
+        import ray
+
+        try:
+            ray.get(handle.ping.remote(), timeout=timeout_s)
+            return True
+        except Exception:  # noqa: BLE001 - any failure to answer means we stop routing to it
+            return False
+
+    def close(self) -> None:
+        try:
+            self.scheduler.close(timeout_s=10)
+        finally:
+            try:
+                self.channel.close()
+            except Exception:  # noqa: BLE001 - best effort teardown
+                pass
+            if self.uses_ray:
+                import ray
+
+                for handle in [*self.engines.values(), *self.workers, self.trainer]:
+                    try:
+                        ray.kill(handle)
+                    except Exception:  # noqa: BLE001
+                        pass
+            self.loop.close()
+
+
+def build_filters(cfg: TrainConfig) -> list[Any]:
+    filters: list[Any] = []
+    if cfg.filter_zero_variance:
+        filters.append(ZeroVarianceFilter())
+    if cfg.min_valid_attempts >= 1:
+        filters.append(MinValidAttemptsFilter(cfg.min_valid_attempts))
+    return filters
+
+
+def build_runtime(cfg: TrainConfig, sampler: GroupSampler, *, engines_open: bool = True) -> Runtime:
+    """Start engines, workers, trainer and channel; engines start closed when weights will be restored."""
+    loop = LoopThread()
+    name = f"trainer-{uuid.uuid4().hex[:8]}"
+    engine_ids = [f"engine-{i}" for i in range(cfg.num_engines)]
+    if cfg.mode == "local":
+        engines = {e: Engine(cfg, e, initially_open=engines_open) for e in engine_ids}
+        # Gates are asyncio objects: build them on the loop that will drive them.
+        workers = [RolloutWorker(cfg, f"worker-{i}", engines) for i in range(cfg.num_workers)]
+        channel = Channel.create(name, local=True)
+        trainer: Any = TrainerService(cfg, name)
+        invokables: list[Any] = [_LoopWorker(w, loop) for w in workers]
+        resources: dict[str, Any] = {"device": trainer.info()["device"]}
+        uses_ray = False
+    else:
+        engines, workers, trainer, channel, resources = _start_ray_actors(cfg, name, engine_ids, engines_open)
+        invokables = workers
+        uses_ray = True
+    scheduler = RolloutScheduler(invokables, [cfg.worker_capacity] * cfg.num_workers, sampler,
+                                 cfg.prompts_per_step, filters=build_filters(cfg), poll_interval_s=0.005)
+    return Runtime(cfg=cfg, loop=loop, engines=engines, workers=workers, trainer=trainer, channel=channel,
+                   publication=PublicationController(engines), scheduler=scheduler, sampler=sampler,
+                   uses_ray=uses_ray, trainer_resources=resources)
+
+
+def _start_ray_actors(cfg: TrainConfig, name: str, engine_ids: list[str], engines_open: bool):
+    import ray
+
+    if not ray.is_initialized():
+        ray.init(runtime_env={"env_vars": actor_env()})
+    env = {"env_vars": actor_env()}
+    # Logical CPUs are not reserved (num_cpus=0): on a 2-core machine the actors share cores anyway, and
+    # reserving them would deadlock placement on small clusters. Threads are pinned to 1 per actor instead.
+    engine_cls = ray.remote(Engine)
+    engines = {e: engine_cls.options(num_cpus=0, max_concurrency=1000, runtime_env=env, name=f"{name}-{e}")
+               .remote(cfg, e, initially_open=engines_open) for e in engine_ids}
+    worker_cls = ray.remote(RolloutWorker)
+    workers = [worker_cls.options(num_cpus=0, max_concurrency=cfg.worker_capacity + 16, runtime_env=env)
+               .remote(cfg, f"worker-{i}", engines) for i in range(cfg.num_workers)]
+    channel = Channel.create(name, actor_options={"runtime_env": env})
+    gpus = ray.cluster_resources().get("GPU", 0)
+    num_gpus = 1 if cfg.device != "cpu" and gpus >= 1 else 0
+    trainer = ray.remote(TrainerService).options(num_cpus=0, num_gpus=num_gpus, runtime_env=env).remote(cfg, name)
+    info = ray.get(trainer.info.remote())
+    ray.get([h.ping.remote() for h in engines.values()] + [w.stats.remote() for w in workers])
+    return engines, workers, trainer, channel, {"device": info["device"], "num_gpus": num_gpus,
+                                                  "cluster_gpus": gpus}
+
+
+def actor_env() -> dict[str, str]:
+    path = os.pathsep.join(p for p in [str(REPO_ROOT), os.environ.get("PYTHONPATH", "")] if p)
+    return {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "PYTHONPATH": path}
+
+
+def run_on_loop(rt: Runtime, fn: Callable[[], Any]) -> Any:
+    """Call a plain function on the loop thread (asyncio objects such as local gates live there)."""
+    async def wrapper() -> Any:
+        return fn()
+    return rt.loop.run(wrapper())

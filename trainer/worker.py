@@ -1,0 +1,96 @@
+"""A rollout worker: runs group episodes turn by turn, routing each session to one engine (affinity).
+
+Driven by `rollout.RolloutScheduler` through `generate_group(ticket, batch_id) -> GroupResult`. An engine that
+dies takes its sessions with it: they are tombstoned in the router, the episode is aborted and its ticket goes
+back to the sampler to be run again as a new session. Plain class; `trainer.topology` deploys it as an async
+Ray actor with `max_concurrency >= capacity`.
+"""
+from __future__ import annotations
+
+import asyncio
+import itertools
+from typing import Any
+
+from rollout.errors import NoEngineError, SessionGoneError
+from rollout.invoke import call, is_ray_actor
+from rollout.router import SessionAffinityRouter
+from rollout.types import GroupResult
+from trainer.config import TrainConfig
+from trainer.episodes import GroupTicket, run_group
+from trainer.tasks import VOCAB, task_build
+
+
+def _engine_died(exc: BaseException) -> bool:
+    try:
+        from ray.exceptions import RayActorError
+    except ImportError:  # pragma: no cover - ray is a hard dependency of the topology, not of this module
+        return False
+    return isinstance(exc, RayActorError)
+
+
+class RolloutWorker:
+    def __init__(self, cfg: TrainConfig, worker_id: str, engines: dict[str, Any]) -> None:
+        try:
+            import torch
+
+            torch.set_num_threads(1)
+        except ImportError:  # pragma: no cover
+            pass
+        self.cfg, self.worker_id = cfg, worker_id
+        self.task = task_build(cfg)
+        self.engines = dict(engines)
+        self.router = SessionAffinityRouter(sorted(self.engines))
+        self._attempt = itertools.count()
+        self.aborted = 0
+
+    async def generate_group(self, ticket: GroupTicket, batch_id: Any = None) -> GroupResult:
+        """Run G episodes of the ticket's prompt as one session on one engine; abort if that engine dies."""
+        session_id = f"{self.worker_id}:g{ticket.group_id}:a{next(self._attempt)}"
+        prompt = self.task.train_prompts[ticket.prompt_index]
+        try:
+            group = await run_group(self.task, ticket, prompt, group_size=self.cfg.group_size, seed=self.cfg.seed,
+                                    generate=self._generate, session_id=session_id)
+        except (SessionGoneError, NoEngineError) as exc:
+            self.aborted += 1
+            return GroupResult(rewards=[], aborted=True, group_id=ticket.group_id, meta={"reason": str(exc)})
+        finally:
+            await self._end_session(session_id)
+        valid = [all(VOCAB[t].isdigit() for t, turn in zip(row, group.token_turn) if turn >= 0)
+                 for row in group.tokens]
+        return GroupResult(rewards=group.rewards, payload=group, valid=valid, attempt_ids=group.sample_ids,
+                           group_id=ticket.group_id, meta={"versions": group.versions})
+
+    async def _generate(self, session_id: str, new_tokens: list[list[int]], n: int, seed: int, request_id: str,
+                        greedy: bool) -> dict[str, Any]:
+        engine_id = self.router.acquire(session_id)  # SessionGoneError for a tombstoned session
+        try:
+            return await call(self.engines[engine_id], "generate", session_id, new_tokens, n, seed, request_id, greedy)
+        except Exception as exc:
+            if _engine_died(exc):
+                self.engine_lost(engine_id, reason=f"died: {type(exc).__name__}")
+                raise SessionGoneError(session_id, engine_id, "died mid-request") from exc
+            raise
+
+    async def _end_session(self, session_id: str) -> None:
+        engine_id = self.router.engine_of(session_id)
+        self.router.release(session_id)
+        if engine_id is not None and engine_id in self.engines:
+            handle = self.engines[engine_id]
+            if is_ray_actor(handle):
+                handle.end_session.remote(session_id)  # fire and forget: only frees cache memory
+            else:
+                await call(handle, "end_session", session_id)
+
+    def engine_lost(self, engine_id: str, reason: str = "died") -> list[str]:
+        """Tombstone the sessions bound to a dead engine and stop routing to it."""
+        if engine_id not in self.engines:
+            return []
+        del self.engines[engine_id]
+        return self.router.remove_engine(engine_id, reason=reason)
+
+    def stats(self) -> dict[str, Any]:
+        return {"worker": self.worker_id, "aborted": self.aborted, "engines": sorted(self.engines),
+                "router": self.router.snapshot()}
+
+    async def close(self) -> None:
+        await asyncio.sleep(0)
