@@ -96,8 +96,9 @@ class RolloutScheduler:
             if self._core.pending:
                 raise SchedulerStateError(f"state_dict(): {len(self._core.pending)} group(s) still in flight; "
                                           "call pause(drain=True) first")
-            if self._core.collecting:
-                raise SchedulerStateError("state_dict(): a batch is being collected")
+            if self._core.demand or self._core.collecting:
+                # A generate() in progress would deliver results the checkpoint also holds.
+                raise SchedulerStateError("state_dict(): a batch is being collected; wait for generate()")
             return self._core.state_dict()
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
