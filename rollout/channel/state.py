@@ -98,6 +98,8 @@ class ChannelState:
         """Up to max_items from one queue; with target_weight, the first item always, then while the total fits."""
         if self.closed:
             raise ChannelError(f"channel {self.name!r} is closed")
+        if consumer is not None and self._deals and consumer not in self.consumers:
+            raise ChannelError(f"unknown consumer {consumer!r}; this channel knows {list(self.consumers)}")
         queues = self._queues.get(key)
         if not queues or not self._counts.get(key):
             return None
@@ -121,8 +123,6 @@ class ChannelState:
 
     def _pick_queue_locked(self, key: str, queues: dict[str | None, deque[Entry]], consumer: str | None,
                            rebalance: bool) -> deque[Entry] | None:
-        if consumer is not None and consumer not in self.consumers and self._deals:
-            raise ChannelError(f"unknown consumer {consumer!r}; this channel knows {list(self.consumers)}")
         candidates = [consumer, None] if consumer is not None else [None, *self.consumers]
         for owner in candidates:
             queue = queues.get(owner)
