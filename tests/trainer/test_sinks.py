@@ -1,0 +1,143 @@
+"""Event sinks: JSON lines that continue their seq, and HTTP batches with retries against a real local server."""
+from __future__ import annotations
+
+import json
+import socket
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+from trainer.events import EventSchemaError, validate_event
+from trainer.sinks import EventEmitter, HttpSink, JsonlSink
+
+
+class Ingest:
+    """A stand-in for the platform's ingest endpoint with scripted misbehaviour."""
+
+    def __init__(self, script: list[str]) -> None:
+        self.script = list(script)  # per request: "ok", "slow" (past the client timeout, then stores), "409"
+        self.stored: dict[int, dict] = {}
+        self.auth: list[str | None] = []
+        self.requests = 0
+        ingest = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:  # noqa: N802
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                ingest.requests += 1
+                ingest.auth.append(self.headers.get("Authorization"))
+                action = ingest.script.pop(0) if ingest.script else "ok"
+                if action == "slow":
+                    time.sleep(0.6)
+                for e in body:
+                    ingest.stored.setdefault(e["seq"], e)  # idempotent by seq, like the platform
+                code = 409 if action == "409" else 200
+                payload = json.dumps({"stored": len(body)}).encode()
+                try:
+                    self.send_response(code)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(payload)))
+                    self.end_headers()
+                    self.wfile.write(payload)
+                except BrokenPipeError:
+                    pass
+
+            def log_message(self, *args) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/api/runs/1/ingest/"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+
+
+def test_jsonl_sink_writes_valid_events_and_continues_seq_after_restart(tmp_path: Path) -> None:
+    path = tmp_path / "events.jsonl"
+    em = EventEmitter([JsonlSink(path)], run=7)
+    em.emit("status", {"status": "running"})
+    em.emit("sampler", {"epoch": 0, "group_count": 3, "dataset_size": 10, "consumed_in_epoch": 3})
+    em.close()
+    em2 = EventEmitter([JsonlSink(path)], run=7)  # a resumed job appends
+    em2.emit("log", {"level": "info", "message": "resumed"})
+    em2.close()
+    events = [validate_event(json.loads(line)) for line in path.read_text().splitlines()]
+    assert [e.seq for e in events] == [1, 2, 3]
+    assert [e.type for e in events] == ["status", "sampler", "log"]
+
+
+def test_emitter_refuses_events_that_break_the_schema() -> None:
+    em = EventEmitter([])
+    with pytest.raises(EventSchemaError, match="train event lacks"):
+        em.emit("train", {"step": 1})
+
+
+def test_http_sink_batches_with_bearer_token_and_retries_read_timeouts(monkeypatch) -> None:
+    monkeypatch.setenv("RUN_INGEST_TOKEN", "tok-123")
+    server = Ingest(["slow", "ok"])
+    try:
+        sink = HttpSink(server.url, timeout_s=0.3, flush_interval_s=0.05)
+        em = EventEmitter([sink])
+        for i in range(5):
+            em.emit("log", {"level": "info", "message": f"m{i}"})
+        em.close(timeout_s=10)
+        assert sorted(server.stored) == [1, 2, 3, 4, 5]  # the timed-out post was re-sent, no duplicates kept
+        assert server.requests >= 2
+        assert set(server.auth) == {"Bearer tok-123"}
+        assert sink.delivered == 5 and sink.dropped == 0
+    finally:
+        server.close()
+
+
+def test_http_sink_retries_connection_failures_until_the_server_is_up() -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    url = f"http://127.0.0.1:{port}/api/runs/1/ingest/"
+    sink = HttpSink(url, token="t", flush_interval_s=0.05, timeout_s=1.0)
+    em = EventEmitter([sink])
+    em.emit("log", {"level": "info", "message": "before the server"})
+    time.sleep(0.5)  # a few refused connections
+    server = None
+    try:
+        import http.server
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            got: list = []
+
+            def do_POST(self) -> None:  # noqa: N802
+                Handler.got += json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                self.send_response(200)
+                self.send_header("Content-Length", "2")
+                self.end_headers()
+                self.wfile.write(b"{}")
+
+            def log_message(self, *args) -> None:
+                pass
+
+        server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        em.close(timeout_s=15)
+        assert [e["seq"] for e in Handler.got] == [1]
+    finally:
+        if server is not None:
+            server.shutdown()
+
+
+def test_http_409_means_the_run_is_over() -> None:
+    server = Ingest(["409"])
+    try:
+        sink = HttpSink(server.url, token="t", flush_interval_s=0.05)
+        em = EventEmitter([sink])
+        em.emit("log", {"level": "info", "message": "x"})
+        deadline = time.monotonic() + 5
+        while not em.stop_requested and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert em.stop_requested
+        em.close()
+    finally:
+        server.close()

@@ -1,0 +1,106 @@
+"""Pure logic of the trainer: tasks, sampler, advantages, the KV cache, generation determinism."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from trainer.algorithm import group_advantages
+from trainer.config import TrainConfig
+from trainer.policy import build_policy, sample_tokens
+from trainer.sampler import GroupSampler
+from trainer.tasks import AgentTask, DigitTask, Prompt, decode, encode, task_build
+
+TASK_KW = dict(modulus=10, prompt_terms_min=3, prompt_terms_max=5, answer_terms=3, held_out_fraction=0.2, seed=0)
+
+
+def test_digit_task_partial_credit_stops_at_first_wrong_character() -> None:
+    task = DigitTask(**TASK_KW)
+    p = Prompt(start=3, diff=2, shown=3)  # 3 5 7 | 9 1 3
+    assert decode(task.prompt_tokens(p)) == "^357>"
+    assert task.answer_text(p) == "913"
+    assert task.score(p, encode("913")) == (1.0, 1.0)
+    assert task.score(p, encode("903")) == (pytest.approx(1 / 3), 0.0)  # the right 3 after a miss earns nothing
+    assert task.score(p, encode("013")) == (0.0, 0.0)
+
+
+def test_held_out_pairs_are_never_trained_on() -> None:
+    task = DigitTask(**TASK_KW)
+    train = {(p.start, p.diff) for p in task.train_prompts}
+    held = {(p.start, p.diff) for p in task.held_out_prompts}
+    assert not train & held
+    assert len(held) == 20 and len(train) == 80
+    assert len(task.train_prompts) == 80 * 3
+
+
+def test_agent_task_tool_reveals_the_true_term_between_turns() -> None:
+    task = AgentTask(**TASK_KW)
+    p = Prompt(start=1, diff=3, shown=3)  # 1 4 7 | 0 3 6
+    assert task.turns == 3 and task.turn_len() == 1
+    assert decode(task.tool_reply(p, 0, encode("5"))) == "0>"  # wrong guess: the tool still says 0
+    assert task.tool_reply(p, 2, encode("036")) == []  # nothing after the last turn
+    assert task.score(p, encode("036")) == (1.0, 1.0)
+    assert task.score(p, encode("536")) == (pytest.approx(2 / 3), 0.0)  # turns are scored independently
+
+
+def test_tasks_are_pluggable_by_name() -> None:
+    assert isinstance(task_build(TrainConfig(task="agent")), AgentTask)
+    with pytest.raises(ValueError, match="unknown task 'nope'"):
+        task_build(type("C", (), {**TrainConfig().to_dict(), "task": "nope"})())
+
+
+def test_sampler_is_deterministic_and_resumes_exactly() -> None:
+    a = GroupSampler(7, seed=3)
+    seq = [a.next() for _ in range(20)]
+    assert [t.group_id for t in seq] == list(range(20))
+    assert [t.epoch for t in seq] == [0] * 7 + [1] * 7 + [2] * 6
+    for e in range(2):  # each epoch is a permutation of the dataset
+        assert sorted(t.prompt_index for t in seq[e * 7:(e + 1) * 7]) == list(range(7))
+    assert [t.prompt_index for t in seq[:7]] != [t.prompt_index for t in seq[7:14]]
+    b = GroupSampler(7, seed=3)
+    [b.next() for _ in range(9)]
+    c = GroupSampler(7, seed=3)
+    c.load_state_dict(b.state_dict())
+    assert [c.next() for _ in range(11)] == seq[9:]
+    assert c.progress() == {"epoch": 2, "group_count": 20, "dataset_size": 7, "consumed_in_epoch": 6}
+
+
+def test_returned_groups_come_back_first_with_their_identity() -> None:
+    s = GroupSampler(5, seed=0)
+    first = s.get_groups(4)
+    s.return_groups([first[2], first[0]])
+    again = s.get_groups(3)
+    assert [t.group_id for t in again] == [0, 2, 4]
+    assert again[0] == first[0] and again[1] == first[2]
+    restored = GroupSampler(5, seed=0)
+    s.return_groups([again[1]])
+    restored.load_state_dict(s.state_dict())
+    assert restored.get_groups(2)[0] == first[2]
+    with pytest.raises(ValueError, match="different dataset"):
+        GroupSampler(6, seed=0).load_state_dict(s.state_dict())
+
+
+def test_group_advantages_are_normalized_within_each_group() -> None:
+    adv = group_advantages(torch.tensor([[1.0, 0.0, 0.0, 1.0], [0.5, 0.5, 0.5, 0.5]]))
+    assert torch.allclose(adv[0], torch.tensor([1.0, -1.0, -1.0, 1.0]), atol=1e-4)
+    assert torch.equal(adv[1], torch.zeros(4))  # zero variance: no signal (such groups are filtered)
+
+
+def test_kv_cache_turns_match_a_full_forward_pass() -> None:
+    torch.manual_seed(0)
+    model = build_policy(TrainConfig(), vocab_size=12, block_size=24).eval()
+    seq = torch.randint(0, 12, (3, 14))
+    full, _ = model(seq)
+    _, cache = model(seq[:, :6])
+    part, cache = model(seq[:, 6:11], cache)  # a later turn only feeds its new tokens
+    last, _ = model(seq[:, 11:], cache)
+    assert torch.allclose(torch.cat([part, last], 1), full[:, 6:], atol=1e-5)
+
+
+def test_sampling_is_reproducible_from_the_request_seed() -> None:
+    torch.manual_seed(0)
+    model = build_policy(TrainConfig(), vocab_size=12, block_size=24).eval()
+    prompt = torch.randint(0, 12, (4, 5))
+    runs = [sample_tokens(model, prompt, None, 4, temperature=1.0, generator=torch.Generator().manual_seed(7))
+            for _ in range(2)]
+    assert torch.equal(runs[0][0], runs[1][0]) and torch.equal(runs[0][1], runs[1][1])
+    assert (runs[0][1] <= 0).all()  # log-probabilities
