@@ -7,3 +7,6 @@ urlpatterns = [
     path("api/", include("runs.api.urls")),
     path("", include("frontend.urls")),
 ]
+
+# Unrouted /api/ URLs answer JSON like the rest of the API (an HTML page would break API clients).
+handler404 = "runs.api.views.api_not_found"

@@ -46,6 +46,8 @@ def run_list(*, user: Any, status: str | None = None, run_class: str | None = No
 
 def run_get(*, user: Any, run_id: int) -> Run:
     """A run the user may see; others' runs are reported as not found (their existence is not revealed)."""
+    if not 0 < run_id < 2**63:
+        raise RunNotFound(f"run {run_id} not found")
     run = run_list(user=user).filter(pk=run_id).first()
     if run is None:
         raise RunNotFound(f"run {run_id} not found")

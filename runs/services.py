@@ -2,6 +2,7 @@
 time limits and concurrency settings. Every status change goes through `run_status_change`."""
 from __future__ import annotations
 
+import json
 import time
 from datetime import datetime, timedelta
 from typing import Any
@@ -23,6 +24,7 @@ from runs.slots import store
 from runs.slots.policy import PolicyError, policy_check_merged, policy_merge, policy_validate
 
 NAME_MAX = 200
+TIME_LIMIT_MAX = 10**9
 # Allowed moves; anything else is a bug in the caller and raises InvalidTransition.
 TRANSITIONS: dict[str, set[str]] = {
     RunStatus.QUEUED: {RunStatus.STARTING, RunStatus.CANCELLED, RunStatus.FAILED},
@@ -104,12 +106,16 @@ def run_submit(
     if not isinstance(name, str) or not name.strip() or len(name) > NAME_MAX:
         raise InvalidInput(f"must be a non-empty string of at most {NAME_MAX} characters", field="name")
     if time_limit_seconds is not None and (
-        not isinstance(time_limit_seconds, int) or isinstance(time_limit_seconds, bool) or time_limit_seconds < 1
+        not isinstance(time_limit_seconds, int) or isinstance(time_limit_seconds, bool)
+        or not 1 <= time_limit_seconds <= TIME_LIMIT_MAX
     ):
-        raise InvalidInput("must be a positive integer number of seconds", field="time_limit_seconds")
+        raise InvalidInput(f"must be an integer number of seconds from 1 to {TIME_LIMIT_MAX}",
+                           field="time_limit_seconds")
     run_kind = kinds.kind_get(kind)
     if not isinstance(config, dict):
         raise InvalidInput("must be a JSON object", field="config")
+    if "\\u0000" in json.dumps(config):
+        raise InvalidInput("must not contain NUL characters", field="config")
     config = run_kind.validate_config(config)
     started = time.time()
     with transaction.atomic():

@@ -20,7 +20,7 @@ class RunSubmitSerializer(serializers.Serializer):
     origin = serializers.CharField(default=Origin.API, help_text="dashboard | api | schedule | system")
     kind = serializers.CharField(default=DEFAULT_KIND, help_text="a registered run kind")
     config = serializers.JSONField(default=dict, help_text="validated against the kind's schema")
-    time_limit_seconds = serializers.IntegerField(required=False, allow_null=True, min_value=1)
+    time_limit_seconds = serializers.IntegerField(required=False, allow_null=True, min_value=1, max_value=10**9)
 
 
 class PositionSerializer(serializers.Serializer):
@@ -70,6 +70,13 @@ class RunSerializer(serializers.ModelSerializer):
     def get_eta_seconds(self, run: Run) -> float | None:
         info = self._info(run)
         return info.eta_seconds if info else None
+
+
+class RunPageSerializer(serializers.Serializer):
+    count = serializers.IntegerField()
+    next = serializers.URLField(allow_null=True)
+    previous = serializers.URLField(allow_null=True)
+    results = RunSerializer(many=True)
 
 
 class RunEventSerializer(serializers.Serializer):
@@ -141,8 +148,12 @@ class DryRunSerializer(serializers.Serializer):
 
 
 class ErrorSerializer(serializers.Serializer):
+    """Every error answer: a readable message naming the field, the field's dotted name (null if none), and
+    for request-body validation the full per-field detail."""
+
     detail = serializers.CharField()
     field = serializers.CharField(allow_null=True, required=False)
+    errors = serializers.JSONField(required=False)
 
 
 class TokenInputSerializer(serializers.Serializer):

@@ -4,8 +4,11 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib.auth import authenticate
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
+from django.views.defaults import page_not_found
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import status as http
+from rest_framework.exceptions import ValidationError
 from rest_framework.authtoken.models import Token
 from rest_framework.pagination import PageNumberPagination
 from rest_framework.permissions import AllowAny, IsAdminUser
@@ -20,6 +23,14 @@ from runs.models import RunClass, RunStatus
 from runs.slots import store
 
 ERRORS = {400: s.ErrorSerializer, 404: s.ErrorSerializer, 409: s.ErrorSerializer}
+RUN_ID = OpenApiParameter("run_id", int, OpenApiParameter.PATH, description="run id")
+
+
+def api_not_found(request: HttpRequest, exception: Exception | None = None) -> HttpResponse:
+    """404 for unrouted URLs (config.urls.handler404): JSON under /api/, Django's page elsewhere."""
+    if request.path.startswith("/api/"):
+        return JsonResponse({"detail": f"{request.path} not found", "field": None}, status=404)
+    return page_not_found(request, exception or Http404())
 
 
 class ServiceView(APIView):
@@ -28,7 +39,21 @@ class ServiceView(APIView):
     def handle_exception(self, exc: Exception) -> Response:
         if isinstance(exc, ServiceError):
             return Response(exc.as_dict(), status=exc.status_code)
+        if isinstance(exc, ValidationError):  # serializer errors: same shape, first field named
+            field, message = _first_error(exc.detail)
+            return Response({"detail": f"{field}: {message}" if field else message, "field": field or None,
+                             "errors": exc.detail}, status=400)
         return super().handle_exception(exc)
+
+
+def _first_error(detail: Any, prefix: str = "") -> tuple[str, str]:
+    if isinstance(detail, dict) and detail:
+        key, value = next(iter(detail.items()))
+        name = key if key != "non_field_errors" else ""
+        return _first_error(value, f"{prefix}.{name}" if prefix and name else (name or prefix))
+    if isinstance(detail, list) and detail:
+        return _first_error(detail[0], prefix)
+    return prefix, str(detail)
 
 
 def _body(request: Request) -> dict[str, Any]:
@@ -44,8 +69,9 @@ def _runs_json(runs: list, request: Request) -> list[dict[str, Any]]:
 
 class RunListCreateView(ServiceView):
     @extend_schema(
-        operation_id="runs_list", responses={200: s.RunSerializer(many=True), 400: s.ErrorSerializer},
+        operation_id="runs_list", responses={200: s.RunPageSerializer, 400: s.ErrorSerializer, 404: s.ErrorSerializer},
         parameters=[
+            OpenApiParameter("page", int, description="page number (1-based)"),
             OpenApiParameter("status", str, enum=RunStatus.values, description="only runs in this status"),
             OpenApiParameter("run_class", str, enum=RunClass.values, description="only runs of this class"),
         ],
@@ -67,20 +93,20 @@ class RunListCreateView(ServiceView):
 
 
 class RunDetailView(ServiceView):
-    @extend_schema(operation_id="runs_retrieve", responses={200: s.RunSerializer, 404: s.ErrorSerializer})
+    @extend_schema(operation_id="runs_retrieve", parameters=[RUN_ID], responses={200: s.RunSerializer, 404: s.ErrorSerializer})
     def get(self, request: Request, run_id: int) -> Response:
         return Response(_runs_json([selectors.run_get(user=request.user, run_id=run_id)], request)[0])
 
 
 class RunCancelView(ServiceView):
-    @extend_schema(operation_id="runs_cancel", request=None, responses={200: s.RunSerializer, **ERRORS})
+    @extend_schema(operation_id="runs_cancel", parameters=[RUN_ID], request=None, responses={200: s.RunSerializer, **ERRORS})
     def post(self, request: Request, run_id: int) -> Response:
         run = services.run_cancel(run=selectors.run_get(user=request.user, run_id=run_id), by=request.user)
         return Response(_runs_json([run], request)[0])
 
 
 class RunResumeView(ServiceView):
-    @extend_schema(operation_id="runs_resume", request=None, responses={200: s.RunSerializer, **ERRORS})
+    @extend_schema(operation_id="runs_resume", parameters=[RUN_ID], request=None, responses={200: s.RunSerializer, **ERRORS})
     def post(self, request: Request, run_id: int) -> Response:
         run = services.run_resume(run=selectors.run_get(user=request.user, run_id=run_id), by=request.user)
         return Response(_runs_json([run], request)[0])
@@ -89,7 +115,7 @@ class RunResumeView(ServiceView):
 class RunEventsView(ServiceView):
     @extend_schema(
         operation_id="runs_events", responses={200: s.RunEventSerializer(many=True), **ERRORS},
-        parameters=[OpenApiParameter("after", int, description="only events with seq greater than this")],
+        parameters=[RUN_ID, OpenApiParameter("after", int, description="only events with seq greater than this")],
     )
     def get(self, request: Request, run_id: int) -> Response:
         raw = request.query_params.get("after", "0")
@@ -119,18 +145,20 @@ class ConcurrencySettingsView(ServiceView):
     def _effective(self) -> Response:
         return Response(store.policy_load(fresh=True).to_dict())
 
-    @extend_schema(operation_id="settings_concurrency_retrieve", responses={200: s.ConcurrencySettingsSerializer})
+    @extend_schema(operation_id="settings_concurrency_retrieve", responses={200: s.ConcurrencySettingsSerializer, 403: s.ErrorSerializer})
     def get(self, request: Request) -> Response:
         return self._effective()
 
     @extend_schema(operation_id="settings_concurrency_partial_update", request=s.ConcurrencySettingsInputSerializer,
-                   responses={200: s.ConcurrencySettingsSerializer, 400: s.ErrorSerializer})
+                   responses={200: s.ConcurrencySettingsSerializer, 400: s.ErrorSerializer,
+                              403: s.ErrorSerializer})
     def patch(self, request: Request) -> Response:
         services.settings_update(changes=_body(request), partial=True, by=request.user)
         return self._effective()
 
     @extend_schema(operation_id="settings_concurrency_update", request=s.ConcurrencySettingsInputSerializer,
-                   responses={200: s.ConcurrencySettingsSerializer, 400: s.ErrorSerializer})
+                   responses={200: s.ConcurrencySettingsSerializer, 400: s.ErrorSerializer,
+                              403: s.ErrorSerializer})
     def put(self, request: Request) -> Response:
         services.settings_update(changes=_body(request), partial=False, by=request.user)
         return self._effective()

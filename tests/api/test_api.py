@@ -90,7 +90,7 @@ def test_submit_rejects_bad_input_naming_the_field(user, body, field):
 
 def test_missing_name_is_400(user):
     answer = client_for(user).post("/api/runs/", {"origin": "api"}, format="json")
-    assert answer.status_code == 400 and "name" in answer.json()
+    assert answer.status_code == 400 and answer.json()["field"] == "name"
 
 
 def test_list_is_paginated_filtered_and_private(user, other_user, staff, handoffs):
