@@ -124,6 +124,8 @@ CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_TASK_ALWAYS_EAGER = env_bool("CELERY_TASK_ALWAYS_EAGER", False)
+# Installations (or test sessions) sharing one Redis keep their tasks apart with their own queue name.
+CELERY_TASK_DEFAULT_QUEUE = os.environ.get("CELERY_QUEUE", "celery")
 CELERY_BROKER_TRANSPORT_OPTIONS = {
     # How long a delivered-but-unacknowledged task stays invisible before Redis hands it to another worker:
     # the redelivery time of a task whose worker was SIGKILLed. Every task here finishes in seconds (launch,

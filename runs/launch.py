@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import logging
 import shlex
+import time
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -35,6 +36,8 @@ class JobSpec:
 class RayUnavailable(Exception):
     """The Ray job API could not be reached; the launch is retried by the tick (the run stays `starting`)."""
 
+
+AGENT_WAIT_SECONDS = 30
 
 # What the job client raises when the job API cannot be reached (its constructor raises the builtin one).
 RAY_UNREACHABLE = (ConnectionError, requests.RequestException)
@@ -111,20 +114,26 @@ def job_submit(run: Run, spec: JobSpec) -> str:
         **spec.env,
     }
     gpus = 1 if spec.wants_gpu and cluster_gpus(client) >= 1 else None
-    try:
-        client.submit_job(
-            entrypoint=shlex.join(spec.entrypoint), submission_id=submission_id, runtime_env={"env_vars": env},
-            metadata={"platform_run": str(run.pk), "attempt": str(run.attempt), "kind": run.kind},
-            entrypoint_num_gpus=gpus,
-        )
-        logger.info("run %s: submitted Ray job %s (gpus=%s)", run.pk, submission_id, gpus or 0)
-    except RuntimeError as exc:
-        if "already exists" not in str(exc):
-            raise
-        logger.info("run %s: Ray job %s already exists; recording it", run.pk, submission_id)
-    except RAY_UNREACHABLE as exc:
-        raise RayUnavailable(f"Ray job API at {settings.RAY_ADDRESS} is not reachable: {exc}") from exc
-    return submission_id
+    deadline = time.monotonic() + AGENT_WAIT_SECONDS
+    while True:
+        try:
+            client.submit_job(
+                entrypoint=shlex.join(spec.entrypoint), submission_id=submission_id,
+                runtime_env={"env_vars": env}, entrypoint_num_gpus=gpus,
+                metadata={"platform_run": str(run.pk), "attempt": str(run.attempt), "kind": run.kind},
+            )
+            logger.info("run %s: submitted Ray job %s (gpus=%s)", run.pk, submission_id, gpus or 0)
+            return submission_id
+        except RuntimeError as exc:
+            if "already exists" in str(exc):
+                logger.info("run %s: Ray job %s already exists; recording it", run.pk, submission_id)
+                return submission_id
+            # A head that just started answers before its job agent registered.
+            if "No available agent" not in str(exc) or time.monotonic() > deadline:
+                raise
+            time.sleep(1)
+        except RAY_UNREACHABLE as exc:
+            raise RayUnavailable(f"Ray job API at {settings.RAY_ADDRESS} is not reachable: {exc}") from exc
 
 
 def run_launch_job(run: Run, spec: JobSpec) -> None:

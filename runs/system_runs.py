@@ -14,7 +14,8 @@ from django.db import transaction
 
 from runs import kinds
 from runs.errors import InvalidInput, ServiceError
-from runs.models import Origin, Run, RunStatus
+from runs.events import PLATFORM_SOURCE
+from runs.models import Origin, Run, RunEvent, RunStatus
 
 logger = logging.getLogger(__name__)
 
@@ -86,10 +87,24 @@ def eval_run_submit(*, run: Run) -> Run | None:
                                    kind=EVAL_KIND, config={"source_run": run.pk}, parent=run)
 
 
+def eval_summary_record(*, run: Run) -> None:
+    """Put the metrics of the eval job's final status event under `summary["eval"]` (the live fold keeps only
+    gate/version/sampler/train/checkpoint)."""
+    final = (RunEvent.objects.filter(run=run, type="status").exclude(source=PLATFORM_SOURCE)
+             .order_by("-seq").values_list("data", flat=True).first())
+    if final and isinstance(final.get("metrics"), dict):
+        with transaction.atomic():
+            locked = Run.objects.select_for_update().get(pk=run.pk)
+            locked.summary = {**(locked.summary or {}), "eval": final["metrics"]}
+            locked.save(update_fields=["summary"])
+
+
 def system_runs_after_finish(*, run: Run) -> None:
     """React to a run that just finished; errors are logged, never undo the finish."""
     try:
-        if run.status == RunStatus.SUCCEEDED and run.kind == kinds.DEFAULT_KIND:
+        if run.status == RunStatus.SUCCEEDED and run.kind == EVAL_KIND:
+            eval_summary_record(run=run)
+        elif run.status == RunStatus.SUCCEEDED and run.kind == kinds.DEFAULT_KIND:
             child = eval_run_submit(run=run)
             if child is not None:
                 logger.info("run %s succeeded: submitted eval run %s", run.pk, child.pk)

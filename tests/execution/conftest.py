@@ -1,0 +1,204 @@
+"""Real platform processes for execution tests: daphne and Celery workers as subprocesses on the test database,
+the shared Ray cluster, and Redis; plus an API client and helpers to wait for run states."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+import requests
+from django.db import connection
+
+from tests.conftest import REPO_ROOT, VENV_BIN, RayCluster, free_port
+
+# Tiny training run: a few steps of the digits task so a run takes well under a minute on two cores.
+TINY_TRAIN_CONFIG: dict[str, Any] = {
+    "steps": 6, "prompts_per_step": 8, "group_size": 4, "num_engines": 1, "num_workers": 1,
+    "worker_capacity": 8, "eval_every": 3, "eval_prompts": 16, "checkpoint_every": 3, "d_model": 32,
+    "n_layer": 1, "n_head": 2,
+}
+
+
+@dataclass
+class Platform:
+    """The processes of one test's platform; `stop()` ends every one of them (by process group)."""
+
+    env: dict[str, str]
+    web_url: str
+    log_dir: Path
+    procs: dict[str, subprocess.Popen] = field(default_factory=dict)
+
+    def _start(self, name: str, cmd: list[str], extra_env: dict[str, str] | None = None) -> subprocess.Popen:
+        log = open(self.log_dir / f"{name}.log", "ab")
+        proc = subprocess.Popen(cmd, cwd=REPO_ROOT, env={**self.env, **(extra_env or {})}, stdout=log,
+                                stderr=subprocess.STDOUT, start_new_session=True)
+        self.procs[name] = proc
+        return proc
+
+    def start_web(self) -> None:
+        port = self.web_url.rsplit(":", 1)[1]
+        self._start("web", [str(VENV_BIN / "daphne"), "-b", "127.0.0.1", "-p", port, "config.asgi:application"])
+        wait_for(lambda: _http_up(f"{self.web_url}/api/schema/"), timeout=60, what="daphne to serve",
+                 on_timeout=lambda: self.log("web"))
+
+    def start_worker(self, name: str = "worker", *, beat: bool = True, include: str | None = None,
+                     extra_env: dict[str, str] | None = None) -> subprocess.Popen:
+        cmd = [str(VENV_BIN / "celery"), "-A", "config", "worker", "--loglevel", "INFO", "--concurrency", "2",
+               "--hostname", f"{name}-{uuid.uuid4().hex[:6]}@%h", "--without-gossip", "--without-mingle"]
+        if beat:
+            cmd += ["--beat", "--schedule", str(self.log_dir / f"beat-{name}")]
+        if include:
+            cmd += ["--include", include]
+        return self._start(name, cmd, extra_env)
+
+    def kill(self, name: str) -> None:
+        """SIGKILL the whole process group (a Celery worker's parent and its pool children at once)."""
+        proc = self.procs.pop(name)
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=10)
+
+    def stop(self) -> None:
+        for name in list(self.procs):
+            proc = self.procs.pop(name)
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGTERM)
+                try:
+                    proc.wait(timeout=15)
+                except subprocess.TimeoutExpired:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                    proc.wait(timeout=10)
+
+    def log(self, name: str) -> str:
+        path = self.log_dir / f"{name}.log"
+        return path.read_text(errors="replace")[-4000:] if path.exists() else ""
+
+
+def _http_up(url: str) -> bool:
+    try:
+        return requests.get(url, timeout=2).status_code < 500
+    except requests.RequestException:
+        return False
+
+
+def wait_for(check: Callable[[], Any], *, timeout: float, what: str, interval: float = 0.3,
+             on_timeout: Callable[[], str] | None = None) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            detail = on_timeout() if on_timeout else ""
+            pytest.fail(f"timed out after {timeout} s waiting for {what}\n{detail}", pytrace=False)
+        time.sleep(interval)
+
+
+@pytest.fixture(scope="session")
+def submission_prefix() -> str:
+    return f"t{uuid.uuid4().hex[:6]}"
+
+
+@pytest.fixture
+def platform(transactional_db, ray_cluster: RayCluster, redis_url: str, tmp_path: Path,
+             submission_prefix: str) -> Iterator[Platform]:
+    """Web started; workers are started by the test (it decides which to kill). Everything on the test DB."""
+    db = connection.settings_dict
+    database_url = f"postgres://{db['USER']}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}"
+    assert connection.vendor == "postgresql", "execution tests need PostgreSQL (set DATABASE_URL)"
+    web_url = f"http://127.0.0.1:{free_port()}"
+    env = dict(os.environ)
+    env.update({
+        "DATABASE_URL": database_url, "REDIS_URL": redis_url, "RAY_ADDRESS": ray_cluster.dashboard_url,
+        "PLATFORM_PUBLIC_URL": web_url, "RUN_ARTIFACTS_DIR": str(tmp_path / "runs"),
+        "RAY_SUBMISSION_PREFIX": submission_prefix, "CELERY_QUEUE": f"{submission_prefix}-tasks",
+        "SCHEDULER_TICK_SECONDS": "1",
+        "CELERY_VISIBILITY_TIMEOUT": "10", "CELERY_UNACKED_RESTORE_INTERVAL": "1",
+        "RUN_STOP_GRACE_SECONDS": "20", "SLOTS_HEARTBEAT_TIMEOUT_SECONDS": "120",
+        "PATH": f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}",
+        "PYTHONPATH": str(REPO_ROOT), "OMP_NUM_THREADS": "1", "DJANGO_SETTINGS_MODULE": "config.settings",
+    })
+    log_dir = tmp_path / "logs"
+    log_dir.mkdir()
+    plat = Platform(env=env, web_url=web_url, log_dir=log_dir)
+    try:
+        plat.start_web()
+        yield plat
+    finally:
+        plat.stop()
+        _stop_jobs(ray_cluster, submission_prefix)
+
+
+def _stop_jobs(ray_cluster: RayCluster, prefix: str) -> None:
+    """Leave no job of this test running on the shared cluster (the next test needs the CPUs)."""
+    from ray.job_submission import JobStatus, JobSubmissionClient
+
+    client = JobSubmissionClient(ray_cluster.dashboard_url)
+    for job in client.list_jobs():
+        if (job.submission_id or "").startswith(prefix + "-") and not job.status.is_terminal():
+            client.stop_job(job.submission_id)
+    wait_for(lambda: all(j.status.is_terminal() for j in client.list_jobs()
+                         if (j.submission_id or "").startswith(prefix + "-") or j.status == JobStatus.PENDING),
+             timeout=60, what="test jobs to stop")
+
+
+class Api:
+    """A token-authenticated REST client of the platform under test."""
+
+    def __init__(self, base: str, token: str) -> None:
+        self.base = base
+        self.session = requests.Session()
+        self.session.headers["Authorization"] = f"Token {token}"
+
+    def get(self, path: str) -> Any:
+        resp = self.session.get(self.base + path, timeout=10)
+        assert resp.status_code == 200, f"GET {path}: {resp.status_code} {resp.text}"
+        return resp.json()
+
+    def post(self, path: str, body: Any = None, expect: int = 200) -> Any:
+        resp = self.session.post(self.base + path, json=body, timeout=30)
+        assert resp.status_code == expect, f"POST {path}: {resp.status_code} {resp.text}"
+        return resp.json() if resp.content else None
+
+    def patch(self, path: str, body: Any, expect: int = 200) -> Any:
+        resp = self.session.patch(self.base + path, json=body, timeout=10)
+        assert resp.status_code == expect, f"PATCH {path}: {resp.status_code} {resp.text}"
+        return resp.json()
+
+    def run(self, run_id: int) -> dict[str, Any]:
+        return self.get(f"/api/runs/{run_id}/")
+
+    def wait_status(self, run_id: int, statuses: set[str] | str, *, timeout: float,
+                    on_timeout: Callable[[], str] | None = None) -> dict[str, Any]:
+        wanted = {statuses} if isinstance(statuses, str) else statuses
+        seen: list[str] = []
+
+        def check() -> dict[str, Any] | None:
+            run = self.run(run_id)
+            if not seen or seen[-1] != run["status"]:
+                seen.append(run["status"])
+            return run if run["status"] in wanted else None
+
+        return wait_for(check, timeout=timeout, what=f"run {run_id} to reach {sorted(wanted)} (seen {seen})",
+                        on_timeout=on_timeout)
+
+
+@pytest.fixture
+def api(platform: Platform, django_user_model) -> Api:
+    from rest_framework.authtoken.models import Token
+
+    user = django_user_model.objects.create_user(username="alice", password="pw", is_staff=True)
+    return Api(platform.web_url, Token.objects.create(user=user).key)
+
+
+def ray_jobs_of_run(ray_cluster: RayCluster, run_id: int) -> list:
+    from ray.job_submission import JobSubmissionClient
+
+    jobs = JobSubmissionClient(ray_cluster.dashboard_url).list_jobs()
+    return [j for j in jobs if (j.metadata or {}).get("platform_run") == str(run_id)]

@@ -1,0 +1,61 @@
+"""End to end on real processes: daphne + Celery worker/beat subprocesses on the test PostgreSQL, Redis, and
+the shared Ray cluster running the real trainer. A run goes queued -> starting -> running -> succeeded, its
+summary shows weight versions and sampler progress, its slot goes to the next run, the platform evaluates the
+trained checkpoint as a system run, and a cancel stops the job and frees the slot."""
+from __future__ import annotations
+
+import pytest
+
+from runs.models import Run, Slot
+from tests.execution.conftest import TINY_TRAIN_CONFIG, ray_jobs_of_run
+
+pytestmark = pytest.mark.slow
+
+
+def status_history(api, run_id: int) -> list[str]:
+    """The platform's own status events (the job reports its status too; those carry no `previous`)."""
+    events = api.get(f"/api/runs/{run_id}/events/?after=0")
+    return [e["data"]["status"] for e in events if e["type"] == "status" and "previous" in e["data"]]
+
+
+def test_run_succeeds_frees_its_slot_and_is_evaluated(platform, api, ray_cluster):
+    platform.start_worker()
+    api.patch("/api/settings/concurrency/", {"classes": {"app": {"limit": 1}}})
+    first = api.post("/api/runs/", {"name": "first", "origin": "api", "config": TINY_TRAIN_CONFIG}, expect=201)
+    second = api.post("/api/runs/", {"name": "second", "origin": "api", "config": TINY_TRAIN_CONFIG}, expect=201)
+    assert first["status"] == "starting"
+    assert second["status"] == "queued" and second["pending_reason"] == "class_limit_reached"
+
+    done = api.wait_status(first["id"], {"succeeded", "failed"}, timeout=240,
+                           on_timeout=lambda: platform.log("worker"))
+    assert done["status"] == "succeeded", done["error"]
+    assert status_history(api, first["id"]) == ["queued", "starting", "running", "succeeded"]
+    summary = done["summary"]
+    steps = TINY_TRAIN_CONFIG["steps"]
+    assert summary["version"]["version"] == steps
+    assert summary["train"]["step"] == steps
+    assert summary["sampler"]["group_count"] >= steps * TINY_TRAIN_CONFIG["prompts_per_step"]
+    assert summary["gate"]["state"] in {"open", "sealed", "draining", "installing"}
+    assert len(ray_jobs_of_run(ray_cluster, first["id"])) == 1
+
+    # The slot went to the waiting run in the same transaction that finished the first one.
+    assert not Slot.objects.filter(run_id=first["id"]).exists()
+    nxt = api.wait_status(second["id"], {"starting", "running"}, timeout=30)
+    assert nxt["granted_at"] >= done["finished_at"]
+
+    # The platform evaluates the trained checkpoint: a system run owned by the same user, parent = the run.
+    child = Run.objects.get(parent_id=first["id"])
+    assert (child.origin, child.run_class, child.kind, child.owner.username) == ("system", "system", "eval", "alice")
+    evaluated = api.wait_status(child.pk, {"succeeded", "failed"}, timeout=120)
+    assert evaluated["status"] == "succeeded", evaluated["error"]
+    assert 0.0 <= evaluated["summary"]["eval"]["held_out_exact_match"] <= 1.0
+    assert evaluated["summary"]["eval"]["version"] == steps
+
+    # Cancel: stopping -> the job is stopped (SIGTERM) -> cancelled, slot released.
+    api.wait_status(second["id"], "running", timeout=60)
+    api.post(f"/api/runs/{second['id']}/cancel/")
+    cancelled = api.wait_status(second["id"], {"cancelled", "failed", "succeeded"}, timeout=60)
+    assert cancelled["status"] == "cancelled", cancelled["error"]
+    assert status_history(api, second["id"])[-2:] == ["stopping", "cancelled"]
+    assert [j.status.value for j in ray_jobs_of_run(ray_cluster, second["id"])] == ["STOPPED"]
+    assert not Slot.objects.filter(run_id=second["id"]).exists()
