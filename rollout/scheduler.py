@@ -157,8 +157,8 @@ class RolloutScheduler:
                         self._cond.wait(timeout=self._poll)
                         continue
                 done = self._invoker.wait(tokens, self._poll)
-                for token in done:
-                    self._settle(token)
+                if done:
+                    self._settle(done)
         except BaseException as exc:  # noqa: BLE001 - surfaced to generate()/pause() callers
             with self._cond:
                 self._error = exc
@@ -170,11 +170,10 @@ class RolloutScheduler:
         groups = self._source.get_groups(len(slots))
         if len(groups) > len(slots):
             raise ValueError(f"source returned {len(groups)} groups for a request of {len(slots)}")
-        for worker, group in zip(slots, groups):
-            token = self._invoker.submit(worker, group, batch_id)
-            with self._cond:
-                self._core.register(token, worker, group)
+        calls = [(self._invoker.submit(worker, group, batch_id), worker, group) for worker, group in zip(slots, groups)]
         with self._cond:
+            for token, worker, group in calls:
+                self._core.register(token, worker, group)
             self._starved = len(groups) < len(slots)
 
     def _check_exhausted(self, slots: list[int]) -> None:
@@ -182,26 +181,30 @@ class RolloutScheduler:
         if slots and self._starved and self._core.demand and not self._core.ready:
             raise SchedulerStateError(f"data source exhausted with {self._core.demand} group(s) still needed")
 
-    def _settle(self, token: Any) -> None:
+    def _settle(self, done: list[Any]) -> None:
         with self._cond:
-            if token not in self._core.pending:
-                return  # already recovered while retiring its worker
-            worker = self._core.pending[token][0]
-        kind, value = self._invoker.outcome(token)
-        # Filters run outside the lock: they may be slow, and trainer calls must not wait on them.
-        verdict = apply_filters(self._filters, value) if kind == OK and not value.aborted else KEEP
+            owners = [(token, self._core.pending[token][0]) for token in done if token in self._core.pending]
+        outcomes = []
+        for token, worker in owners:
+            kind, value = self._invoker.outcome(token)
+            # Filters run outside the lock: they may be slow, and trainer calls must not wait on them.
+            verdict = apply_filters(self._filters, value) if kind == OK and not value.aborted else KEEP
+            outcomes.append((token, worker, kind, value, verdict))
         with self._cond:
-            if token not in self._core.pending:
-                return
-            if kind == OK:
-                self._core.complete(token, value, verdict)
-            elif kind == LOST:
-                self._core.fail(token)
-                self._retire_locked(worker, value)
-            else:
-                self._core.fail(token)
-                raise RuntimeError(f"rollout worker {worker} failed a group: {value!r}") from value
-            self._cond.notify_all()
+            try:
+                for token, worker, kind, value, verdict in outcomes:
+                    if token not in self._core.pending:
+                        continue  # recovered while its worker was retired
+                    if kind == OK:
+                        self._core.complete(token, value, verdict)
+                    elif kind == LOST:
+                        self._core.fail(token)
+                        self._retire_locked(worker, value)
+                    else:
+                        self._core.fail(token)
+                        raise RuntimeError(f"rollout worker {worker} failed a group: {value!r}") from value
+            finally:
+                self._cond.notify_all()
 
     def _retire_locked(self, worker: int, reason: Any) -> None:
         if not self._core.capacities[worker]:
