@@ -12,7 +12,7 @@ from runs.errors import InvalidInput, RunNotFound
 from runs.models import ORIGIN_TO_CLASS, Origin, Run, RunClass, RunEvent, RunStatus, Slot, SlotState
 from runs.slots import store
 from runs.slots.grant import HIGHER_PRIORITY_WAITING, Snapshot, WaitingSlot, blocking_reason, grant
-from runs.slots.policy import CLASSES
+from runs.slots.policy import CLASSES, Policy
 
 # ETA: grant rate over the most recent grants within this window.
 ETA_WINDOW = timedelta(minutes=30)
@@ -70,23 +70,16 @@ def grant_rate_per_second(*, now: datetime) -> float | None:
     return len(recent) / span
 
 
-def runs_queue_info(*, runs: list[Run]) -> dict[int, QueueInfo]:
-    """Position (in class, overall, 1-based), pending reason and ETA for each queued run in `runs`."""
-    queued = [r for r in runs if r.status == RunStatus.QUEUED]
-    if not queued:
-        return {}
-    policy = store.policy_load()
-    held = store.held_counts()
-    now = timezone.now()
-    rate = grant_rate_per_second(now=now)
+def _positions_by_count(policy: Policy, queued: list[Run]) -> dict[int, tuple[int, int]]:
+    """(in class, overall) positions of a few runs: index-backed counts of the waiting runs ahead of each."""
     slots = {s.run_id: s for s in Slot.objects.filter(run_id__in=[r.pk for r in queued], state=SlotState.WAITING)}
-    out: dict[int, QueueInfo] = {}
+    waiting = Slot.objects.filter(state=SlotState.WAITING)
+    out: dict[int, tuple[int, int]] = {}
     for run in queued:
         slot = slots.get(run.pk)
         if slot is None:
             continue
         ahead = Q(requested_at__lt=slot.requested_at) | Q(requested_at=slot.requested_at, run_id__lt=slot.run_id)
-        waiting = Slot.objects.filter(state=SlotState.WAITING)
         in_class = waiting.filter(ahead, run_class=run.run_class).count()
         mine = policy.classes[run.run_class].priority
         higher = [k for k in CLASSES if policy.classes[k].priority > mine]
@@ -96,10 +89,47 @@ def runs_queue_info(*, runs: list[Run]) -> dict[int, QueueInfo]:
             overall += waiting.filter(run_class__in=higher).count()
         if same:
             overall += waiting.filter(ahead, run_class__in=same).count()
+        out[run.pk] = (in_class + 1, overall + 1)
+    return out
+
+
+def _positions_by_scan(policy: Policy, queued: list[Run]) -> dict[int, tuple[int, int]]:
+    """Positions of many runs at once: one scan of the waiting slots, ranked in grant order."""
+    wanted = {r.pk for r in queued}
+    rows = Slot.objects.filter(state=SlotState.WAITING).values_list("run_id", "run_class", "requested_at")
+    ranked = sorted(rows, key=lambda r: (-policy.classes[r[1]].priority, r[2], r[0]))
+    seen_in_class = {k: 0 for k in CLASSES}
+    out: dict[int, tuple[int, int]] = {}
+    for index, (run_id, run_class, _at) in enumerate(ranked):
+        seen_in_class[run_class] += 1
+        if run_id in wanted:
+            out[run_id] = (seen_in_class[run_class], index + 1)
+    return out
+
+
+# Above this many queued runs in one call, one scan of the queue beats per-run counts.
+SCAN_THRESHOLD = 8
+
+
+def runs_queue_info(*, runs: list[Run]) -> dict[int, QueueInfo]:
+    """Position (in class, overall, 1-based), pending reason and ETA for each queued run in `runs`."""
+    queued = [r for r in runs if r.status == RunStatus.QUEUED]
+    if not queued:
+        return {}
+    policy = store.policy_load()
+    held = store.held_counts()
+    rate = grant_rate_per_second(now=timezone.now())
+    locate = _positions_by_scan if len(queued) > SCAN_THRESHOLD else _positions_by_count
+    out: dict[int, QueueInfo] = {}
+    positions = locate(policy, queued)
+    for run in queued:
+        if run.pk not in positions:
+            continue
+        in_class, overall = positions[run.pk]
         reason = blocking_reason(policy, held, run.run_class) or HIGHER_PRIORITY_WAITING
-        eta = round((overall + 1) / rate, 1) if rate else None
-        out[run.pk] = QueueInfo(position_in_class=in_class + 1, position_overall=overall + 1,
-                                pending_reason=reason, eta_seconds=eta)
+        eta = round(overall / rate, 1) if rate else None
+        out[run.pk] = QueueInfo(position_in_class=in_class, position_overall=overall, pending_reason=reason,
+                                eta_seconds=eta)
     return out
 
 

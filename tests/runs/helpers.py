@@ -70,3 +70,9 @@ def _fresh_policy_cache():
     store.policy_forget()
     yield
     store.policy_forget()
+
+
+@pytest.fixture(autouse=True)
+def _fast_password_hashing(settings):
+    # PBKDF2's deliberate slowness costs seconds per user on the shared 2-core machine.
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]

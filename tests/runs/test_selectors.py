@@ -72,3 +72,16 @@ def test_events_record_is_idempotent_and_gapless(user, handoffs):
     services.run_finish(run=run, status=RunStatus.SUCCEEDED)
     last = RunEvent.objects.filter(run=run).last()
     assert last.seq == base + 5 and last.data == {"status": "succeeded", "previous": "starting", "error": ""}
+
+
+def test_positions_by_scan_match_counts(user, handoffs):
+    from runs.selectors import _positions_by_count, _positions_by_scan
+    from runs.slots import store
+
+    services.settings_update(changes={"max_total": 1, "classes": {"app": {"priority": 10}}}, partial=True, by=None)
+    runs = [submit(user, origin=o) for o in ["system", "api", "schedule", "system", "dashboard", "api", "schedule",
+                                             "dashboard", "system", "api"]]
+    queued = [r for r in runs if r.status == RunStatus.QUEUED]
+    policy = store.policy_load(fresh=True)
+    assert _positions_by_scan(policy, queued) == _positions_by_count(policy, queued)
+    assert sorted(p[1] for p in _positions_by_scan(policy, queued).values()) == list(range(1, len(queued) + 1))
