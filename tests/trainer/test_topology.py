@@ -1,0 +1,137 @@
+"""The training job on a real Ray cluster: sync == async at max_staleness 0, the staleness invariant, a killed
+engine, and batch references released by failed training steps."""
+from __future__ import annotations
+
+import threading
+
+import pytest
+import torch
+
+from trainer.config import TrainConfig
+from trainer.loop import TrainingRun, train_step
+from trainer.sampler import GroupSampler
+from trainer.service import InjectedFailure
+from trainer.sinks import EventEmitter
+from trainer.tasks import task_build
+from trainer.topology import build_runtime
+
+pytestmark = pytest.mark.slow
+
+TINY = dict(task="agent", steps=3, prompts_per_step=6, group_size=4, num_engines=2, num_workers=2,
+            worker_capacity=4, eval_every=0, tool_latency_s=0.01, seed=5)
+
+
+class Capture:
+    stop_requested = False
+
+    def __init__(self) -> None:
+        self.events: list[dict] = []
+
+    def write(self, event: dict) -> None:
+        self.events.append(event)
+
+    def close(self, timeout_s: float = 0) -> None:
+        pass
+
+    def of(self, type_: str) -> list[dict]:
+        return [e["data"] for e in self.events if e["type"] == type_]
+
+
+def _run(cfg: TrainConfig, on_step=None) -> tuple:
+    cap = Capture()
+    final: dict = {}
+
+    def hook(run: TrainingRun, groups: list) -> None:
+        if on_step is not None:
+            on_step(run, groups)
+        if run.version == cfg.steps:
+            final["weights"] = run.rt.trainer_call("weights")
+
+    result = TrainingRun(cfg, emitter=EventEmitter([cap]), on_step=hook).run()
+    return result, cap, final.get("weights")
+
+
+def test_max_staleness_0_disaggregated_equals_the_synchronous_run(ray_driver) -> None:
+    sync_cfg = TrainConfig.from_dict({**TINY, "mode": "colocated", "max_staleness": 0})
+    sync, sync_events, sync_w = _run(sync_cfg)
+    fast, fast_events, fast_w = _run(sync_cfg.replace(mode="disaggregated"))
+    assert sync.status == fast.status == "succeeded"
+    assert len(sync.consumed) == 3 * 6
+    assert fast.consumed == sync.consumed  # same group ids and epochs, same order
+    for name in sync_w:
+        assert torch.allclose(sync_w[name], fast_w[name], atol=1e-6), name
+    assert [d["reward_mean"] for d in fast_events.of("train")] == [d["reward_mean"] for d in sync_events.of("train")]
+    assert all(d["staleness_max"] == 0 for d in fast_events.of("train"))
+
+
+def test_every_consumed_token_is_within_max_staleness_and_tagged(ray_driver) -> None:
+    cfg = TrainConfig.from_dict({**TINY, "mode": "disaggregated", "max_staleness": 1, "steps": 5,
+                                 "tool_latency_s": 0.03})
+    seen: list[int] = []
+
+    def check(run: TrainingRun, groups: list) -> None:
+        trainer_version = run.version - 1  # the version the batch was trained at
+        for g in groups:
+            versions, request_ids = g.token_versions(), g.token_request_ids()
+            for pos, (v, rid) in enumerate(zip(versions, request_ids)):
+                if g.token_turn[pos] < 0:
+                    assert v == -1 and rid == ""
+                    continue
+                assert v >= trainer_version - cfg.max_staleness, (g.group_id, pos, v, trainer_version)
+                assert rid == f"{g.request_ids[g.token_turn[pos]]}" and rid.endswith(f"/t{g.token_turn[pos]}")
+                seen.append(trainer_version - v)
+            assert g.versions == sorted(g.versions)  # later turns never run on older weights
+
+    result, events, _ = _run(cfg, check)
+    assert result.status == "succeeded"
+    assert seen and max(seen) <= 1
+    assert all(d["staleness_max"] <= 1 for d in events.of("train"))
+    assert [d["version"] for d in events.of("version")] == [1, 2, 3, 4, 5]
+
+
+def test_a_killed_engine_tombstones_its_sessions_and_the_run_continues(ray_driver) -> None:
+    cfg = TrainConfig.from_dict({**TINY, "mode": "disaggregated", "max_staleness": 1, "steps": 5,
+                                 "tool_latency_s": 0.05, "worker_capacity": 6})
+    tombstones: list[int] = []
+
+    def kill(run: TrainingRun, groups: list) -> None:
+        if run.version == 2:
+            ray_driver.kill(run.rt.engines["engine-1"])  # generation for the next batches is in flight
+        if run.version >= 3:
+            tombstones.append(sum(s["router"]["tombstones"] for s in run.rt.workers_call("stats")))
+
+    result, events, _ = _run(cfg, kill)
+    assert result.status == "succeeded" and result.version == 5
+    lost = [d for d in events.of("worker") if d.get("event") == "engine_lost"]
+    assert [d["engine"] for d in lost] == ["engine-1"] and lost[0]["engines"] == ["engine-0"]
+    assert max(tombstones) >= 1  # sessions bound to the dead engine were tombstoned, not re-routed
+    after = [d for d in events.of("rollout") if d["step"] >= 4]
+    assert after and all(d["engines"] == ["engine-0"] for d in after)
+    assert sum(d["aborted"] for d in events.of("rollout")) >= 1  # their groups were re-run elsewhere
+    assert events.of("gate")[-1]["state"] == "open"
+
+
+def _driver_refs(ray) -> int:
+    return len(ray._private.worker.global_worker.core_worker.get_all_reference_counts())
+
+
+def test_failed_training_steps_release_their_batch_references(ray_driver) -> None:
+    cfg = TrainConfig.from_dict({**TINY, "mode": "colocated", "task": "digits", "prompts_per_step": 8})
+    sampler = GroupSampler(len(task_build(cfg).train_prompts), cfg.seed)
+    rt = build_runtime(cfg, sampler)
+    try:
+        groups = [r.payload for r in rt.scheduler.generate(0).groups]
+        rt.trainer_call("inject_failures", 6)
+        before = _driver_refs(ray_driver)
+        for _ in range(6):
+            with pytest.raises(InjectedFailure):
+                try:
+                    train_step(rt, groups)
+                except ray_driver.exceptions.RayTaskError as exc:
+                    raise exc.as_instanceof_cause()
+        assert _driver_refs(ray_driver) <= before  # nothing accumulates across failures
+        assert rt.channel.empty()
+        stats = train_step(rt, groups)  # and the next step trains normally
+        assert stats["version"] == 1
+    finally:
+        rt.close()
