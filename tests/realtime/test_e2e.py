@@ -1,0 +1,130 @@
+"""End to end over real processes: daphne + PostgreSQL + a private Redis, the `websockets` client, HTTP ingest.
+
+Restarting Redis mid-stream must leave every client with exactly 1..N; two ASGI processes and two Celery
+workers on one database and Redis: a client on either process gets every event, and slot limits hold.
+"""
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+import uuid
+
+import pytest
+import requests
+from django.db import connection
+
+from runs import services
+from runs.models import Run, Slot, SlotState
+from tests.realtime.conftest import run_async, run_make, train, user_make
+from tests.realtime.servers import CeleryWorker, Daphne, RedisServer, StreamClient, free_port, server_env
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
+
+
+@pytest.fixture
+def redis_server():
+    server = RedisServer().start()
+    yield server
+    server.close()
+
+
+def env_for(redis: RedisServer, **extra: str) -> dict[str, str]:
+    db = connection.settings_dict
+    url = f"postgres://{db['USER']}@{db['HOST']}:{db['PORT']}/{db['NAME']}"  # the committed test database
+    return server_env(database_url=url, redis_url=redis.url, prefix=f"e2e{uuid.uuid4().hex[:6]}", **extra)
+
+
+def post_events(base: str, run: Run, first: int, last: int, *, rate: float, on_seq=None) -> None:
+    session = requests.Session()
+    session.headers["Authorization"] = f"Bearer {run.ingest_token}"
+    for seq in range(first, last + 1):
+        response = session.post(f"{base}/api/runs/{run.pk}/ingest/", json=[train(seq, seq)], timeout=10)
+        assert response.status_code == 200, response.text
+        if on_seq is not None:
+            on_seq(seq)
+        time.sleep(1 / rate)
+
+
+def test_redis_restart_during_a_stream_leaves_clients_exact(redis_server):
+    owner = user_make("owner")
+    run = run_make(owner)
+    # No idle resync here: after the restart only live messages (and the gap fills they trigger) can
+    # complete the stream, so finishing proves the layer resubscribed. The idle resync has its own test.
+    web = Daphne(env_for(redis_server, REALTIME_RESYNC_SECONDS="600"))
+    total = 120
+    try:
+        clients = [StreamClient(web.ws, run.pk, owner.cookie) for _ in range(3)]
+
+        def on_posted(seq: int) -> None:
+            if seq == 40:
+                redis_server.restart(down_seconds=1.0)  # events 41.. keep being posted meanwhile
+
+        async def scenario():
+            tasks = [asyncio.create_task(c.run_until(total, timeout=120)) for c in clients]
+            await asyncio.gather(*(c.connected.wait() for c in clients))
+            await asyncio.to_thread(post_events, web.http, run, 1, total, rate=50, on_seq=on_posted)
+            await asyncio.gather(*tasks)
+
+        run_async(scenario)
+    finally:
+        web.close()
+    for client in clients:
+        assert client.seqs == list(range(1, total + 1)), (client.errors, client.seqs)
+    assert Run.objects.get(pk=run.pk).last_seq == total
+
+
+def test_two_asgi_processes_and_two_celery_workers_share_events_and_slot_limits(redis_server):
+    staff = user_make("staff", staff=True)
+    services.settings_update(changes={"max_total": 3}, partial=True, by=staff)  # reserve: 1 interactive
+    # Ray is unreachable here, so granted runs stay `starting` and hold their slots (launches are retried).
+    env = env_for(redis_server, RAY_ADDRESS=f"http://127.0.0.1:{free_port()}")
+    webs = [Daphne(env), Daphne(env)]
+    workers = [CeleryWorker(env, "w1"), CeleryWorker(env, "w2")]
+    try:
+        for worker in workers:
+            worker.wait_ready()
+        api = [requests.Session() for _ in webs]
+        for session, web in zip(api, webs):
+            token = session.post(f"{web.http}/api/auth/token/", json={"username": "staff", "password": "pw"}).json()
+            session.headers["Authorization"] = f"Token {token['token']}"
+
+        def submit(i: int) -> None:
+            web, session = webs[i % 2], api[i % 2]
+            response = session.post(f"{web.http}/api/runs/", json={"name": f"r{i}", "origin": ("api", "dashboard")[i % 2]}, timeout=30)
+            assert response.status_code == 201, response.text
+
+        threads = [threading.Thread(target=submit, args=(i,)) for i in range(6)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        held = Slot.objects.filter(state=SlotState.HELD)
+        assert held.count() == 3 and Slot.objects.filter(state=SlotState.WAITING).count() == 3
+        assert held.exclude(run_class="interactive").count() <= 2  # the interactive reserve holds
+
+        run = Run.objects.filter(status="starting").order_by("id").first()
+        start_seq = run.last_seq  # its status events (queued, starting) are already in the stream
+        total = start_seq + 60
+        clients = [StreamClient(web.ws, run.pk, staff.cookie) for web in webs for _ in range(2)]
+
+        def post_alternating():
+            for seq in range(1, 61):  # the job's batches land on either process, as behind a proxy
+                post_events(webs[seq % 2].http, run, seq, seq, rate=100)
+
+        async def scenario():
+            tasks = [asyncio.create_task(c.run_until(total, timeout=60)) for c in clients]
+            await asyncio.gather(*(c.connected.wait() for c in clients))
+            await asyncio.to_thread(post_alternating)
+            await asyncio.gather(*tasks)
+
+        run_async(scenario)
+        for client in clients:
+            assert client.seqs == list(range(1, total + 1))
+            assert client.reconnects == 0
+        assert Slot.objects.filter(state=SlotState.HELD).count() == 3
+        assert all(w.proc.poll() is None for w in workers)
+        assert any("runs.tasks.dispatch_run" in w.log.read_text() for w in workers)
+    finally:
+        for proc in [*webs, *workers]:
+            proc.close()
