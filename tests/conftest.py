@@ -39,7 +39,8 @@ def _wait_for_job_api(cluster: RayCluster, head: subprocess.Popen, log_path: Pat
         if head.poll() is not None:
             pytest.fail(f"Ray head exited: {log_path.read_text()[-2000:]}", pytrace=False)
         try:
-            if requests.get(f"{cluster.dashboard_url}/api/version", timeout=2).ok:
+            # 401: serving, with token authentication on (clients send the token: RAY_AUTH_MODE=token).
+            if requests.get(f"{cluster.dashboard_url}/api/version", timeout=2).status_code in (200, 401):
                 return
         except requests.RequestException:
             pass
@@ -66,6 +67,9 @@ def ray_cluster() -> RayCluster:
     """A local Ray head shared by every test of this run (starting one costs ~5 s and a lot of memory)."""
     port, dash_port = free_port(), free_port()
     temp_dir = tempfile.mkdtemp(prefix="ray-tests-")
+    # Ray 2.60 turns token authentication on once ~/.ray/auth_token exists; every job API client of this test
+    # run (this process and the platform processes it starts) then needs RAY_AUTH_MODE=token to send it.
+    os.environ.setdefault("RAY_AUTH_MODE", "token")
     env = dict(os.environ)
     # Jobs run `python ...` from the raylet's PATH: make that the interpreter of this test run.
     env["PATH"] = f"{VENV_BIN}{os.pathsep}{env.get('PATH', '')}"
