@@ -84,8 +84,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     run = TrainingRun(cfg, emitter=emitter, checkpoint_dir=args.checkpoint_dir, resume=args.resume)
 
     def on_term(signum: int, frame: Any) -> None:
-        emitter.emit("log", {"level": "warning", "message": f"received signal {signum}: stopping"})
-        run.request_stop()
+        run.request_stop(f"received {signal.Signals(signum).name}")
 
     signal.signal(signal.SIGTERM, on_term)
     signal.signal(signal.SIGINT, on_term)

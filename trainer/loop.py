@@ -14,8 +14,7 @@ from typing import Any, Callable
 
 import torch
 
-from rollout.errors import PublicationError, SchedulerClosedError
-from rollout.gate import gate_event_data
+from rollout.errors import PublicationError
 from trainer.checkpoint import checkpoint_latest, checkpoint_load, checkpoint_save
 from trainer.config import TrainConfig
 from trainer.episodes import Group, GroupTicket
@@ -96,7 +95,8 @@ class TrainingRun:
                 self._checkpoint("final")
             self._emit("status", {"status": "succeeded", "version": self.version, "metrics": self.metrics})
             return self._result("succeeded")
-        except (StopRequested, SchedulerClosedError):
+        except Exception:
+            # Closing the scheduler to stop may surface as any error of the step in progress.
             if not self.stop_event.is_set():
                 raise
             return self._stop()
@@ -104,16 +104,21 @@ class TrainingRun:
             self.stop_event.set()
             rt.close()
 
-    def request_stop(self) -> None:
-        """Thread-safe (signal handlers call it): stop at the next safe point; in-flight groups go back."""
+    def request_stop(self, reason: str = "stop requested") -> None:
+        """Safe from a signal handler: stop at the next safe point; dispatched, untrained groups go back."""
         if self.stop_event.is_set():
             return
         self.stop_event.set()
+        # Work happens on a thread: the handler may have interrupted the main thread inside emit().
+        self._stopper = threading.Thread(target=self._close_for_stop, args=(reason,), daemon=True)
+        self._stopper.start()
+
+    def _close_for_stop(self, reason: str) -> None:
+        self._emit("log", {"level": "warning", "message": f"stopping: {reason}"})
         if self.rt is not None:
             # Closing the scheduler wakes a driver blocked in generate() and returns every group that was
             # dispatched but not trained on to the sampler, so the stop checkpoint loses none of them.
-            self._stopper = threading.Thread(target=self.rt.scheduler.close, kwargs={"timeout_s": 10}, daemon=True)
-            self._stopper.start()
+            self.rt.scheduler.close(timeout_s=10)
 
     # --- steps --------------------------------------------------------------------------------------------
     def _collect_batch(self) -> list[Group]:
@@ -254,6 +259,8 @@ class TrainingRun:
         self._emit("status", {"status": "stopping", "version": self.version})
         if self._stopper is not None:
             self._stopper.join(timeout=15)
+        if self.rt is not None:
+            self.rt.scheduler.close(timeout_s=10)  # idempotent: every untrained group is back in the sampler
         if self.checkpoint_dir and self.version > 0:
             # The scheduler is closed: every untrained group is back in the sampler, so its state suffices.
             self._checkpoint("stop", quiesce=False)
@@ -262,7 +269,7 @@ class TrainingRun:
 
     def _check_stop(self) -> None:
         if self.emitter.stop_requested:
-            self.request_stop()
+            self.request_stop("the platform says the run is finished (HTTP 409)")
         if self.stop_event.is_set():
             raise StopRequested()
 
