@@ -90,7 +90,7 @@ def run_events_ingest(*, run: Run, payload: Any) -> IngestResult:
         Run.objects.filter(pk=run.pk).update(**fields)
         status, last_seq = locked.status, locked.last_seq
         if stored:
-            from runs.realtime import run_changed_publish  # late: realtime imports channels
+            from runs.realtime import run_summary_publish  # late: realtime imports channels
 
-            run_changed_publish(run_id=run.pk)
+            run_summary_publish(run_id=run.pk)
     return IngestResult(stored=len(stored), duplicates=len(items) - len(stored), last_seq=last_seq, status=status)

@@ -9,7 +9,9 @@ the database.
 from __future__ import annotations
 
 import logging
+import os
 import threading
+import time
 from typing import Any
 
 from asgiref.sync import async_to_sync
@@ -87,6 +89,71 @@ def run_changed_publish(*, run_id: int, slots: bool = False) -> None:
     pending.setdefault("runs", set()).add(run_id)
     pending["slots"] = pending.get("slots", False) or slots
     transaction.on_commit(_dashboard_flush)
+
+
+def run_summary_publish(*, run_id: int) -> None:
+    """After commit, refresh the run on the dashboard, at most once per REALTIME_COALESCE_SECONDS per run and
+    off the request path (ingest posts can come 20+ times a second; the browser needs ~10 updates/s)."""
+    transaction.on_commit(lambda: _summary_publisher().offer(run_id))
+
+
+class _SummaryPublisher:
+    """A daemon thread that sends `run.update` for offered runs, each no sooner than `interval` after its
+    previous one; it reads the run when sending, so the latest state is what goes out."""
+
+    def __init__(self, interval: float) -> None:
+        self.interval = interval
+        self.pid = os.getpid()
+        self._cond = threading.Condition()
+        self._due: dict[int, float] = {}
+        self._last: dict[int, float] = {}
+        threading.Thread(target=self._loop, name="realtime-summary", daemon=True).start()
+
+    def offer(self, run_id: int) -> None:
+        with self._cond:
+            if run_id not in self._due:
+                self._due[run_id] = max(time.monotonic(), self._last.get(run_id, 0.0) + self.interval)
+                self._cond.notify()
+
+    def _take_due(self) -> list[int]:
+        with self._cond:
+            while True:
+                now = time.monotonic()
+                ready = [r for r, t in self._due.items() if t <= now]
+                if ready:
+                    for run_id in ready:
+                        del self._due[run_id]
+                        self._last[run_id] = now
+                    return ready
+                self._cond.wait(timeout=min(self._due.values()) - now if self._due else None)
+
+    def _loop(self) -> None:
+        from django.db import connection
+
+        while True:
+            run_ids = self._take_due()
+            try:
+                runs = list(Run.objects.select_related("owner").filter(pk__in=run_ids))
+                for run, payload in zip(runs, runs_payload(runs)):
+                    group_send_now(DASHBOARD_GROUP, {"type": "run.update", "run": payload, "owner_id": run.owner_id})
+            except Exception:  # noqa: BLE001 - a dashboard refresh must never kill the publisher
+                logger.warning("dashboard summary publish failed", exc_info=True)
+            finally:
+                connection.close()  # hold no idle connection between bursts (and none at test teardown)
+
+
+_publisher: _SummaryPublisher | None = None
+_publisher_lock = threading.Lock()
+
+
+def _summary_publisher() -> _SummaryPublisher:
+    global _publisher
+    with _publisher_lock:
+        if _publisher is None or _publisher.pid != os.getpid():  # a forked worker needs its own thread
+            from django.conf import settings
+
+            _publisher = _SummaryPublisher(float(getattr(settings, "REALTIME_COALESCE_SECONDS", 0.1)))
+        return _publisher
 
 
 def slots_changed_publish() -> None:

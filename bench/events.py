@@ -1,0 +1,190 @@
+"""Trainer-emit to browser-receive latency through the whole event path, next to the bare layer path.
+
+full: HTTP ingest POST (per-run token) -> validate, store in PostgreSQL, fold summary -> publish after commit
+      -> channels_redis pub/sub -> RunConsumer in a daphne process -> N websocket clients.
+bare: channel_layer.group_send of the same-shaped message from this process -> RunConsumer -> N clients.
+Both phases run in one invocation against the same daphne, Redis (a private redis-server) and PostgreSQL.
+Writes bench/results/events.json: {"full": {"p50_ms", "p99_ms", "lost"}, "bare": {"p50_ms", "p99_ms"},
+"ratio_p99"}. Usage: python bench/events.py [--quick] [--clients 50] [--rate 20] [--seconds 20]
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sys
+import threading
+import time
+import uuid
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO_ROOT))
+RESULTS = REPO_ROOT / "bench" / "results" / "events.json"
+DEFAULT_DB = "postgres://postgres@127.0.0.1:5432/bench_events"
+
+
+def database_prepare(url: str) -> None:
+    """Create the bench database if missing and migrate it (its own name: never a test or dev database)."""
+    import psycopg
+
+    name = url.rsplit("/", 1)[1]
+    with psycopg.connect(url.rsplit("/", 1)[0] + "/postgres", autocommit=True) as conn:
+        if not conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", [name]).fetchone():
+            conn.execute(f'CREATE DATABASE "{name}"')
+    from django.core.management import call_command
+
+    call_command("migrate", verbosity=0)
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))] if ordered else float("nan")
+
+
+async def client(url: str, cookie: str, expect: int, latencies: list[float], ready: asyncio.Event,
+                 counter: list[int], deadline: float) -> set[int]:
+    """One browser: receive until `expect` events or the deadline; latency = now - the event's emit time."""
+    import websockets
+
+    seen: set[int] = set()
+    async with websockets.connect(url, additional_headers={"Cookie": f"sessionid={cookie}"},
+                                  origin="http://127.0.0.1", open_timeout=30, max_queue=None) as ws:
+        assert json.loads(await ws.recv())["type"] == "snapshot"
+        counter[0] += 1
+        if counter[0] == counter[1]:
+            ready.set()
+        while len(seen) < expect:
+            try:
+                raw = await asyncio.wait_for(ws.recv(), timeout=max(0.01, deadline - time.monotonic()))
+            except asyncio.TimeoutError:
+                break
+            now = time.time()
+            for event in json.loads(raw)["events"]:
+                if event["seq"] not in seen:
+                    seen.add(event["seq"])
+                    latencies.append((now - event["data"]["t_emit"]) * 1000)
+    return seen
+
+
+POST_MS: list[float] = []  # ingest request round trips, printed for context
+
+
+def emit_http(base: str, run, count: int, rate: float) -> None:
+    """The trainer's HTTP sink: one event per POST, paced on a fixed schedule (no drift)."""
+    import requests
+
+    session = requests.Session()
+    session.headers["Authorization"] = f"Bearer {run.ingest_token}"
+    start = time.monotonic()
+    for i in range(1, count + 1):
+        time.sleep(max(0.0, start + i / rate - time.monotonic()))
+        event = {"seq": i, "type": "log", "ts": time.time(), "data": {"t_emit": time.time(), "line": f"e{i}"}}
+        sent = time.monotonic()
+        response = session.post(f"{base}/api/runs/{run.pk}/ingest/", json=[event], timeout=30)
+        POST_MS.append((time.monotonic() - sent) * 1000)
+        response.raise_for_status()
+
+
+def emit_bare(run_id: int, count: int, rate: float) -> None:
+    """Same message shape straight into the layer, from a loop of its own (not the clients' loop)."""
+    from channels.layers import get_channel_layer
+
+    from runs.realtime import run_group
+
+    async def send_all() -> None:
+        layer = get_channel_layer()
+        start = time.monotonic()
+        for i in range(1, count + 1):
+            await asyncio.sleep(max(0.0, start + i / rate - time.monotonic()))
+            event = {"run": run_id, "seq": i, "ts": time.time(), "type": "log",
+                     "data": {"t_emit": time.time(), "line": f"e{i}"}}
+            await layer.group_send(run_group(run_id), {"type": "run.events", "events": [event]})
+
+    asyncio.run(send_all())
+
+
+def phase(ws_base: str, run, cookie: str, clients: int, emit, count: int) -> tuple[list[float], int]:
+    """Connect the clients, emit `count` events, collect; returns latencies (ms) and lost deliveries."""
+    latencies: list[float] = []
+
+    async def main() -> int:
+        ready, counter = asyncio.Event(), [0, clients]
+        deadline = time.monotonic() + 60 + count / 5
+        url = f"{ws_base}/ws/runs/{run.pk}/"
+        tasks = [asyncio.create_task(client(url, cookie, count, latencies, ready, counter, deadline))
+                 for _ in range(clients)]
+        await asyncio.wait_for(ready.wait(), timeout=60)
+        await asyncio.sleep(0.5)
+        emitter = threading.Thread(target=emit)
+        emitter.start()
+        seen = await asyncio.gather(*tasks)
+        await asyncio.to_thread(emitter.join)
+        return sum(count - len(s) for s in seen)
+
+    lost = asyncio.run(main())
+    return latencies, lost
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="5 s per phase instead of --seconds")
+    parser.add_argument("--clients", type=int, default=50)
+    parser.add_argument("--rate", type=float, default=20.0, help="events per second")
+    parser.add_argument("--seconds", type=float, default=20.0, help="emitting time per phase")
+    args = parser.parse_args()
+    seconds = 5.0 if args.quick else args.seconds
+    count = int(seconds * args.rate)
+
+    from tests.realtime.servers import Daphne, RedisServer, server_env
+
+    redis = RedisServer().start()
+    prefix = f"bench{uuid.uuid4().hex[:6]}"
+    db_url = os.environ.get("BENCH_DATABASE_URL", DEFAULT_DB)
+    os.environ.update({"DATABASE_URL": db_url, "REDIS_URL": redis.url, "CHANNEL_LAYER_PREFIX": prefix,
+                       "DJANGO_SETTINGS_MODULE": "config.settings"})
+    import django
+
+    django.setup()
+    database_prepare(db_url)
+    from django.contrib.auth import get_user_model
+    from django.test import Client
+
+    from runs.models import Run, RunStatus
+
+    user, _ = get_user_model().objects.get_or_create(username="bench-events", defaults={"is_staff": True})
+    browser = Client()
+    browser.force_login(user)
+    cookie = browser.cookies["sessionid"].value
+
+    def new_run(name: str) -> Run:
+        return Run.objects.create(name=name, origin="api", run_class="app", kind="rl_train", owner=user,
+                                  status=RunStatus.RUNNING)
+
+    web = Daphne(server_env(database_url=db_url, redis_url=redis.url, prefix=prefix))
+    try:
+        bare_run, full_run = new_run("bench-bare"), new_run("bench-full")
+        bare, _ = phase(web.ws, bare_run, cookie, args.clients, lambda: emit_bare(bare_run.pk, count, args.rate),
+                        count)
+        full, lost = phase(web.ws, full_run, cookie, args.clients,
+                           lambda: emit_http(web.http, full_run, count, args.rate), count)
+    finally:
+        web.close()
+        redis.close()
+    result = {
+        "full": {"p50_ms": round(percentile(full, 0.5), 2), "p99_ms": round(percentile(full, 0.99), 2),
+                 "lost": lost},
+        "bare": {"p50_ms": round(percentile(bare, 0.5), 2), "p99_ms": round(percentile(bare, 0.99), 2)},
+    }
+    result["ratio_p99"] = round(result["full"]["p99_ms"] / result["bare"]["p99_ms"], 2)
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    RESULTS.write_text(json.dumps(result, indent=2) + "\n")
+    print(f"{args.clients} clients x {args.rate:g} events/s, {count} events per phase "
+          f"({len(full)} full deliveries, {len(bare)} bare); ingest POST round trip "
+          f"p50 {percentile(POST_MS, 0.5):.1f} ms, p99 {percentile(POST_MS, 0.99):.1f} ms")
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()
