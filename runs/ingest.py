@@ -10,9 +10,9 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
-from runs.errors import InvalidInput, RunNotFound, ServiceError
+from runs.errors import InvalidInput, InvalidTransition, RunNotFound, ServiceError
 from runs.events import run_events_record
-from runs.models import Run, RunEvent
+from runs.models import FINISHED_STATUSES, Run, RunEvent
 from trainer.events import EventSchemaError, validate_event
 
 MAX_BATCH = 1000
@@ -38,12 +38,15 @@ class IngestResult:
 
 
 def run_for_ingest(*, run_id: int, token: str | None) -> Run:
-    """The run whose token this is; RunNotFound / IngestUnauthorized otherwise (constant-time compare)."""
+    """The run whose token this is, still accepting events: RunNotFound / IngestUnauthorized (constant-time
+    compare) / InvalidTransition (409: the run is finished, so its job should stop) otherwise."""
     run = Run.objects.filter(pk=run_id).first()
     if run is None:
         raise RunNotFound(f"run {run_id} does not exist")
     if not token or not secrets.compare_digest(token.encode(), run.ingest_token.encode()):
         raise IngestUnauthorized("a valid per-run ingest token is required (Authorization: Bearer <token>)")
+    if run.status in FINISHED_STATUSES:
+        raise InvalidTransition(f"run {run_id} is {run.status}; it accepts no more events", field="status")
     return run
 
 

@@ -74,3 +74,11 @@ def test_token_is_required_and_bound_to_its_run():
     assert client.post(f"/api/runs/{run.pk}/ingest/", [train(1, 1)], format="json").status_code == 401
     assert post(type("R", (), {"pk": 999999, "ingest_token": "x"})(), []).status_code == 404
     assert RunEvent.objects.filter(run=run).count() == 0
+
+
+def test_a_finished_run_answers_409_so_its_job_stops():
+    run = run_make(user_make("fred"), status=RunStatus.CANCELLED)
+    response = post(run, [train(1, 1)])
+    assert response.status_code == 409
+    assert response.json()["detail"] == f"status: run {run.pk} is cancelled; it accepts no more events"
+    assert RunEvent.objects.filter(run=run).count() == 0
