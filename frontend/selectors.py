@@ -1,13 +1,15 @@
-"""Reads only the dashboard needs on top of runs.selectors: recent metric history for the board's sparklines."""
+"""Reads the dashboard needs on top of runs.selectors: the board's first-paint snapshot and sparkline history."""
 from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable
+from typing import Any
 
 from django.db.models import F, Window
 from django.db.models.functions import RowNumber
 
-from runs.models import RunEvent
+from runs import realtime, selectors
+from runs.models import ACTIVE_STATUSES, RunEvent, RunStatus
 
 
 def reward_histories(*, run_ids: Iterable[int], limit: int = 40) -> dict[int, list[float]]:
@@ -27,3 +29,40 @@ def reward_histories(*, run_ids: Iterable[int], limit: int = 40) -> dict[int, li
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             out[run_id].append((seq, float(value)))
     return {run_id: [v for _, v in sorted(pairs)] for run_id, pairs in out.items()}
+
+
+def board_queue(*, user: Any) -> list[dict[str, Any]]:
+    """The queued runs this user may see, in grant order, with only what the board draws.
+
+    The full run JSON (config, summary, timestamps) of a 1,000-run queue costs most of the page's bytes and
+    server time; positions, pending reasons and ETAs still come from runs.selectors, the one place that
+    computes them. The websocket snapshot that follows on connect carries the full JSON.
+    """
+    queued = list(
+        selectors.run_list(user=user, status=RunStatus.QUEUED)
+        .only("id", "name", "origin", "run_class", "kind", "status", "created_at", "owner__username")
+    )
+    info = selectors.runs_queue_info(runs=queued)
+    rows = []
+    for run in queued:
+        q = info.get(run.pk)
+        rows.append({
+            "id": run.pk, "name": run.name, "origin": run.origin, "run_class": run.run_class, "kind": run.kind,
+            "status": run.status, "owner": run.owner.username, "created_at": run.created_at.isoformat(),
+            "position": {"in_class": q.position_in_class, "overall": q.position_overall} if q else None,
+            "pending_reason": q.pending_reason if q else None, "eta_seconds": q.eta_seconds if q else None,
+        })
+    rows.sort(key=lambda r: ((r["position"] or {}).get("overall", 1 << 30), r["id"]))
+    return rows
+
+
+def board_snapshot(*, user: Any) -> dict[str, Any]:
+    """{slots, queue, active} as /ws/dashboard/ sends it, with the compact queue above, plus reward histories
+    of the active runs for their sparklines."""
+    active_runs = list(selectors.run_list(user=user).filter(status__in=ACTIVE_STATUSES).order_by("id"))
+    active = realtime.runs_payload(active_runs)
+    histories = reward_histories(run_ids=[r.pk for r in active_runs])
+    for run in active:
+        run.pop("config", None)  # never shown on the board
+        run["reward_history"] = histories.get(run["id"], [])
+    return {"slots": selectors.slots_snapshot(), "queue": board_queue(user=user), "active": active}

@@ -9,8 +9,8 @@ from django.contrib.auth.decorators import login_required
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import render
 
-from frontend.selectors import reward_histories
-from runs import realtime, selectors
+from frontend.selectors import board_snapshot
+from runs import selectors
 from runs.api.serializers import RunSerializer
 from runs.errors import RunNotFound
 from runs.kinds import DEFAULT_KIND, kind_get
@@ -25,12 +25,9 @@ LABELS = {"lr": "Learning rate", "kl_coef": "KL coefficient", "clip_eps": "PPO c
 
 @login_required
 def board(request: HttpRequest) -> HttpResponse:
-    """Queue board; the snapshot is the one /ws/dashboard/ sends on connect, so first paint needs no fetch."""
-    snapshot = realtime.dashboard_snapshot(user=request.user)
-    # Sparklines start with history; live `run` messages extend it in the browser.
-    histories = reward_histories(run_ids=[r["id"] for r in snapshot["active"]])
-    for run in snapshot["active"]:
-        run["reward_history"] = histories.get(run["id"], [])
+    """Queue board. The page carries the same {slots, queue, active} that /ws/dashboard/ sends on connect
+    (queue rows compacted), so the first paint needs no extra request."""
+    snapshot = board_snapshot(user=request.user)
     return render(request, "frontend/board.html", {"board_data": snapshot, "nav": "board"})
 
 

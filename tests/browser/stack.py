@@ -35,6 +35,7 @@ class Server:
     url: str
     proc: subprocess.Popen
     log_path: Path
+    prefix: str  # the channel-layer prefix: anything publishing to this server's browsers must use it
 
     def stop(self) -> None:
         if self.proc.poll() is None:
@@ -49,12 +50,13 @@ class Server:
 def server_start(*, database_url: str, redis_url: str, extra_env: dict[str, str] | None = None) -> Server:
     """Start daphne on a free port against the given database; fail loudly with its log if it does not answer."""
     port = free_port()
+    prefix = f"fe{uuid.uuid4().hex[:8]}"
     env = dict(os.environ)
     env.update({
         "DATABASE_URL": database_url,
         "REDIS_URL": redis_url,
         # Pub/sub channels are global in Redis: a prefix of our own keeps parallel runs apart.
-        "CHANNEL_LAYER_PREFIX": f"fe{uuid.uuid4().hex[:8]}",
+        "CHANNEL_LAYER_PREFIX": prefix,
         "DJANGO_ALLOWED_HOSTS": "127.0.0.1,localhost",
         "PYTHONPATH": str(REPO_ROOT),
         **(extra_env or {}),
@@ -73,7 +75,7 @@ def server_start(*, database_url: str, redis_url: str, extra_env: dict[str, str]
             raise RuntimeError(f"daphne exited: {log_path.read_text()[-3000:]}")
         try:
             requests.get(f"{url}/static/dist/app.css", timeout=1)
-            return Server(url=url, proc=proc, log_path=log_path)
+            return Server(url=url, proc=proc, log_path=log_path, prefix=prefix)
         except requests.RequestException:
             time.sleep(0.2)
     proc.kill()

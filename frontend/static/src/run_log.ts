@@ -5,12 +5,17 @@ import type { RunEvent } from "./lib/model";
 const TYPES = ["status", "gate", "version", "sampler", "rollout", "train", "worker", "checkpoint", "log"];
 const KEEP = 20_000; // events held for filtering; older ones are still in the database / REST API
 const SHOW = 300; // rows rendered at once
+const EMPTY = `<tr><td colspan="4" class="muted">No events match.</td></tr>`;
 
 export class EventLog {
   private events: { ev: RunEvent; text: string; hay: string }[] = [];
   private hidden = new Set<string>();
   private query = "";
   private dirty = false;
+  private full = true; // next flush redraws everything (first draw, filter change, eviction)
+  private drawnUpTo = 0; // events[0..drawnUpTo) are reflected in the table and the counts
+  private matched = 0;
+  private shown = 0;
   private body: HTMLElement;
   private count: HTMLElement;
 
@@ -29,37 +34,65 @@ export class EventLog {
     this.count = root.querySelector("#log-count")!;
     root.querySelectorAll<HTMLInputElement>(".filters input").forEach((box) => box.addEventListener("change", () => {
       if (box.checked) this.hidden.delete(box.value); else this.hidden.add(box.value);
-      this.dirty = true; this.flush();
+      this.full = true; this.flush();
     }));
     root.querySelector<HTMLInputElement>("#log-search")!.addEventListener("input", (e) => {
       this.query = (e.target as HTMLInputElement).value.trim().toLowerCase();
-      this.dirty = true; this.flush();
+      this.full = true; this.flush();
     });
   }
 
   add(ev: RunEvent): void {
-    const text = JSON.stringify(ev.data ?? {});
+    let text = JSON.stringify(ev.data ?? {});
+    if (text.length > 300) text = text.slice(0, 300) + "…";
     this.events.push({ ev, text, hay: `${ev.type} ${text}`.toLowerCase() });
-    if (this.events.length > KEEP) this.events.splice(0, this.events.length - KEEP);
+    if (this.events.length > KEEP + 1000) {
+      // Drop the oldest in chunks, then rebuild once (indices of what is drawn shift).
+      this.events.splice(0, this.events.length - KEEP);
+      this.full = true;
+    }
     this.dirty = true;
   }
 
+  private matches(e: { ev: RunEvent; hay: string }): boolean {
+    return !this.hidden.has(e.ev.type) && (!this.query || e.hay.includes(this.query));
+  }
+
+  private row(e: { ev: RunEvent; text: string }): string {
+    const ts = typeof e.ev.ts === "number" ? e.ev.ts : Date.parse(String(e.ev.ts)) / 1000;
+    return `<tr data-type="${esc(e.ev.type)}"><td class="num">${e.ev.seq}</td><td class="num">${timeOfDay(ts)}</td><td><span class="type-tag">${esc(e.ev.type)}</span></td><td class="data">${esc(e.text)}</td></tr>`;
+  }
+
+  /** New events are prepended to what is drawn; a filter change (or eviction) redraws from scratch. */
   flush(): void {
-    if (!this.dirty) return;
+    if (!this.dirty && !this.full) return;
     this.dirty = false;
-    const rows: string[] = [];
-    let matched = 0;
-    for (let i = this.events.length - 1; i >= 0; i--) {
-      const { ev, text, hay } = this.events[i];
-      if (this.hidden.has(ev.type)) continue;
-      if (this.query && !hay.includes(this.query)) continue;
-      matched++;
-      if (rows.length < SHOW) {
-        const ts = typeof ev.ts === "number" ? ev.ts : Date.parse(String(ev.ts)) / 1000;
-        rows.push(`<tr data-type="${esc(ev.type)}"><td class="num">${ev.seq}</td><td class="num">${timeOfDay(ts)}</td><td><span class="type-tag">${esc(ev.type)}</span></td><td class="data">${esc(text.length > 400 ? text.slice(0, 400) + "…" : text)}</td></tr>`);
+    if (this.full) {
+      this.full = false;
+      const rows: string[] = [];
+      this.matched = 0;
+      for (let i = this.events.length - 1; i >= 0; i--) {
+        if (!this.matches(this.events[i])) continue;
+        this.matched++;
+        if (rows.length < SHOW) rows.push(this.row(this.events[i]));
+      }
+      this.body.innerHTML = rows.join("") || EMPTY;
+      this.shown = Math.min(this.matched, SHOW);
+    } else {
+      const rows: string[] = [];
+      for (let i = this.events.length - 1; i >= this.drawnUpTo; i--) {
+        if (!this.matches(this.events[i])) continue;
+        this.matched++;
+        if (rows.length < SHOW) rows.push(this.row(this.events[i]));
+      }
+      if (rows.length) {
+        if (!this.shown) this.body.innerHTML = "";
+        this.body.insertAdjacentHTML("afterbegin", rows.join(""));
+        this.shown += rows.length;
+        while (this.shown > SHOW) { this.body.lastElementChild?.remove(); this.shown--; }
       }
     }
-    this.body.innerHTML = rows.join("") || `<tr><td colspan="4" class="muted">No events match.</td></tr>`;
-    this.count.textContent = `${matched} of ${this.events.length} events${matched > SHOW ? `, newest ${SHOW} shown` : ""}`;
+    this.drawnUpTo = this.events.length;
+    this.count.textContent = `${this.matched} of ${this.events.length} events${this.matched > SHOW ? `, newest ${SHOW} shown` : ""}`;
   }
 }

@@ -24,6 +24,7 @@ function flatten(body: unknown, path = ""): [string, string][] {
   if (body === null || body === undefined) return [];
   // The platform's own shape: {"detail": "config.lr: ...", "field": "config.lr"}.
   const b = body as Record<string, unknown>;
+  if (typeof b === "object" && b.errors && typeof b.errors === "object") return flatten(b.errors, path);
   if (typeof b === "object" && typeof b.detail === "string" && typeof b.field === "string") return [[b.field, b.detail]];
   if (typeof body === "string") return [[path, body]];
   if (Array.isArray(body)) return body.flatMap((b) => flatten(b, path));

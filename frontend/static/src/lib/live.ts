@@ -77,6 +77,17 @@ export class LiveSocket {
     this.connect();
   }
 
+  /** Connect again after close() (tests use close + reopen to prove catch-up by seq). */
+  reopen(): void {
+    this.stopped = false;
+    this.attempt = 0;
+    window.clearTimeout(this.timer);
+    const old = this.ws;
+    this.ws = null;
+    if (old && old.readyState < WebSocket.CLOSING) old.close();
+    this.connect();
+  }
+
   close(): void {
     this.stopped = true;
     window.clearTimeout(this.timer);

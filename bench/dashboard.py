@@ -1,0 +1,183 @@
+"""Dashboard performance, measured in headless Chromium against a real daphne + PostgreSQL + Redis.
+
+Writes bench/results/dashboard.json with
+  first_render_ms  queue board with 1,000 queued and 20 running: navigation start -> board drawn (median)
+  bundle_gzip_kb   every JS + CSS file the pages ship (frontend/static/dist), gzip -9
+  frame_p95_ms     run page while its run emits 50 events/s through the real ingest endpoint: p95 frame time
+next to same-run baselines (empty board, idle run page, uPlot alone) and their ratios.
+Usage: python bench/dashboard.py [--quick]   (DATABASE_URL: a PostgreSQL server; a scratch database is used)
+"""
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import os
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from urllib.parse import urlparse, urlunparse
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
+BASE_DB_URL = os.environ.get("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/postgres")
+SCRATCH_DB = "bench_dashboard"
+DB_URL = urlunparse(urlparse(BASE_DB_URL)._replace(path=f"/{SCRATCH_DB}"))
+os.environ["DATABASE_URL"] = DB_URL
+REDIS_URL = os.environ.setdefault("REDIS_URL", "redis://127.0.0.1:6379/1")
+# Playwright's sync API runs an event loop in this thread; the ORM calls here are plain sync calls.
+os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
+
+
+def scratch_database() -> None:
+    import psycopg
+
+    with psycopg.connect(BASE_DB_URL, autocommit=True) as conn:
+        conn.execute(f"DROP DATABASE IF EXISTS {SCRATCH_DB} WITH (FORCE)")
+        conn.execute(f"CREATE DATABASE {SCRATCH_DB}")
+    subprocess.run([sys.executable, "manage.py", "migrate", "-v0"], cwd=REPO, check=True, env=dict(os.environ))
+
+
+def bundle_kb() -> tuple[float, float]:
+    dist = REPO / "frontend" / "static" / "dist"
+    if not (dist / "board.js").exists():
+        subprocess.run(["node", "frontend/build.mjs"], cwd=REPO, check=True)
+    total = sum(len(gzip.compress(p.read_bytes(), 9)) for p in dist.rglob("*") if p.suffix in {".js", ".css"})
+    uplot = REPO / "node_modules" / "uplot" / "dist"
+    lib = sum(len(gzip.compress((uplot / n).read_bytes(), 9)) for n in ("uPlot.iife.min.js", "uPlot.min.css"))
+    return total / 1024, lib / 1024
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--quick", action="store_true", help="fewer repetitions and a shorter event stream")
+    args = ap.parse_args()
+    reps, stream_s = (3, 4.0) if args.quick else (7, 10.0)
+
+    scratch_database()
+    import django
+
+    django.setup()
+    from django.contrib.auth import get_user_model
+    from django.test import Client
+    from playwright.sync_api import sync_playwright
+
+    from runs import realtime, services, tasks
+    from runs.models import Run, RunStatus
+    from tests.browser.stack import CHROMIUM, CHROMIUM_ARGS, Emitter, free_port, server_start
+
+    # Seeding goes through the real services; live fan-out and Celery hand-off are not what is measured.
+    realtime.group_send_now = lambda group, message: None
+    tasks.dispatch_run.delay = lambda run_id: None
+    user = get_user_model().objects.create_user("bench", password="pw", is_staff=True)
+    client = Client()
+    client.force_login(user)
+    session = client.cookies["sessionid"].value
+
+    server = server_start(database_url=DB_URL, redis_url=REDIS_URL, extra_env={
+        "CELERY_TASK_ALWAYS_EAGER": "1", "RAY_ADDRESS": f"http://127.0.0.1:{free_port()}"})
+    results: dict = {}
+    try:
+        with sync_playwright() as pw:
+            browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+            ctx = browser.new_context(viewport={"width": 1360, "height": 900})
+            ctx.add_cookies([{"name": "sessionid", "value": session, "url": server.url}])
+            page = ctx.new_page()
+
+            def board_ms() -> float:
+                samples = []
+                for _ in range(reps):
+                    page.goto(server.url + "/")
+                    page.wait_for_function("performance.getEntriesByName('board-rendered').length > 0")
+                    samples.append(page.evaluate("performance.getEntriesByName('board-rendered')[0].startTime"))
+                return statistics.median(samples)
+
+            empty_ms = board_ms()
+            services.settings_update(changes={"max_total": 20, "interactive_reserve": 1}, partial=True, by=user)
+            t0 = time.perf_counter()
+            for i in range(20):
+                origin = "dashboard" if i == 0 else "api"
+                run = services.run_submit(owner=user, name=f"running-{i}", origin=origin, kind="rl_train", config={})
+                services.run_transition(run=run, status=RunStatus.RUNNING)
+            for i in range(1000):
+                services.run_submit(owner=user, name=f"queued-{i}", origin=("api", "schedule", "system")[i % 3],
+                                    kind="rl_train", config={})
+            seed_s = time.perf_counter() - t0
+            assert Run.objects.filter(status=RunStatus.QUEUED).count() == 1000
+            running = list(Run.objects.filter(status=RunStatus.RUNNING).order_by("id"))
+            assert len(running) == 20
+            for r in running:  # every running row has gate, version, sampler and a reward history to draw
+                em = Emitter(server.url, r.pk, r.ingest_token)
+                em.post(em.start() + [e for _ in range(5) for e in em.step_events()])
+            full_ms = board_ms()
+            rows = page.locator("#waiting tbody tr").count()
+            assert rows == 1000, f"board drew {rows} waiting rows"
+
+            # Run page under a 50 events/s stream (10 posts/s of 5 events, as a trainer's batching sink would).
+            target = running[0]
+            em = Emitter(server.url, target.pk, target.ingest_token)
+            em.post(em.start())
+            page.goto(f"{server.url}/runs/{target.pk}/")
+            page.wait_for_function("document.querySelector('#conn-state')?.dataset.state === 'live'")
+            frame_js = """(ms) => new Promise(done => { const d = []; let last = performance.now();
+                const end = last + ms; function tick(t) { d.push(t - last); last = t;
+                if (t < end) requestAnimationFrame(tick); else done(d); } requestAnimationFrame(tick); })"""
+            idle = page.evaluate(frame_js, stream_s * 1000 / 2)
+            stop = threading.Event()
+            posted = [0]
+
+            def feed() -> None:
+                pending: list = []
+                next_t = time.perf_counter()
+                while not stop.is_set():
+                    while len(pending) < 5:
+                        pending.extend(em.step_events())
+                    batch, pending[:] = pending[:5], pending[5:]
+                    em.post(batch)
+                    posted[0] += len(batch)
+                    next_t += 0.1
+                    time.sleep(max(0.0, next_t - time.perf_counter()))
+
+            feeder = threading.Thread(target=feed, daemon=True)
+            feeder.start()
+            time.sleep(1.0)  # steady state
+            t_stream = time.perf_counter()
+            posted_before = posted[0]
+            busy = page.evaluate(frame_js, stream_s * 1000)
+            rate = (posted[0] - posted_before) / (time.perf_counter() - t_stream)
+            stop.set()
+            feeder.join(timeout=5)
+            target.refresh_from_db()
+            page.wait_for_function(f"Number(document.querySelector('[data-testid=last-seq]')?.textContent.replace(/,/g, '')) >= {target.last_seq}",
+                                   timeout=15_000)
+            browser.close()
+
+        def p95(values: list[float]) -> float:
+            return statistics.quantiles(values, n=20)[-1]
+
+        bundle, uplot_kb = bundle_kb()
+        results = {
+            "first_render_ms": round(full_ms, 1),
+            "bundle_gzip_kb": round(bundle, 1),
+            "frame_p95_ms": round(p95(busy), 1),
+            "baseline": {"empty_board_first_render_ms": round(empty_ms, 1), "idle_run_page_frame_p95_ms": round(p95(idle), 1),
+                         "uplot_alone_gzip_kb": round(uplot_kb, 1)},
+            "ratios": {"first_render_vs_empty": round(full_ms / empty_ms, 2), "frame_p95_vs_idle": round(p95(busy) / p95(idle), 2),
+                       "bundle_vs_uplot": round(bundle / uplot_kb, 2)},
+            "setup": {"queued": 1000, "running": 20, "events_per_s_measured": round(rate, 1), "stream_s": stream_s,
+                      "frames": len(busy), "repetitions": reps, "seed_s": round(seed_s, 1), "quick": args.quick},
+            "targets": {"first_render_ms": 500, "bundle_gzip_kb": 150, "frame_p95_ms": 50},
+        }
+    finally:
+        server.stop()
+    out = REPO / "bench" / "results" / "dashboard.json"
+    out.write_text(json.dumps(results, indent=2) + "\n")
+    print(json.dumps(results, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,120 @@
+"""Browser-test fixtures: a real daphne server on the test database (PostgreSQL) and Redis, one headless
+Chromium per test session, users, and helpers that drive runs through the real services and ingest endpoint."""
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from django.db import connection
+from playwright.sync_api import Browser, BrowserContext, Page, expect, sync_playwright
+
+from tests.browser.stack import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS, Emitter, Server, free_port, server_start
+
+PASSWORD = "pw-browser"
+expect.set_options(timeout=10_000)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if "tests/browser/" in str(item.fspath):
+            item.add_marker(pytest.mark.browser)
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Browser]:
+    """One Chromium per module. Playwright's sync API keeps an event loop running in this thread, which makes
+    Django refuse ORM calls as "async context"; they are plain sync calls here, so allow them exactly while
+    Playwright runs (module scope: the loop is gone before other packages' tests run)."""
+    if not os.path.exists(CHROMIUM):
+        pytest.fail(f"{CHROMIUM} is missing: install it with `apt-get install -y chromium` (.ci/run does)", pytrace=False)
+    previous = os.environ.get("DJANGO_ALLOW_ASYNC_UNSAFE")
+    os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
+    try:
+        with sync_playwright() as pw:
+            b = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+            yield b
+            b.close()
+    finally:
+        if previous is None:
+            os.environ.pop("DJANGO_ALLOW_ASYNC_UNSAFE", None)
+        else:
+            os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = previous
+
+
+@pytest.fixture
+def server(transactional_db, redis_url: str, settings) -> Iterator[Server]:
+    """daphne on the test database. Celery runs eagerly inside it and Ray is unreachable, so a granted run
+    stays `starting` (the launcher leaves it for the tick) until the test drives it like a job would."""
+    db = connection.settings_dict
+    assert connection.vendor == "postgresql", "browser tests run on PostgreSQL (set DATABASE_URL)"
+    database_url = f"postgres://{db['USER']}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}"
+    srv = server_start(database_url=database_url, redis_url=redis_url, extra_env={
+        "CELERY_TASK_ALWAYS_EAGER": "1", "RAY_ADDRESS": f"http://127.0.0.1:{free_port()}",
+        "SLOTS_POLICY_CACHE_SECONDS": "0", "SLOTS_HEARTBEAT_TIMEOUT_SECONDS": "600",
+    })
+    # This process publishes too (services called by the test): same channel-layer prefix as the server.
+    layers = {k: dict(v) for k, v in settings.CHANNEL_LAYERS.items()}
+    layers["default"]["CONFIG"] = {**layers["default"]["CONFIG"], "prefix": srv.prefix}
+    settings.CHANNEL_LAYERS = layers
+    settings.SLOTS_POLICY_CACHE_SECONDS = 0
+    from channels.layers import channel_layers
+
+    channel_layers.backends.clear()
+    try:
+        yield srv
+    finally:
+        srv.stop()
+        channel_layers.backends.clear()
+
+
+@pytest.fixture(autouse=True)
+def no_celery_from_tests(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Services called from the test process hand granted runs to Celery; there is no worker for them here
+    (the server runs its own eagerly), so record nothing and leave the run `starting`, as a slow worker would."""
+    from runs import tasks
+
+    monkeypatch.setattr(tasks.dispatch_run, "delay", lambda run_id: None)
+    monkeypatch.setattr(tasks.stop_run, "delay", lambda run_id: None)
+
+
+@pytest.fixture
+def users(django_user_model) -> dict[str, Any]:
+    return {
+        "alice": django_user_model.objects.create_user("alice", password=PASSWORD),
+        "boss": django_user_model.objects.create_user("boss", password=PASSWORD, is_staff=True),
+    }
+
+
+@pytest.fixture
+def context(browser: Browser, request: pytest.FixtureRequest) -> Iterator[BrowserContext]:
+    ctx = browser.new_context(viewport={"width": 1360, "height": 900})
+    errors: list[str] = []
+    ctx.on("weberror", lambda err: errors.append(str(err.error)))
+    yield ctx
+    ctx.close()
+    assert not errors, f"uncaught errors in the page: {errors}"
+
+
+def login(page: Page, server: Server, username: str) -> None:
+    """Log in through the real login form."""
+    page.goto(f"{server.url}/login/")
+    page.get_by_label("Username").fill(username)
+    page.get_by_label("Password").fill(PASSWORD)
+    page.get_by_role("button", name="Log in").click()
+    page.wait_for_url(lambda url: "/login/" not in url)
+
+
+def shot(page: Page, name: str) -> None:
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=True)
+
+
+def emitter_for(server: Server, run: Any) -> Emitter:
+    return Emitter(base_url=server.url, run_id=run.pk, token=run.ingest_token)
+
+
+@pytest.fixture
+def shoot() -> Callable[[Page, str], None]:
+    return shot
