@@ -84,10 +84,12 @@ class RunConsumer(AuthenticatedConsumer):
     """Every event of one run, in platform seq order, exactly once per connection (docs/realtime.md)."""
 
     run_id: int
-    last_sent: int
+    last_sent: int = 0
     group: str | None = None
+    streaming = False  # set once the snapshot is out; live messages before that belong to a refused socket
 
     async def connect(self) -> None:
+        self._lock = asyncio.Lock()
         user = self.user_or_none()
         if user is None:
             return await self.refuse(CLOSE_UNAUTHENTICATED)
@@ -108,12 +110,12 @@ class RunConsumer(AuthenticatedConsumer):
         snapshot, last_seq = await database_sync_to_async(realtime.run_stream_snapshot)(run_id=self.run_id)
         if after is not None and after > last_seq:
             return await self.refuse(CLOSE_BAD_REQUEST)
-        self._lock = asyncio.Lock()
         self._last_live = time.monotonic()
         await self.accept()
         await self.send_json({"type": "snapshot", "run": snapshot, "last_seq": last_seq})
         self.last_sent = last_seq if after is None else after
         await self._send_stored(upto=last_seq)
+        self.streaming = True
         self._resync = asyncio.create_task(self._resync_loop())
 
     def _after_from_query(self) -> int | None:
@@ -142,6 +144,8 @@ class RunConsumer(AuthenticatedConsumer):
 
     async def run_events(self, message: dict[str, Any]) -> None:
         """Layer message from runs.realtime: a committed batch, seqs contiguous and ascending."""
+        if not self.streaming:
+            return
         self._last_live = time.monotonic()
         async with self._lock:
             events = [e for e in message["events"] if e["seq"] > self.last_sent and e["run"] == self.run_id]
@@ -189,7 +193,7 @@ class DashboardConsumer(AuthenticatedConsumer):
         self._coalescer = Coalescer(coalesce_seconds(), self.send_json)
         await self.channel_layer.group_add(realtime.DASHBOARD_GROUP, self.channel_name)
         self.joined = True
-        snapshot = await database_sync_to_async(realtime.dashboard_snapshot)(user=user)
+        snapshot, self._run_seqs = await database_sync_to_async(realtime.dashboard_snapshot)(user=user)
         await self.accept()
         await self.send_json({"type": "snapshot", **snapshot})
 
@@ -197,8 +201,15 @@ class DashboardConsumer(AuthenticatedConsumer):
         return bool(self.user.is_staff or owner_id == self.user.id)
 
     async def run_update(self, message: dict[str, Any]) -> None:
-        if self._visible(message["owner_id"]):
-            await self._coalescer.offer(("run", message["run"]["id"]), {"type": "run", "run": message["run"]})
+        if not self._visible(message["owner_id"]):
+            return
+        run_id, seq = message["run"]["id"], message["last_seq"]
+        # Updates are state reads: one read before our snapshot may arrive after it. The run's last seq
+        # only grows, so an update older than what the browser has is dropped.
+        if seq < self._run_seqs.get(run_id, 0):
+            return
+        self._run_seqs[run_id] = seq
+        await self._coalescer.offer(("run", run_id), {"type": "run", "run": message["run"]})
 
     async def slots_update(self, message: dict[str, Any]) -> None:
         queue = [item["run"] for item in message["queue"] if self._visible(item["owner_id"])]

@@ -133,9 +133,7 @@ class _SummaryPublisher:
         while True:
             run_ids = self._take_due()
             try:
-                runs = list(Run.objects.select_related("owner").filter(pk__in=run_ids))
-                for run, payload in zip(runs, runs_payload(runs)):
-                    group_send_now(DASHBOARD_GROUP, {"type": "run.update", "run": payload, "owner_id": run.owner_id})
+                runs_update_send(run_ids)
             except Exception:  # noqa: BLE001 - a dashboard refresh must never kill the publisher
                 logger.warning("dashboard summary publish failed", exc_info=True)
             finally:
@@ -176,14 +174,20 @@ def _dashboard_flush() -> None:
     if not run_ids and not slots:
         return
     try:
-        runs = list(Run.objects.select_related("owner").filter(pk__in=run_ids)) if run_ids else []
-        payloads = runs_payload(runs)
-        for run, payload in zip(runs, payloads):
-            group_send_now(DASHBOARD_GROUP, {"type": "run.update", "run": payload, "owner_id": run.owner_id})
+        if run_ids:
+            runs_update_send(run_ids)
         if slots:
             group_send_now(DASHBOARD_GROUP, {"type": "slots.update", **slots_and_queue()})
     except Exception:  # noqa: BLE001 - same rule as group_send_now: the write already committed
         logger.warning("dashboard publish failed", exc_info=True)
+
+
+def runs_update_send(run_ids: Any) -> None:
+    """Read the runs now and send each to the dashboard; `last_seq` lets consumers drop stale reads."""
+    runs = list(Run.objects.select_related("owner").filter(pk__in=run_ids))
+    for run, payload in zip(runs, runs_payload(runs)):
+        group_send_now(DASHBOARD_GROUP,
+                       {"type": "run.update", "run": payload, "owner_id": run.owner_id, "last_seq": run.last_seq})
 
 
 # --- reads for snapshots -----------------------------------------------------------------------------
@@ -223,16 +227,19 @@ def slots_and_queue() -> dict[str, Any]:
     from runs import selectors
 
     queued = list(Run.objects.select_related("owner").filter(status=RunStatus.QUEUED).order_by("created_at", "id"))
-    queue = [{"run": p, "owner_id": r.owner_id} for r, p in zip(queued, runs_payload(queued))]
+    queue = [{"run": p, "owner_id": r.owner_id, "last_seq": r.last_seq} for r, p in zip(queued, runs_payload(queued))]
     queue.sort(key=lambda item: (item["run"]["position"] or {}).get("overall", 1 << 30))
     return {"slots": selectors.slots_snapshot(), "queue": queue}
 
 
-def dashboard_snapshot(*, user: Any) -> dict[str, Any]:
-    """{slots, queue, active} as this user may see them (own runs; staff: all)."""
+def dashboard_snapshot(*, user: Any) -> tuple[dict[str, Any], dict[int, int]]:
+    """{slots, queue, active} as this user may see them (own runs; staff: all), and each shown run's last seq."""
     state = slots_and_queue()
     active = Run.objects.select_related("owner").filter(status__in=ACTIVE_STATUSES).order_by("id")
     if not user.is_staff:
         active = active.filter(owner_id=user.pk)
-    queue = [item["run"] for item in state["queue"] if user.is_staff or item["owner_id"] == user.pk]
-    return {"slots": state["slots"], "queue": queue, "active": runs_payload(list(active))}
+    visible = [item for item in state["queue"] if user.is_staff or item["owner_id"] == user.pk]
+    active = list(active)
+    seqs = {item["run"]["id"]: item["last_seq"] for item in visible} | {run.pk: run.last_seq for run in active}
+    snapshot = {"slots": state["slots"], "queue": [item["run"] for item in visible], "active": runs_payload(active)}
+    return snapshot, seqs

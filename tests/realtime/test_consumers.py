@@ -179,3 +179,46 @@ def test_dashboard_snapshot_visibility_and_coalesced_run_updates():
     assert len(updates) <= elapsed / 0.1 + 2  # at most 10 per second per run (+ the trailing one)
     assert updates[-1]["run"]["summary"]["train"]["step"] == 30  # the latest state always arrives
     assert staff.is_staff
+
+
+def test_dashboard_gets_status_changes_with_slots_and_queue_after_commit():
+    from django.db import transaction
+
+    from runs.realtime import dashboard_publish
+
+    alice, bob = user_make("alice"), user_make("bob")
+
+    def change(run: Run, status: str) -> None:
+        with transaction.atomic():
+            Run.objects.filter(pk=run.pk).update(status=status, last_seq=run.last_seq + 1)
+            run.last_seq += 1
+            dashboard_publish({"kind": "run_status", "run": run.pk, "owner": run.owner_id, "status": status})
+
+    async def drain(comm) -> list[dict]:
+        messages = []
+        while not await comm.receive_nothing(timeout=0.5):
+            messages.append(await comm.receive_json_from(timeout=5))
+        return messages
+
+    async def scenario():
+        comm = communicator("/ws/dashboard/", alice)
+        assert (await comm.connect())[0]
+        assert (await comm.receive_json_from(timeout=5))["queue"] == []
+        mine = await sync_to_async(run_make)(alice, status="queued", name="mine")
+        theirs = await sync_to_async(run_make)(bob, status="queued", name="theirs")
+        await sync_to_async(change)(mine, "queued")
+        await sync_to_async(change)(theirs, "queued")
+        got = await drain(comm)
+        await sync_to_async(change)(mine, "starting")
+        later = await drain(comm)
+        await comm.disconnect()
+        return got, later
+
+    got, later = run_async(scenario)
+    runs = [m["run"] for m in got if m["type"] == "run"]
+    slots = [m for m in got if m["type"] == "slots"]
+    assert [(r["name"], r["status"]) for r in runs] == [("mine", "queued")]  # bob's run is not shown to alice
+    assert [r["name"] for r in slots[-1]["queue"]] == ["mine"] and len(slots) <= 2  # coalesced burst
+    assert set(slots[-1]["slots"]) >= {"classes", "total"}
+    assert [m["run"]["status"] for m in later if m["type"] == "run"] == ["starting"]
+    assert [m for m in later if m["type"] == "slots"][-1]["queue"] == []
