@@ -82,6 +82,8 @@ def platform_env() -> tuple[dict[str, str], dict[str, str]]:
         # A short temp dir: Ray's unix socket paths must stay under ~107 characters.
         ray_tmp = tempfile.mkdtemp(prefix="rlcp-ray-")
         env["RAY_ADDRESS"] = f"http://127.0.0.1:{dash_port}"
+        # Ray 2.60 has token auth on (token in ~/.ray/auth_token); the platform's job clients must send it.
+        env.setdefault("RAY_AUTH_MODE", "token")
         num_cpus = int(env.get("RAY_NUM_CPUS", max(4, os.cpu_count() or 1)))
         services["ray"] = (f"{VENV_BIN / 'ray'} start --head --block --port {free_port()} "
                            f"--dashboard-host 127.0.0.1 --dashboard-port {dash_port} --num-cpus {num_cpus} "

@@ -108,7 +108,8 @@ def job_submit(run: Run, spec: JobSpec) -> str:
         "RUN_ID": str(run.pk),
         "RUN_INGEST_TOKEN": run.ingest_token,
         "RUN_ATTEMPT": str(run.attempt),
-        "OMP_NUM_THREADS": "1",
+        # No OMP_NUM_THREADS etc. here: the trainer's ray.init adds its own env_vars for its actors, and Ray
+        # refuses to merge a job runtime env and a ray.init runtime env that set the same key.
         # Time the job gets after SIGTERM (cancel) to checkpoint before Ray kills it.
         "RAY_JOB_STOP_WAIT_TIME_S": str(settings.RUN_STOP_GRACE_SECONDS),
         **spec.env,
@@ -128,9 +129,12 @@ def job_submit(run: Run, spec: JobSpec) -> str:
             if "already exists" in str(exc):
                 logger.info("run %s: Ray job %s already exists; recording it", run.pk, submission_id)
                 return submission_id
-            # A head that just started answers before its job agent registered.
-            if "No available agent" not in str(exc) or time.monotonic() > deadline:
+            if "No available agent" not in str(exc):
                 raise
+            # A head that just started answers before its job agent registered (a minute and more on a
+            # loaded machine): wait a little, then leave the run `starting` for the tick to launch again.
+            if time.monotonic() > deadline:
+                raise RayUnavailable(f"Ray at {settings.RAY_ADDRESS} has no job agent yet: {exc}") from exc
             time.sleep(1)
         except RAY_UNREACHABLE as exc:
             raise RayUnavailable(f"Ray job API at {settings.RAY_ADDRESS} is not reachable: {exc}") from exc

@@ -1,0 +1,91 @@
+"""Faults on real processes: a Celery worker SIGKILLed while it launches (exactly one Ray job afterwards, the
+run reaches `running` through Celery's redelivery), a worker SIGKILLed during a run (the job keeps going and
+its end is recorded), and a Ray job killed (the run fails with the reason within 10 s, slot released)."""
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import psutil
+import pytest
+
+from runs.models import Slot
+from tests.execution.conftest import TINY_TRAIN_CONFIG, ray_jobs_of_run, wait_for
+from tests.execution.test_lifecycle import status_history
+
+pytestmark = pytest.mark.slow
+
+# A run that lasts long enough to be killed in the middle (it is cancelled or killed before it ends).
+LONG_TRAIN_CONFIG = {**TINY_TRAIN_CONFIG, "steps": 400}
+
+
+def submit(api, config: dict, name: str = "fault") -> dict:
+    return api.post("/api/runs/", {"name": name, "origin": "api", "config": config}, expect=201)
+
+
+def test_worker_killed_while_launching_leaves_exactly_one_job(platform, api, ray_cluster):
+    # This worker stalls between submitting the Ray job and recording the run as running.
+    platform.start_worker("stalling", beat=False, include="tests.execution.stall_launch")
+    run = submit(api, LONG_TRAIN_CONFIG)
+    wait_for(lambda: ray_jobs_of_run(ray_cluster, run["id"]), timeout=90, what="the Ray job to be submitted",
+             on_timeout=lambda: platform.log("stalling"))
+    assert api.run(run["id"])["status"] == "starting"
+    platform.kill("stalling")
+    killed_at = time.monotonic()
+
+    # No tick runs: only Celery's redelivery of the unacknowledged launch task can bring the run to running.
+    platform.start_worker("fresh", beat=False)
+    api.wait_status(run["id"], "running", timeout=60, on_timeout=lambda: platform.log("fresh"))
+    redelivered_s = time.monotonic() - killed_at
+    jobs = ray_jobs_of_run(ray_cluster, run["id"])
+    assert len(jobs) == 1, [j.submission_id for j in jobs]
+    assert api.run(run["id"])["status"] == "running"
+    print(f"launch redelivered and recorded {redelivered_s:.1f} s after the SIGKILL")
+    # visibility timeout 10 s + restore sweep 1 s + worker start; kombu's defaults took ~100 s.
+    assert redelivered_s < 45
+
+
+def test_worker_killed_during_a_run_the_run_still_finishes(platform, api, ray_cluster):
+    platform.start_worker("first")
+    run = submit(api, TINY_TRAIN_CONFIG)
+    api.wait_status(run["id"], "running", timeout=120, on_timeout=lambda: platform.log("first"))
+    platform.kill("first")
+    seq_at_kill = api.run(run["id"])["summary"].get("train", {}).get("step", 0)
+
+    # The job does not depend on the worker: it keeps training and posting events to the web process.
+    wait_for(lambda: api.run(run["id"])["summary"].get("train", {}).get("step", 0) > seq_at_kill,
+             timeout=120, what="training progress while no worker runs")
+    platform.start_worker("second")
+    done = api.wait_status(run["id"], {"succeeded", "failed"}, timeout=180, on_timeout=lambda: platform.log("second"))
+    assert done["status"] == "succeeded", done["error"]
+    assert done["summary"]["train"]["step"] == TINY_TRAIN_CONFIG["steps"]
+    assert status_history(api, run["id"]) == ["queued", "starting", "running", "succeeded"]
+    assert len(ray_jobs_of_run(ray_cluster, run["id"])) == 1  # re-attached, never relaunched
+
+
+def entrypoint_process(run_id: int, artifacts_dir: str) -> psutil.Process | None:
+    marker = os.path.join(artifacts_dir, str(run_id), "config.json")
+    for proc in psutil.process_iter(["cmdline"]):
+        cmdline = proc.info["cmdline"] or []
+        if "trainer" in cmdline and marker in cmdline:
+            return proc
+    return None
+
+
+def test_killed_ray_job_fails_the_run_within_10_s(platform, api, ray_cluster):
+    platform.start_worker()
+    run = submit(api, LONG_TRAIN_CONFIG)
+    api.wait_status(run["id"], "running", timeout=120, on_timeout=lambda: platform.log("worker"))
+    wait_for(lambda: api.run(run["id"])["summary"].get("train"), timeout=120, what="the first training step")
+    proc = wait_for(lambda: entrypoint_process(run["id"], platform.env["RUN_ARTIFACTS_DIR"]), timeout=10,
+                    what="the job's entrypoint process")
+    os.kill(proc.pid, signal.SIGKILL)
+    killed_at = time.monotonic()
+
+    failed = api.wait_status(run["id"], {"failed", "succeeded", "cancelled"}, timeout=10)
+    elapsed = time.monotonic() - killed_at
+    assert failed["status"] == "failed"
+    assert "exit code -9" in failed["error"] and ray_jobs_of_run(ray_cluster, run["id"])[0].submission_id in failed["error"]
+    assert not Slot.objects.filter(run_id=run["id"]).exists()
+    print(f"killed job recorded as failed after {elapsed:.1f} s")
