@@ -47,5 +47,8 @@ bench-async: setup
 bench-dashboard: setup
 	DATABASE_URL=$(TEST_DATABASE_URL) REDIS_URL=$(TEST_REDIS_URL) $(BIN)/python bench/dashboard.py $(BENCH_ARGS)
 
+bench-events: setup
+	$(BIN)/python bench/events.py $(BENCH_ARGS)
+
 clean:
 	rm -rf var
