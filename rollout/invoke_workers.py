@@ -60,8 +60,8 @@ class LocalInvoker:
     def kill(self, worker: int) -> None:
         pass
 
-    def close(self, deadline: float) -> None:
-        for handle in self.workers:
+    def close(self, deadline: float, alive: list[int]) -> None:
+        for handle in (self.workers[i] for i in alive):
             if hasattr(handle, "close"):
                 try:
                     handle.close()
@@ -115,9 +115,9 @@ class RayInvoker:
         except Exception:  # noqa: BLE001
             pass
 
-    def close(self, deadline: float) -> None:
+    def close(self, deadline: float, alive: list[int]) -> None:
         refs = []
-        for handle in self.workers:
+        for handle in (self.workers[i] for i in alive):
             try:
                 refs.append(handle.close.remote())
             except Exception:  # noqa: BLE001 - no close method, or the actor is gone

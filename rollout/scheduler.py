@@ -135,7 +135,9 @@ class RolloutScheduler:
             while self._core.ready:
                 self._core.returns.append(self._core.ready.popleft()[2])
         self._flush_returns()
-        self._invoker.close(deadline)
+        with self._cond:
+            alive = [i for i, capacity in enumerate(self._core.capacities) if capacity]
+        self._invoker.close(deadline, alive)
 
     # --- background loop ----------------------------------------------------------------------------------
     def _run(self) -> None:

@@ -10,10 +10,13 @@ from rollout.types import GroupResult
 
 
 class GroupWorker:
-    """A rollout worker: group 0 never finishes, group 1 finishes after 0.3 s, others at once."""
+    """A rollout worker: with hang=True group 0 never finishes; group 1 finishes after 0.3 s; others at once."""
+
+    def __init__(self, hang: bool = False) -> None:
+        self.hang = hang
 
     async def generate_group(self, group: int, batch_id: Any) -> GroupResult:
-        if group == 0:
+        if group == 0 and self.hang:
             await asyncio.sleep(3600)
         if group == 1:
             await asyncio.sleep(0.3)

@@ -22,7 +22,7 @@ ACTOR = {"num_cpus": 0.1}
 def test_killed_ray_worker_is_retired_and_its_finished_result_recovered(ray_driver):
     ray = ray_driver
     remote = ray.remote(GroupWorker).options(**ACTOR, max_concurrency=8, max_restarts=0)
-    w0, w1 = remote.remote(), remote.remote()
+    w0, w1 = remote.remote(hang=True), remote.remote()
     blocked, release = threading.Event(), threading.Event()
 
     def holding_filter(result):
