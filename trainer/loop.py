@@ -224,9 +224,10 @@ class TrainingRun:
         for engine_id in dead:
             rt.publication.remove_engine(engine_id)
             del rt.engines[engine_id]
-            gone = rt.workers_call("engine_lost", engine_id, "engine actor died")
+            rt.workers_call("engine_lost", engine_id, "engine actor died")
+            tombstones = sum(s["router"]["tombstones"] for s in rt.workers_call("stats"))
             self._emit("worker", {"event": "engine_lost", "engine": engine_id, "engines": sorted(rt.engines),
-                                  "tombstoned_sessions": sum(len(g) for g in gone)})
+                                  "tombstoned_sessions": tombstones})
         if dead and not rt.engines:
             raise RuntimeError("every engine died")
         return dead

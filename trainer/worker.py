@@ -73,6 +73,8 @@ class RolloutWorker:
 
     async def _end_session(self, session_id: str) -> None:
         engine_id = self.router.engine_of(session_id)
+        if engine_id is None:
+            return  # tombstoned (its engine died): keep the tombstone so the id is never re-routed
         self.router.release(session_id)
         if engine_id is not None and engine_id in self.engines:
             handle = self.engines[engine_id]
