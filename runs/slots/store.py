@@ -82,16 +82,20 @@ def snapshot_load(policy: Policy) -> Snapshot:
     held = held_counts()
     probe = Snapshot(policy=policy, held=held)
     waiting: dict[str, list[WaitingSlot]] = {}
-    for run_class in CLASSES:
-        budget = probe.head_budget(run_class)
-        if budget <= 0:
-            continue
-        heads = (
-            Slot.objects.filter(state=SlotState.WAITING, run_class=run_class)
-            .order_by("requested_at", "run_id")
-            .values_list("run_id", "requested_at")[:budget]
-        )
-        waiting[run_class] = [WaitingSlot(run_id=r, requested_at=t) for r, t in heads]
+    heads = [
+        Slot.objects.filter(state=SlotState.WAITING, run_class=run_class)
+        .order_by("requested_at", "run_id").values_list("run_class", "run_id", "requested_at")[:budget]
+        for run_class in CLASSES if (budget := probe.head_budget(run_class)) > 0
+    ]
+    if not heads:
+        return Snapshot(policy=policy, held=held, waiting=waiting)
+    if connection.features.supports_slicing_ordering_in_compound and len(heads) > 1:
+        rows = list(heads[0].union(*heads[1:], all=True))  # one round trip: each part is an index seek
+    else:
+        rows = [row for part in heads for row in part]
+    rows.sort(key=lambda r: (r[2], r[1]))
+    for run_class, run_id, requested_at in rows:
+        waiting.setdefault(run_class, []).append(WaitingSlot(run_id=run_id, requested_at=requested_at))
     return Snapshot(policy=policy, held=held, waiting=waiting)
 
 

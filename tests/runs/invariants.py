@@ -1,0 +1,61 @@
+"""Slot invariants checked by the stress tests, read consistently under the grant lock."""
+from __future__ import annotations
+
+from django.db import connection, transaction
+from django.utils import timezone
+
+from runs.models import ACTIVE_STATUSES, FINISHED_STATUSES, ConcurrencySettings, Run
+from runs.slots import store
+from runs.slots.grant import INTERACTIVE, grant
+from runs.slots.policy import CLASSES
+
+OTHERS = [k for k in CLASSES if k != INTERACTIVE]
+CONSISTENCY_MESSAGES = ("a finished run still has a slot", "an active run holds no slot",
+                        "a queued run has no waiting slot", "a held slot belongs to a run that is not active")
+FINISHED_SQL = "(" + ", ".join(f"'{x}'" for x in FINISHED_STATUSES) + ")"  # constants, not input
+ACTIVE_SQL = "(" + ", ".join(f"'{x}'" for x in ACTIVE_STATUSES) + ")"
+CONSISTENCY_SQL = f"""
+SELECT
+  EXISTS (SELECT 1 FROM runs_slot s JOIN runs_run r ON r.id = s.run_id WHERE r.status IN {FINISHED_SQL}),
+  EXISTS (SELECT 1 FROM runs_run r LEFT JOIN runs_slot s ON s.run_id = r.id
+          WHERE r.status IN {ACTIVE_SQL} AND (s.state IS NULL OR s.state <> 'held')),
+  EXISTS (SELECT 1 FROM runs_run r LEFT JOIN runs_slot s ON s.run_id = r.id
+          WHERE r.status = 'queued' AND (s.state IS NULL OR s.state <> 'waiting')),
+  EXISTS (SELECT 1 FROM runs_slot s JOIN runs_run r ON r.id = s.run_id
+          WHERE s.state = 'held' AND r.status NOT IN {ACTIVE_SQL})
+"""
+
+
+def invariant_violations() -> list[str]:
+    """Limits hold for every grant made under the current settings (lowering a limit never preempts, so
+    runs granted earlier may exceed it); slots and statuses agree; no waiting run is grantable right now."""
+    problems: list[str] = []
+    with transaction.atomic():
+        store.slots_lock()
+        policy = store.policy_load(fresh=True)
+        changed_at = ConcurrencySettings.objects.order_by("pk").values_list("updated_at", flat=True).first()
+        held = store.held_counts()
+
+        recent = Run.objects.filter(granted_at__isnull=False)
+        recent = recent.filter(granted_at__gt=changed_at) if changed_at else recent
+        granted_classes = set(recent.values_list("run_class", flat=True).distinct())
+
+        def granted_since(classes: list[str]) -> bool:
+            return bool(granted_classes.intersection(classes))
+
+        for k in CLASSES:
+            if held[k] > policy.classes[k].limit and granted_since([k]):
+                problems.append(f"class {k} holds {held[k]} > limit {policy.classes[k].limit}")
+        if sum(held.values()) > policy.max_total and granted_since(list(CLASSES)):
+            problems.append(f"total held {sum(held.values())} > max_total {policy.max_total}")
+        others = sum(held[k] for k in OTHERS)
+        if others > policy.borrowable and granted_since(OTHERS):
+            problems.append(f"non-interactive held {others} > max_total - reserve {policy.borrowable}")
+        with connection.cursor() as cursor:  # four consistency checks in one round trip
+            cursor.execute(CONSISTENCY_SQL)
+            flags = cursor.fetchone()
+        problems += [message for message, bad in zip(CONSISTENCY_MESSAGES, flags) if bad]
+        grantable = grant(store.snapshot_load(policy), timezone.now())
+        if grantable:
+            problems.append(f"runs {[d.run_id for d in grantable]} are grantable but left waiting")
+    return problems

@@ -1,0 +1,159 @@
+"""One process of the slot stress test: random submit / cancel / finish / start / heartbeat loss / settings
+changes through the real services, checking the invariants after every step. Prints a JSON summary.
+
+Usage: DATABASE_URL=... python tests/runs/stress_worker.py setup|work|drain [--ops N --seed S --owner ID]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import sys
+from datetime import timedelta
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
+os.environ["CELERY_TASK_ALWAYS_EAGER"] = "1"  # dispatch/stop run inline after commit: no broker in the loop
+
+import django  # noqa: E402
+
+django.setup()
+
+from django.conf import settings  # noqa: E402
+
+# Browser fan-out is not under test here (tests/realtime covers it); its after-commit reads and Redis round
+# trips would dominate each step, so the workers run with publishing switched off.
+import runs.realtime  # noqa: E402
+import runs.services  # noqa: E402
+
+runs.realtime.run_event_publish = runs.realtime.dashboard_publish = runs.services.dashboard_publish = (
+    lambda *a, **k: None
+)
+
+from django.contrib.auth import get_user_model  # noqa: E402
+from django.utils import timezone  # noqa: E402
+
+from runs import services  # noqa: E402
+from runs.errors import InvalidInput, InvalidTransition  # noqa: E402
+from runs.kinds import kind_attach  # noqa: E402
+from runs.models import ACTIVE_STATUSES, Run, RunStatus  # noqa: E402
+from tests.runs.helpers import TEST_KIND, register_test_kind  # noqa: E402
+from tests.runs.invariants import invariant_violations  # noqa: E402
+
+ORIGINS = ["dashboard", "api", "schedule", "system"]
+OPS = ["submit"] * 7 + ["finish"] * 4 + ["cancel"] * 2 + ["start"] * 3 + ["heartbeat_loss"] * 2 + ["settings"] * 2
+
+
+def random_settings(rng: random.Random) -> dict:
+    total = rng.randint(1, 6)
+    changes: dict = {"max_total": total}
+    if rng.random() < 0.5:
+        changes["interactive_reserve"] = rng.randint(0, max(0, total - 1))
+    if rng.random() < 0.5:
+        k = rng.choice(["interactive", "app", "schedule", "system"])
+        changes["classes"] = {k: {"limit": rng.randint(1, 6), "priority": rng.randint(0, 100)}}
+    return changes
+
+
+def pick(rng: random.Random, statuses: tuple) -> Run | None:
+    ids = list(Run.objects.filter(status__in=statuses).values_list("pk", flat=True)[:200])
+    return Run.objects.get(pk=rng.choice(ids)) if ids else None
+
+
+def step(op: str, rng: random.Random, owner) -> None:
+    if op == "submit":
+        services.run_submit(owner=owner, name="s", origin=rng.choice(ORIGINS), kind=TEST_KIND, config={})
+    elif op == "finish":
+        run = pick(rng, ACTIVE_STATUSES)
+        if run:
+            services.run_finish(run=run, status=rng.choice([RunStatus.SUCCEEDED, RunStatus.FAILED]))
+    elif op == "cancel":
+        run = pick(rng, (RunStatus.QUEUED, *ACTIVE_STATUSES))
+        if run:
+            try:
+                services.run_cancel(run=run, by="stress")
+            except InvalidTransition:
+                pass  # finished by another process in between
+    elif op == "start":
+        run = pick(rng, (RunStatus.STARTING,))
+        if run:
+            try:
+                services.run_transition(run=run, status=RunStatus.RUNNING)
+            except InvalidTransition:
+                pass
+    elif op == "heartbeat_loss":
+        run = pick(rng, ACTIVE_STATUSES)
+        if run:
+            stale = timezone.now() - timedelta(seconds=settings.SLOTS_HEARTBEAT_TIMEOUT_SECONDS + 5)
+            Run.objects.filter(pk=run.pk, status__in=ACTIVE_STATUSES).update(heartbeat_at=stale)
+        services.runs_reclaim_stale(now=timezone.now())
+    elif op == "settings":
+        try:
+            services.settings_update(changes=random_settings(rng), partial=rng.random() < 0.7, by=None)
+        except InvalidInput:
+            pass
+
+
+def setup() -> None:
+    """Migrate the (fresh) database and create the submitting user; prints its id."""
+    from django.core.management import call_command
+
+    call_command("migrate", verbosity=0)
+    print(json.dumps({"owner": get_user_model().objects.create_user("stress").pk}))
+
+
+def drain() -> None:
+    """Finish every active run until nothing waits: each release must grant the next waiting run."""
+    rounds = 0
+    while Run.objects.filter(status__in=(RunStatus.QUEUED, *ACTIVE_STATUSES)).exists():
+        rounds += 1
+        if rounds > 10_000:
+            print(json.dumps({"ok": False, "problems": ["queue did not drain"]}))
+            sys.exit(1)
+        active = list(Run.objects.filter(status__in=ACTIVE_STATUSES))
+        if not active:
+            print(json.dumps({"ok": False, "problems": ["runs wait but nothing is active to free a slot"]}))
+            sys.exit(1)
+        for run in active:
+            services.run_finish(run=run, status=RunStatus.SUCCEEDED)
+            problems = invariant_violations()
+            if problems:
+                print(json.dumps({"ok": False, "problems": problems}))
+                sys.exit(1)
+    never_granted = Run.objects.filter(granted_at__isnull=True).exclude(status=RunStatus.CANCELLED).count()
+    print(json.dumps({"ok": never_granted == 0, "rounds": rounds, "runs": Run.objects.count(),
+                      "never_granted": never_granted}))
+    sys.exit(0 if never_granted == 0 else 1)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("mode", choices=["setup", "work", "drain"])
+    parser.add_argument("--ops", type=int, default=0)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--owner", type=int, default=0)
+    args = parser.parse_args()
+    register_test_kind()
+    kind_attach(TEST_KIND, launch=lambda run: None)  # launched = nothing to do; the run stays `starting`
+    if args.mode == "setup":
+        return setup()
+    if args.mode == "drain":
+        return drain()
+    rng = random.Random(args.seed)
+    owner = get_user_model().objects.get(pk=args.owner)
+    counts: dict[str, int] = {}
+    for i in range(args.ops):
+        op = rng.choice(OPS)
+        step(op, rng, owner)
+        counts[op] = counts.get(op, 0) + 1
+        problems = invariant_violations()
+        if problems:
+            print(json.dumps({"ok": False, "step": i, "op": op, "problems": problems, "counts": counts}))
+            sys.exit(1)
+    print(json.dumps({"ok": True, "counts": counts}))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,70 @@
+"""Multi-process slot stress: random operations from several processes against one real database
+(PostgreSQL: advisory lock; SQLite file: write lock), invariants checked after every step, then a drain
+that must grant every waiting run."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+WORKER = Path(__file__).with_name("stress_worker.py")
+PG_BASE = "postgres://postgres@127.0.0.1:5432"
+
+
+def run_worker(env: dict[str, str], *args: str, timeout: float = 240) -> dict:
+    done = subprocess.run([sys.executable, str(WORKER), *args], env=env, capture_output=True, text=True,
+                          timeout=timeout)
+    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
+    assert done.returncode == 0 and lines, f"{args}: rc={done.returncode}\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+    return json.loads(lines[-1])
+
+
+def stress(database_url: str, *, processes: int, ops_each: int) -> None:
+    env = dict(os.environ, DATABASE_URL=database_url, SLOTS_POLICY_CACHE_SECONDS="1", LOG_LEVEL="WARNING")
+    owner = run_worker(env, "setup")["owner"]
+    started = time.monotonic()
+    procs = [
+        subprocess.Popen([sys.executable, str(WORKER), "work", "--ops", str(ops_each), "--seed", str(seed),
+                          "--owner", str(owner)], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for seed in range(processes)
+    ]
+    results = []
+    for proc in procs:
+        out, err = proc.communicate(timeout=300)
+        lines = [line for line in out.splitlines() if line.startswith("{")]
+        assert proc.returncode == 0 and lines, f"worker failed: {out[-3000:]}\n{err[-3000:]}"
+        results.append(json.loads(lines[-1]))
+    assert all(r["ok"] for r in results), results
+    total = sum(sum(r["counts"].values()) for r in results)
+    assert total >= processes * ops_each
+    for op in ("submit", "finish", "cancel", "heartbeat_loss", "settings"):
+        assert sum(r["counts"].get(op, 0) for r in results) > 0, op
+    drained = run_worker(env, "drain")
+    assert drained["ok"] and drained["never_granted"] == 0, drained
+    print(f"{total} ops in {time.monotonic() - started:.1f}s over {processes} processes; drain: {drained}")
+
+
+@pytest.mark.slow
+def test_stress_postgresql():
+    import psycopg
+
+    name = f"stress_slots_{os.getpid()}"
+    with psycopg.connect(f"{PG_BASE}/postgres", autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}"')
+        conn.execute(f'CREATE DATABASE "{name}"')
+    try:
+        stress(f"{PG_BASE}/{name}", processes=4, ops_each=int(os.environ.get("STRESS_OPS_EACH", "1250")))
+    finally:
+        with psycopg.connect(f"{PG_BASE}/postgres", autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.mark.slow
+def test_stress_sqlite(tmp_path):
+    stress(f"sqlite:///{tmp_path / 'stress.sqlite3'}", processes=2,
+           ops_each=int(os.environ.get("STRESS_OPS_EACH_SQLITE", "2500")))
