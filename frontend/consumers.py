@@ -6,6 +6,7 @@ wire formats and the no-gap/no-duplicate rules are in docs/realtime.md. Reads go
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -17,6 +18,7 @@ from django.conf import settings
 
 from runs import realtime
 
+logger = logging.getLogger(__name__)
 CLOSE_BAD_REQUEST = 4400
 CLOSE_UNAUTHENTICATED = 4401
 CLOSE_FORBIDDEN = 4403
@@ -97,26 +99,28 @@ class RunConsumer(AuthenticatedConsumer):
         after = self._after_from_query()
         if after == -1:
             return await self.refuse(CLOSE_BAD_REQUEST)
-        owner_id = await database_sync_to_async(realtime.run_owner_id)(run_id=self.run_id)
-        if owner_id is None:
-            return await self.refuse(CLOSE_NOT_FOUND)
-        if not (user.is_staff or owner_id == user.id):
-            return await self.refuse(CLOSE_FORBIDDEN)
         # Subscribe BEFORE reading the database: an event committed after our read is then certain to
         # reach us live. Channels dispatches one message at a time, so live messages wait in our queue
-        # until connect() returns, and on_events drops those the replay already covered.
+        # until connect() returns, and run_events drops those the replay already covered. (Subscribing
+        # before the permission check is harmless: a refused socket forwards nothing and leaves the group.)
         self.group = realtime.run_group(self.run_id)
         await self.channel_layer.group_add(self.group, self.channel_name)
-        snapshot, last_seq = await database_sync_to_async(realtime.run_stream_snapshot)(run_id=self.run_id)
-        if after is not None and after > last_seq:
-            return await self.refuse(CLOSE_BAD_REQUEST)
+        # One database call (one connection) for check, snapshot and first replay page: connects are bursty.
+        opening = await database_sync_to_async(realtime.run_stream_open)(
+            run_id=self.run_id, user=user, after=after, limit=REPLAY_PAGE
+        )
+        if opening.refusal is not None:
+            return await self.refuse(REFUSAL_CODES[opening.refusal])
         self._last_live = time.monotonic()
         await self.accept()
-        await self.send_json({"type": "snapshot", "run": snapshot, "last_seq": last_seq})
-        self.last_sent = last_seq if after is None else after
-        await self._send_stored(upto=last_seq)
+        await self.send_json({"type": "snapshot", "run": opening.snapshot, "last_seq": opening.last_seq})
+        self.last_sent = opening.last_seq if after is None else after
+        if opening.replay:
+            await self.send_json({"type": "events", "events": opening.replay})
+            self.last_sent = opening.replay[-1]["seq"]
+        await self._send_stored(upto=opening.last_seq)
         self.streaming = True
-        self._resync = asyncio.create_task(self._resync_loop())
+        stream_watch.add(self)
 
     def _after_from_query(self) -> int | None:
         """None when absent, -1 when malformed, else the client's last processed seq."""
@@ -160,24 +164,56 @@ class RunConsumer(AuthenticatedConsumer):
             await self.send_json({"type": "events", "events": events})
             self.last_sent = events[-1]["seq"]
 
-    async def _resync_loop(self) -> None:
-        """Catch the tail of the stream that was published while the layer could not deliver it."""
-        interval = resync_seconds()
-        while True:
-            await asyncio.sleep(interval)
-            if time.monotonic() - self._last_live < interval:
-                continue
-            last_seq = await database_sync_to_async(realtime.run_last_seq)(run_id=self.run_id)
-            if last_seq > self.last_sent:
-                async with self._lock:
-                    await self._send_stored(upto=last_seq)
+    async def catch_up(self, last_seq: int, idle_for: float) -> None:
+        """Called by stream_watch: send what the database has beyond last_sent if no live message came for
+        `idle_for` seconds (the tail of a stream published while the layer could not deliver it)."""
+        if self.streaming and last_seq > self.last_sent and time.monotonic() - self._last_live >= idle_for:
+            async with self._lock:
+                await self._send_stored(upto=last_seq)
 
     async def disconnect(self, code: int) -> None:
-        resync = getattr(self, "_resync", None)
-        if resync is not None:
-            resync.cancel()
+        stream_watch.discard(self)
         if self.group is not None:
             await self.channel_layer.group_discard(self.group, self.channel_name)
+
+
+class StreamWatch:
+    """One task per process: every REALTIME_RESYNC_SECONDS, read the last seq of each run streamed here (one
+    query for all) and let idle consumers that are behind catch up from the database."""
+
+    def __init__(self) -> None:
+        self.consumers: dict[int, set[RunConsumer]] = {}
+        self._task: asyncio.Task | None = None
+
+    def add(self, consumer: RunConsumer) -> None:
+        self.consumers.setdefault(consumer.run_id, set()).add(consumer)
+        # One task per event loop (daphne has one; tests start a loop per scenario).
+        if self._task is None or self._task.done() or self._task.get_loop() is not asyncio.get_running_loop():
+            self._task = asyncio.create_task(self._loop())
+
+    def discard(self, consumer: RunConsumer) -> None:
+        local = self.consumers.get(getattr(consumer, "run_id", -1))
+        if local is not None:
+            local.discard(consumer)
+            if not local:
+                del self.consumers[consumer.run_id]
+
+    async def _loop(self) -> None:
+        while self.consumers:
+            interval = resync_seconds()
+            await asyncio.sleep(interval)
+            try:
+                seqs = await database_sync_to_async(realtime.runs_last_seq)(run_ids=list(self.consumers))
+            except Exception:  # noqa: BLE001 - the database may be briefly away; try again next round
+                logger.warning("stream watch could not read last seqs", exc_info=True)
+                continue
+            for run_id, last_seq in seqs.items():
+                for consumer in list(self.consumers.get(run_id, ())):
+                    asyncio.create_task(consumer.catch_up(last_seq, interval))
+
+
+stream_watch = StreamWatch()
+REFUSAL_CODES = {"not_found": CLOSE_NOT_FOUND, "forbidden": CLOSE_FORBIDDEN, "after_beyond": CLOSE_BAD_REQUEST}
 
 
 class DashboardConsumer(AuthenticatedConsumer):

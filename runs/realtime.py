@@ -12,6 +12,7 @@ import logging
 import os
 import threading
 import time
+from dataclasses import dataclass, field
 from typing import Any
 
 from asgiref.sync import async_to_sync
@@ -201,18 +202,31 @@ def runs_payload(runs: list[Run]) -> list[dict[str, Any]]:
     return list(RunSerializer(runs, many=True, context={"queue_info": info}).data)
 
 
-def run_owner_id(*, run_id: int) -> int | None:
-    return Run.objects.filter(pk=run_id).values_list("owner_id", flat=True).first()
+@dataclass(frozen=True)
+class StreamOpening:
+    """What a /ws/runs/<id>/ connection starts with, or why it is refused."""
+
+    refusal: str | None  # "not_found" | "forbidden" | "after_beyond" | None
+    snapshot: dict[str, Any] | None = None  # the run JSON, summary folded up to last_seq (one row read)
+    last_seq: int = 0
+    replay: list[dict[str, Any]] = field(default_factory=list)  # first page of events after `after`
 
 
-def run_last_seq(*, run_id: int) -> int:
-    return Run.objects.filter(pk=run_id).values_list("last_seq", flat=True).first() or 0
+def run_stream_open(*, run_id: int, user: Any, after: int | None, limit: int) -> StreamOpening:
+    """Permission check (owner or staff), snapshot and the first replay page, in one database session."""
+    run = Run.objects.select_related("owner").filter(pk=run_id).first()
+    if run is None:
+        return StreamOpening(refusal="not_found")
+    if not (user.is_staff or run.owner_id == user.pk):
+        return StreamOpening(refusal="forbidden")
+    if after is not None and after > run.last_seq:
+        return StreamOpening(refusal="after_beyond")
+    replay = run_events_after(run_id=run_id, after=after, limit=limit) if after is not None else []
+    return StreamOpening(refusal=None, snapshot=runs_payload([run])[0], last_seq=run.last_seq, replay=replay)
 
 
-def run_stream_snapshot(*, run_id: int) -> tuple[dict[str, Any], int]:
-    """The run's JSON and its last seq, from one row read (the summary is folded up to that seq)."""
-    run = Run.objects.select_related("owner").get(pk=run_id)
-    return runs_payload([run])[0], run.last_seq
+def runs_last_seq(*, run_ids: list[int]) -> dict[int, int]:
+    return dict(Run.objects.filter(pk__in=run_ids).values_list("pk", "last_seq"))
 
 
 def run_events_after(*, run_id: int, after: int, limit: int) -> list[dict[str, Any]]:
