@@ -87,6 +87,8 @@ def platform_env() -> tuple[dict[str, str], dict[str, str]]:
         num_cpus = int(env.get("RAY_NUM_CPUS", max(4, os.cpu_count() or 1)))
         services["ray"] = (f"{VENV_BIN / 'ray'} start --head --block --port {free_port()} "
                            f"--dashboard-host 127.0.0.1 --dashboard-port {dash_port} --num-cpus {num_cpus} "
+                           # Ray's fixed defaults (agent 52365, client 10001) collide with any other Ray here.
+                           f"--dashboard-agent-listen-port {free_port()} --ray-client-server-port {free_port()} "
                            f"--temp-dir {ray_tmp} --include-dashboard true --disable-usage-stats")
     return env, services
 

@@ -77,6 +77,10 @@ def ray_cluster() -> RayCluster:
     cmd = [
         str(VENV_BIN / "ray"), "start", "--head", "--block", "--num-cpus", "4", "--port", str(port),
         "--dashboard-host", "127.0.0.1", "--dashboard-port", str(dash_port),
+        # Ports Ray otherwise fixes (agent HTTP 52365, client server 10001): a second head on the machine whose
+        # job agent cannot bind answers every job submission with "No available agent" forever.
+        "--dashboard-agent-listen-port", str(free_port()), "--ray-client-server-port", str(free_port()),
+        "--metrics-export-port", str(free_port()),
         "--temp-dir", temp_dir, "--include-dashboard", "true", "--disable-usage-stats",
     ]
     # --block keeps `ray start` in the foreground; ending it stops exactly this cluster's processes and no
