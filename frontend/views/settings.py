@@ -1,0 +1,103 @@
+"""Staff page for the concurrency settings: a plain HTML form (works without JavaScript) over the same
+service as PUT /api/settings/concurrency/; blank fields mean "use the default"."""
+from __future__ import annotations
+
+from typing import Any
+
+from django.conf import settings as django_settings
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.core.exceptions import PermissionDenied
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+
+from runs import selectors, services
+from runs.errors import InvalidInput
+from runs.slots import store
+from runs.slots.policy import CLASSES, policy_defaults, policy_effective
+
+
+def _form_name(field: str | None) -> str:
+    """Service field names (classes.app.limit) -> form input names (app_limit)."""
+    if not field:
+        return "__all__"
+    parts = field.split(".")
+    if parts[0] == "classes" and len(parts) == 3:
+        return f"{parts[1]}_{parts[2]}"
+    return parts[0] if parts[0] in ("max_total", "interactive_reserve") else "__all__"
+
+
+def _initial(raw: dict[str, Any]) -> dict[str, str]:
+    values = {k: str(raw[k]) for k in ("max_total", "interactive_reserve") if isinstance(raw.get(k), int)}
+    for name, item in (raw.get("classes") or {}).items():
+        for key in ("limit", "priority"):
+            if isinstance(item, dict) and isinstance(item.get(key), int):
+                values[f"{name}_{key}"] = str(item[key])
+    return values
+
+
+def _parse(post: Any) -> tuple[dict[str, Any], dict[str, str], dict[str, str]]:
+    """Form -> (changes for settings_update, submitted values to redisplay, per-field errors)."""
+    changes: dict[str, Any] = {"classes": {}}
+    values: dict[str, str] = {}
+    errors: dict[str, str] = {}
+    names = ["max_total", "interactive_reserve"] + [f"{c}_{k}" for c in CLASSES for k in ("limit", "priority")]
+    for name in names:
+        text = (post.get(name) or "").strip()
+        values[name] = text
+        if text == "":
+            continue  # blank: not stored, the default applies
+        try:
+            number = int(text)
+        except ValueError:
+            errors[name] = "Enter a whole number, or leave blank for the default."
+            continue
+        if name in ("max_total", "interactive_reserve"):
+            changes[name] = number
+        else:
+            run_class, key = name.rsplit("_", 1)
+            changes["classes"].setdefault(run_class, {})[key] = number
+    return changes, values, errors
+
+
+@login_required
+def concurrency_settings(request: HttpRequest) -> HttpResponse:
+    if not request.user.is_staff:
+        raise PermissionDenied("Only staff can change concurrency settings.")
+    status = 200
+    errors: dict[str, str] = {}
+    if request.method == "POST":
+        changes, values, errors = _parse(request.POST)
+        if not errors:
+            try:
+                services.settings_update(changes=changes, partial=False, by=request.user)
+            except InvalidInput as exc:
+                errors[_form_name(exc.field)] = exc.message if _form_name(exc.field) != "__all__" else str(exc)
+        if not errors:
+            messages.success(request, "Concurrency settings saved; every process applies them within seconds.")
+            return redirect("settings")
+        status = 400
+    else:
+        values = _initial(store.policy_stored_raw())
+    raw = store.policy_stored_raw()
+    effective = policy_effective(raw, default_max_total=django_settings.SLOTS_DEFAULT_MAX_TOTAL)
+    defaults = policy_defaults(effective.max_total)
+    snapshot = selectors.slots_snapshot()
+    rows = [
+        {
+            "name": c, "limit_field": f"{c}_limit", "priority_field": f"{c}_priority",
+            "limit": values.get(f"{c}_limit", ""), "priority": values.get(f"{c}_priority", ""),
+            "limit_error": errors.get(f"{c}_limit"), "priority_error": errors.get(f"{c}_priority"),
+            "effective": effective.classes[c], "default_limit": policy_defaults(
+                effective.max_total, raw.get("interactive_reserve") if isinstance(raw.get("interactive_reserve"),
+                                                                                  int) else None).classes[c].limit,
+            "default_priority": defaults.classes[c].priority, "usage": snapshot["classes"][c],
+        }
+        for c in CLASSES
+    ]
+    context = {
+        "values": values, "errors": errors, "form_error": errors.get("__all__"), "rows": rows, "effective": effective,
+        "default_max_total": django_settings.SLOTS_DEFAULT_MAX_TOTAL,
+        "default_reserve": max(1, effective.max_total // 4), "total": snapshot["total"],
+    }
+    return render(request, "frontend/settings.html", context, status=status)

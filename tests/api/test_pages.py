@@ -1,0 +1,71 @@
+"""Server-rendered pages: login/logout and the staff concurrency settings form (no JavaScript involved)."""
+from __future__ import annotations
+
+import re
+
+import pytest
+from django.test import Client
+
+from runs.slots import store
+
+pytestmark = pytest.mark.django_db
+
+
+def logged_in(user) -> Client:
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+def field_error(html: str, name: str) -> str:
+    """The error text rendered in the same cell/field as input `name`."""
+    match = re.search(rf'name="{name}"[^>]*>(?:(?!</td>|</div>).)*?<span class="error"[^>]*>([^<]+)</span>', html, re.S)
+    return match.group(1) if match else ""
+
+
+def test_login_and_logout(user):
+    client = Client()
+    assert client.get("/login/").status_code == 200
+    bad = client.post("/login/", {"username": "alice", "password": "wrong"})
+    assert bad.status_code == 200 and "alert" in bad.content.decode()
+    ok = client.post("/login/", {"username": "alice", "password": "pw-alice"})
+    assert ok.status_code == 302
+    assert client.get("/api/slots/").status_code == 200
+    assert client.post("/logout/").status_code == 302
+    assert client.get("/api/slots/").status_code in (401, 403)
+
+
+def test_settings_page_access(user, staff):
+    assert Client().get("/settings/").status_code == 302  # to the login page
+    assert logged_in(user).get("/settings/").status_code == 403
+    assert logged_in(user).post("/settings/", {"max_total": "9"}).status_code == 403
+    page = logged_in(staff).get("/settings/")
+    html = page.content.decode()
+    assert page.status_code == 200
+    assert 'data-testid="effective-reserve">1<' in html and 'data-testid="effective-borrowable">3<' in html
+    assert 'name="app_limit"' in html and "default 3" in html and "Running now: 0 of 4" in html
+
+
+def test_settings_form_saves_and_blank_means_default(staff):
+    client = logged_in(staff)
+    saved = client.post("/settings/", {"max_total": "8", "interactive_reserve": "", "system_limit": "2",
+                                       "app_priority": "35"})
+    assert saved.status_code == 302
+    assert store.policy_stored_raw() == {"max_total": 8, "classes": {"system": {"limit": 2},
+                                                                      "app": {"priority": 35}}}
+    html = client.get("/settings/").content.decode()
+    assert 'value="8"' in html and 'data-testid="effective-reserve">2<' in html
+
+
+@pytest.mark.parametrize("form,field,fragment", [
+    ({"max_total": "0"}, "max_total", "from 1 to 1000"),
+    ({"max_total": "abc"}, "max_total", "whole number"),
+    ({"max_total": "4", "interactive_reserve": "4"}, "interactive_reserve", "must be below max_total"),
+    ({"app_limit": "0"}, "app_limit", "from 1 to 1000"),
+    ({"system_priority": "101"}, "system_priority", "from 0 to 100"),
+])
+def test_settings_form_errors_beside_fields(staff, form, field, fragment):
+    answer = logged_in(staff).post("/settings/", form)
+    assert answer.status_code == 400
+    assert fragment in field_error(answer.content.decode(), field)
+    assert store.policy_stored_raw() == {}
