@@ -1,14 +1,16 @@
-"""Django admin: cron schedules (staff define them here or through /api/schedules/)."""
+"""Django admin: cron schedules (staff define them here or through /api/schedules/), and read-only views of
+runs, slots, events and the stored concurrency settings (state changes go through runs.services)."""
 from __future__ import annotations
 
 from croniter import croniter
 from django import forms
 from django.contrib import admin
+from django.http import HttpRequest
 from django.utils import timezone
 
 from runs import kinds
 from runs.errors import ServiceError
-from runs.models import Schedule
+from runs.models import ConcurrencySettings, Run, RunEvent, Schedule, Slot
 from runs.schedules import cron_next
 
 
@@ -44,3 +46,38 @@ class ScheduleAdmin(admin.ModelAdmin):
         if not change or {"cron", "enabled"} & set(form.changed_data):
             obj.next_run_at = cron_next(obj.cron, after=timezone.now())
         super().save_model(request, obj, form, change)
+
+
+class ReadOnlyAdmin(admin.ModelAdmin):
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: object = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: object = None) -> bool:
+        return False
+
+
+@admin.register(Run)
+class RunAdmin(ReadOnlyAdmin):
+    list_display = ("id", "name", "owner", "origin", "run_class", "kind", "status", "created_at", "granted_at")
+    list_filter = ("status", "run_class", "kind")
+    search_fields = ("name", "owner__username")
+
+
+@admin.register(Slot)
+class SlotAdmin(ReadOnlyAdmin):
+    list_display = ("run", "run_class", "state", "requested_at", "granted_at")
+    list_filter = ("state", "run_class")
+
+
+@admin.register(RunEvent)
+class RunEventAdmin(ReadOnlyAdmin):
+    list_display = ("run", "seq", "type", "source", "source_seq", "ts")
+    list_filter = ("type",)
+
+
+@admin.register(ConcurrencySettings)
+class ConcurrencySettingsAdmin(ReadOnlyAdmin):
+    list_display = ("id", "raw", "updated_at", "updated_by")
