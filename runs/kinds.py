@@ -89,7 +89,9 @@ def _rl_train_validate(config: dict[str, Any]) -> dict[str, Any]:
         module.TrainConfig.from_dict(config)
     except module.ConfigError as exc:
         field = getattr(exc, "field", "") or ""
-        message = getattr(exc, "message", None) or str(exc)
+        message = str(exc)
+        if field and message.startswith(f"{field}: "):  # ConfigError's text already leads with the field
+            message = message[len(field) + 2:]
         raise InvalidInput(message, field=f"config.{field}" if field else "config") from exc
     return config
 

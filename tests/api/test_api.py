@@ -179,3 +179,18 @@ def test_schema_is_openapi(user):
                  "/api/runs/{run_id}/events/", "/api/slots/", "/api/slots/dry-run/", "/api/settings/concurrency/",
                  "/api/auth/token/"):
         assert path in schema["paths"], path
+
+
+@pytest.mark.parametrize("config,field", [({"bogus": 1}, "config.bogus"), ({"lr": "fast"}, "config.lr")])
+def test_rl_train_config_is_validated_against_trainer_schema(user, config, field):
+    answer = client_for(user).post("/api/runs/", {"name": "r", "origin": "api", "config": config}, format="json")
+    assert answer.status_code == 400
+    body = answer.json()
+    assert body["field"] == field and body["detail"].startswith(f"{field}: ")
+
+
+def test_rl_train_is_the_default_kind(user, handoffs):
+    answer = client_for(user).post("/api/runs/", {"name": "r", "origin": "dashboard", "config": {"steps": 2}},
+                                   format="json")
+    assert answer.status_code == 201, answer.content
+    assert answer.json()["kind"] == "rl_train"
