@@ -14,13 +14,18 @@ class GroupWorker:
 
     def __init__(self, hang: bool = False) -> None:
         self.hang = hang
+        self.done: list[int] = []
 
     async def generate_group(self, group: int, batch_id: Any) -> GroupResult:
         if group == 0 and self.hang:
             await asyncio.sleep(3600)
         if group == 1:
             await asyncio.sleep(0.3)
+        self.done.append(group)
         return GroupResult(rewards=[0.0, 1.0], group_id=group, meta={"pid": os.getpid()})
+
+    def finished(self) -> list[int]:
+        return list(self.done)
 
     def close(self) -> None:
         pass

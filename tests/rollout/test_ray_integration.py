@@ -40,7 +40,8 @@ def test_killed_ray_worker_is_retired_and_its_finished_result_recovered(ray_driv
     t.start()
     try:
         assert blocked.wait(60)
-        time.sleep(0.8)  # group 1 completes on w0 while the scheduler is busy
+        # Group 1 completes on w0 while the scheduler thread is held: nobody has looked at its result.
+        wait_until(lambda: ray.get(w0.finished.remote()) == [1], timeout=60)
         ray.kill(w0, no_restart=True)
         time.sleep(0.5)
         release.set()
