@@ -3,6 +3,7 @@ Chromium per test session, users, and helpers that drive runs through the real s
 from __future__ import annotations
 
 import os
+from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -43,30 +44,42 @@ def browser() -> Iterator[Browser]:
             os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = previous
 
 
-@pytest.fixture
-def server(transactional_db, redis_url: str, settings) -> Iterator[Server]:
-    """daphne on the test database. Celery runs eagerly inside it and Ray is unreachable, so a granted run
-    stays `starting` (the launcher leaves it for the tick) until the test drives it like a job would."""
-    db = connection.settings_dict
-    assert connection.vendor == "postgresql", "browser tests run on PostgreSQL (set DATABASE_URL)"
-    database_url = f"postgres://{db['USER']}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}"
+@pytest.fixture(scope="module")
+def server(django_db_setup, django_db_blocker, redis_url: str) -> Iterator[Server]:
+    """daphne on the test database, one per module (each test's data is committed by transactional_db and
+    flushed after it). Celery runs eagerly inside the server and Ray is unreachable, so a granted run stays
+    `starting` (the launcher leaves it for the tick) until the test drives it like a job would."""
+    with django_db_blocker.unblock():
+        db = connection.settings_dict
+        assert connection.vendor == "postgresql", "browser tests run on PostgreSQL (set DATABASE_URL)"
+        database_url = f"postgres://{db['USER']}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}"
     srv = server_start(database_url=database_url, redis_url=redis_url, extra_env={
         "CELERY_TASK_ALWAYS_EAGER": "1", "RAY_ADDRESS": f"http://127.0.0.1:{free_port()}",
         "SLOTS_POLICY_CACHE_SECONDS": "0", "SLOTS_HEARTBEAT_TIMEOUT_SECONDS": "600",
     })
-    # This process publishes too (services called by the test): same channel-layer prefix as the server.
-    layers = {k: dict(v) for k, v in settings.CHANNEL_LAYERS.items()}
-    layers["default"]["CONFIG"] = {**layers["default"]["CONFIG"], "prefix": srv.prefix}
-    settings.CHANNEL_LAYERS = layers
-    settings.SLOTS_POLICY_CACHE_SECONDS = 0
-    from channels.layers import channel_layers
-
-    channel_layers.backends.clear()
     try:
         yield srv
     finally:
         srv.stop()
-        channel_layers.backends.clear()
+
+
+@pytest.fixture(autouse=True)
+def same_layer_as_server(request: pytest.FixtureRequest, settings) -> Iterator[None]:
+    """This process publishes too (services called by the test): same channel-layer prefix as the server,
+    and no policy cache (the server changes settings the test then reads)."""
+    from channels.layers import channel_layers
+
+    if "server" not in request.fixturenames:
+        yield
+        return
+    srv: Server = request.getfixturevalue("server")
+    layers = {k: dict(v) for k, v in settings.CHANNEL_LAYERS.items()}
+    layers["default"]["CONFIG"] = {**layers["default"]["CONFIG"], "prefix": srv.prefix}
+    settings.CHANNEL_LAYERS = layers
+    settings.SLOTS_POLICY_CACHE_SECONDS = 0
+    channel_layers.backends.clear()
+    yield
+    channel_layers.backends.clear()
 
 
 @pytest.fixture(autouse=True)
@@ -109,6 +122,34 @@ def login(page: Page, server: Server, username: str) -> None:
 def shot(page: Page, name: str) -> None:
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=True)
+
+
+def in_thread(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """Call `fn` in a worker thread. Playwright's event loop runs in the test thread, where Channels'
+    async_to_sync (used by the services to publish after commit) refuses to run."""
+    from django.db import connection as thread_connection
+
+    def call() -> Any:
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            thread_connection.close()
+
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(call).result()
+
+
+class OffLoopServices:
+    """runs.services with every call made through in_thread."""
+
+    def __getattr__(self, name: str) -> Callable[..., Any]:
+        from runs import services
+
+        fn = getattr(services, name)
+        return lambda *args, **kwargs: in_thread(fn, *args, **kwargs)
+
+
+svc = OffLoopServices()
 
 
 def emitter_for(server: Server, run: Any) -> Emitter:

@@ -11,6 +11,7 @@ import { Timeline } from "./run_timeline";
 
 let run = embedded<Run>("run-data")!;
 let lastSeq = 0;
+let statusSeq = 0; // seq of the newest status event applied
 const cfg = (run.config ?? {}) as Record<string, any>;
 const perStep = typeof cfg.prompts_per_step === "number" && typeof cfg.group_size === "number" ? cfg.prompts_per_step * cfg.group_size : null;
 const charts = new RunCharts(document.getElementById("charts")!, perStep);
@@ -34,6 +35,7 @@ function ingest(ev: RunEvent): void {
   const summary = (run.summary ??= {});
   switch (ev.type) {
     case "status":
+      statusSeq = ev.seq;
       if (typeof d.status === "string") run = { ...run, status: d.status, error: d.error ?? run.error };
       if (FINISHED.has(run.status)) timeline.end = toSeconds(ev.ts);
       break;
@@ -167,8 +169,11 @@ const message = document.getElementById("action-message")!;
 async function act(action: "cancel" | "resume"): Promise<void> {
   message.hidden = true;
   try {
+    const before = statusSeq;
     const updated = await api<Run>("POST", `/api/runs/${run.id}/${action}/`);
-    run = { ...run, ...updated, summary: { ...(updated.summary ?? {}), ...(run.summary ?? {}) } };
+    // The stream may already have carried a newer status (e.g. cancelled right after stopping) before this
+    // response arrived; the response only counts when nothing newer came.
+    if (statusSeq === before) run = { ...run, status: updated.status, error: updated.error };
     message.className = "alert alert-ok";
     message.textContent = action === "cancel" ? "Cancel requested: the run is stopping." : "Resume requested: the run is back in the queue.";
   } catch (e) {

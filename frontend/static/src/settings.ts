@@ -29,6 +29,7 @@ function preview(form: HTMLFormElement, out: HTMLElement): void {
     : `<div class="cap-cell" style="flex:${borrowable} 1 0"></div>${reserve ? `<div class="cap-cell reserve" style="flex:${reserve} 1 0"></div>` : ""}`;
   const note = reserveRaw !== null && reserveRaw !== reserve ? ` (asked for ${reserveRaw}; clamped to total − 1)` : reserveRaw === null ? " (default: a quarter of the total, at least 1)" : "";
   out.innerHTML = `
+    <h2 style="margin:0 0 .4rem;font-size:.95rem">With these values</h2>
     <p style="margin:.2rem 0 .6rem"><strong data-testid="preview-reserve">${reserve}</strong> of ${total} slots reserved for interactive runs${note};
       app, schedule and system runs may borrow up to <strong data-testid="preview-borrowable">${borrowable}</strong> together.</p>
     <div class="cap-bar" role="img" aria-label="${borrowable} borrowable slots and ${reserve} reserved slots">${cells}</div>
@@ -37,10 +38,11 @@ function preview(form: HTMLFormElement, out: HTMLElement): void {
 
 const form = document.querySelector<HTMLFormElement>("form[data-concurrency]") ?? document.querySelector<HTMLFormElement>("form");
 if (form && form.elements.namedItem("max_total")) {
-  let out = document.getElementById("settings-preview");
+  // The server's card states what is in effect now; this one shows what the typed values would do.
+  let out = document.getElementById("settings-live-preview");
   if (!out) {
     out = document.createElement("section");
-    out.id = "settings-preview";
+    out.id = "settings-live-preview";
     out.className = "card";
     form.parentElement!.insertBefore(out, form);
   }
