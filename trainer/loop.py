@@ -9,7 +9,6 @@ import random
 import threading
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Callable
 
 import torch
@@ -21,6 +20,7 @@ from trainer.episodes import Group, GroupTicket
 from trainer.sampler import GroupSampler
 from trainer.sinks import EventEmitter
 from trainer.tasks import task_build
+from trainer.phases import run_debug_phase
 from trainer.topology import Runtime, build_runtime
 
 
@@ -73,10 +73,8 @@ class TrainingRun:
                                   "mode": cfg.mode, **rt.trainer_resources})
             self._emit_gate()
             heartbeat.start()
-            if cfg.phase == "rollout_only":
-                return self._rollout_only()
-            if cfg.phase == "train_only":
-                return self._train_only()
+            if cfg.phase != "full":
+                return run_debug_phase(self)
             self._t0 = time.monotonic()
             while self.version < cfg.steps:
                 self._check_stop()
@@ -150,7 +148,7 @@ class TrainingRun:
         return groups
 
     def _train(self, groups: list[Group]) -> dict[str, Any]:
-        stats = train_step(self.rt, groups)
+        stats = self.rt.train_step(groups)
         self.version = stats["version"]
         self.consumed += [(g.group_id, g.epoch) for g in groups]
         self.samples += sum(len(g.rewards) for g in groups)
@@ -298,25 +296,6 @@ class TrainingRun:
                                   "path": str(checkpoint_latest(self.checkpoint_dir))})
         self._emit("sampler", self.sampler.progress())
 
-    # --- debug phases -------------------------------------------------------------------------------------
-    def _rollout_only(self) -> RunResult:
-        groups = self._collect_batch()
-        Path(self.cfg.batch_path).parent.mkdir(parents=True, exist_ok=True)
-        torch.save({"groups": groups, "version": self.version, "config": self.cfg.to_dict()}, self.cfg.batch_path)
-        self._emit("log", {"level": "info", "message": f"saved {len(groups)} groups to {self.cfg.batch_path}"})
-        self._emit("status", {"status": "succeeded", "version": self.version})
-        return self._result("succeeded")
-
-    def _train_only(self) -> RunResult:
-        saved = torch.load(self.cfg.batch_path, weights_only=False)
-        stats = self._train(saved["groups"])
-        self._publish()
-        self._report(saved["groups"], stats)
-        if self.checkpoint_dir:
-            self._checkpoint("final")
-        self._emit("status", {"status": "succeeded", "version": self.version, "metrics": self.metrics})
-        return self._result("succeeded")
-
     # --- reporting ----------------------------------------------------------------------------------------
     def _emit(self, type_: str, data: dict[str, Any]) -> None:
         self.emitter.emit(type_, data)
@@ -336,17 +315,3 @@ class TrainingRun:
     def _result(self, status: str) -> RunResult:
         return RunResult(status=status, version=self.version, metrics=dict(self.metrics),
                          consumed=list(self.consumed), checkpoint=self.last_checkpoint)
-
-
-def train_step(rt: Runtime, groups: list[Group]) -> dict[str, Any]:
-    """Hand one batch to the trainer through the channel and train; the batch's references die with the step,
-    whether it succeeds or fails (no object-store growth across repeated failures)."""
-    item = rt.put_batch(groups)
-    try:
-        rt.channel.put(item, weight=len(groups))
-        return rt.trainer_call("train_from_channel", len(groups))
-    finally:
-        # A failed step may leave the item in the channel: take it back out so nothing keeps it alive.
-        while not rt.channel.empty():
-            rt.channel.get_nowait()
-        del item

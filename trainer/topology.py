@@ -86,6 +86,19 @@ class Runtime:
             return ray.put(groups)
         return groups
 
+    def train_step(self, groups: list[Any]) -> dict[str, Any]:
+        """Hand one batch to the trainer through the channel and train. The batch's references die with the
+        step whether it succeeds or fails, so repeated failures do not grow the object store."""
+        item = self.put_batch(groups)
+        try:
+            self.channel.put(item, weight=len(groups))
+            return self.trainer_call("train_from_channel", len(groups))
+        finally:
+            # A failed step may leave the item in the channel: take it out so nothing keeps it alive.
+            while not self.channel.empty():
+                self.channel.get_nowait()
+            del item
+
     def workers_call(self, method: str, *args: Any) -> list[Any]:
         if self.uses_ray:
             import ray

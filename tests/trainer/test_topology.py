@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from trainer.config import TrainConfig
-from trainer.loop import TrainingRun, train_step
+from trainer.loop import TrainingRun
 from trainer.sampler import GroupSampler
 from trainer.service import InjectedFailure
 from trainer.sinks import EventEmitter
@@ -125,12 +125,12 @@ def test_failed_training_steps_release_their_batch_references(ray_driver) -> Non
         for _ in range(6):
             with pytest.raises(InjectedFailure):
                 try:
-                    train_step(rt, groups)
+                    rt.train_step(groups)
                 except ray_driver.exceptions.RayTaskError as exc:
                     raise exc.as_instanceof_cause()
         assert _driver_refs(ray_driver) <= before  # nothing accumulates across failures
         assert rt.channel.empty()
-        stats = train_step(rt, groups)  # and the next step trains normally
+        stats = rt.train_step(groups)  # and the next step trains normally
         assert stats["version"] == 1
     finally:
         rt.close()

@@ -1,0 +1,45 @@
+"""Debug phases of a disaggregated setup: generate and save one batch, or train one step from a saved batch.
+
+They reuse the run's own machinery (scheduler, engines, trainer, publication), so a batch saved by
+`rollout_only` trains under `train_only` exactly as it would have in the loop.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import torch
+
+if TYPE_CHECKING:
+    from trainer.loop import RunResult, TrainingRun
+
+
+def run_debug_phase(run: "TrainingRun") -> "RunResult":
+    if run.cfg.phase == "rollout_only":
+        return rollout_only(run)
+    if run.cfg.phase == "train_only":
+        return train_only(run)
+    raise ValueError(f"phase: unknown debug phase {run.cfg.phase!r}")
+
+
+def rollout_only(run: "TrainingRun") -> "RunResult":
+    """Generate one batch at the current version and save it (groups with tokens, log-probs, versions)."""
+    groups = run._collect_batch()
+    path = Path(run.cfg.batch_path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    torch.save({"groups": groups, "version": run.version, "config": run.cfg.to_dict()}, path)
+    run._emit("log", {"level": "info", "message": f"saved {len(groups)} groups to {path}"})
+    run._emit("status", {"status": "succeeded", "version": run.version})
+    return run._result("succeeded")
+
+
+def train_only(run: "TrainingRun") -> "RunResult":
+    """Train one step from a saved batch, publish it, report, checkpoint when a directory is given."""
+    saved = torch.load(run.cfg.batch_path, weights_only=False)  # our own file: it holds pickled groups
+    stats = run._train(saved["groups"])
+    run._publish()
+    run._report(saved["groups"], stats)
+    if run.checkpoint_dir:
+        run._checkpoint("final")
+    run._emit("status", {"status": "succeeded", "version": run.version, "metrics": run.metrics})
+    return run._result("succeeded")
