@@ -61,8 +61,8 @@ def server_start(*, database_url: str, redis_url: str, extra_env: dict[str, str]
         "PYTHONPATH": str(REPO_ROOT),
         **(extra_env or {}),
     })
-    log_path = ARTIFACTS / f"daphne-{port}.log"
-    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    log_path = ARTIFACTS / "logs" / f"daphne-{port}.log"
+    log_path.parent.mkdir(parents=True, exist_ok=True)
     log = open(log_path, "w")
     proc = subprocess.Popen(
         [str(Path(sys.executable).parent / "daphne"), "-b", "127.0.0.1", "-p", str(port), "config.asgi:application"],
