@@ -145,13 +145,11 @@ def test_pause_state_dict_load_round_trip_reproduces_next_batch():
 
 
 def test_lost_worker_is_retired_and_its_groups_redone_elsewhere():
-    slow_dead = PooledWorker(delay=lambda g: 0.5)
+    slow_dead = PooledWorker(delay=lambda g: 30.0)  # never finishes before it is killed
     fast = PooledWorker(delay=lambda g: 0.002)
     source = CountingSource()
     s = RolloutScheduler([slow_dead, fast], [2, 2], source, batch_size=6)
     try:
-        wait_thread = threading.Thread(target=lambda: None)
-        wait_thread.start()
         threading.Timer(0.05, slow_dead.dead.set).start()
         batch = s.generate(0)
         ids = [g.group_id for g in batch.groups]
@@ -165,7 +163,7 @@ def test_lost_worker_is_retired_and_its_groups_redone_elsewhere():
 
 
 def test_no_worker_left_raises_and_returns_every_group():
-    worker = PooledWorker(delay=lambda g: 0.3)
+    worker = PooledWorker(delay=lambda g: 30.0)
     source = CountingSource()
     s = RolloutScheduler([worker], [3], source, batch_size=4)
     threading.Timer(0.05, worker.dead.set).start()
