@@ -140,3 +140,23 @@ def test_affinity_survives_three_publications_under_traffic():
         assert router.in_flight() == {"e0": 0, "e1": 0, "e2": 0}
 
     asyncio.run(main())
+
+
+def test_failed_reopen_closes_the_engines_that_did_reopen():
+    class FlakyReopen(Engine):
+        def reopen(self):
+            raise ConnectionError("engine RPC lost")
+
+    async def main():
+        engines = {"e0": Engine("e0"), "e1": FlakyReopen("e1"), "e2": Engine("e2")}
+        pc = PublicationController(engines)
+        await pc.prepare(timeout_s=1.0)
+        with pytest.raises(PublicationError) as info:
+            await pc.publish(1)
+        assert info.value.engine == "e1" and info.value.stage == "reopen"
+        # Reopen is not atomic across engines: the ones that opened are sealed again, so none admits work.
+        assert {e: h.gate.state.value for e, h in engines.items()} == {"e0": "sealed", "e1": "installing",
+                                                                        "e2": "sealed"}
+        assert all(h.gate.version == 1 for h in engines.values())
+
+    asyncio.run(main())
