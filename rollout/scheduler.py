@@ -10,11 +10,11 @@ import threading
 import time
 from typing import Any, Protocol
 
-from rollout.errors import NoWorkerLeftError, SchedulerClosedError, SchedulerStateError, WorkerLostError
+from rollout.errors import NoWorkerLeftError, SchedulerClosedError, SchedulerStateError
 from rollout.filters import KEEP, GroupFilter, apply_filters
-from rollout.invoke_workers import ERROR, LOST, OK, make_invoker
+from rollout.invoke_workers import LOST, OK, make_invoker
 from rollout.scheduler_core import SchedulerCore
-from rollout.types import Batch, GroupResult
+from rollout.types import Batch
 
 log = logging.getLogger(__name__)
 
