@@ -170,3 +170,38 @@ def test_connect_finds_local_channel_and_unknown_name_is_clear(make_channel):
     import pickle
     with pytest.raises(ChannelError, match="cannot leave its process"):
         pickle.dumps(ch)
+
+
+def test_many_threads_bounded_channel_delivers_each_item_once(make_channel):
+    ch = make_channel("stress", maxsize=8)
+    produced = [[(p, i) for i in range(300)] for p in range(3)]
+    got: list = []
+    lock = threading.Lock()
+
+    def produce(items):
+        for k in range(0, len(items), 5):
+            ch.put_many(items[k:k + 5], timeout=10) if k % 2 else [ch.put(x, timeout=10) for x in items[k:k + 5]]
+
+    per_consumer: list[list] = [[], [], []]
+
+    def consume(mine: list):
+        while True:
+            try:
+                items = ch.get_many(7, timeout=0.5)
+            except TimeoutError:
+                return
+            mine.extend(items)
+            with lock:
+                got.extend(items)
+
+    threads = [threading.Thread(target=produce, args=(items,)) for items in produced]
+    threads += [threading.Thread(target=consume, args=(mine,)) for mine in per_consumer]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert sorted(got) == sorted(x for items in produced for x in items)
+    for mine in per_consumer:  # each consumer sees every producer's items in FIFO order
+        for p in range(3):
+            seq = [i for q, i in mine if q == p]
+            assert seq == sorted(seq)
