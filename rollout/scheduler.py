@@ -156,7 +156,7 @@ class RolloutScheduler:
                     tokens = list(self._core.pending)
                     if not tokens:
                         self._check_exhausted(slots)
-                        self._cond.wait(timeout=self._poll)
+                        self._cond.wait(timeout=0.5)  # generate/resume/close notify; no busy polling when idle
                         continue
                 done = self._invoker.wait(tokens, self._poll)
                 if done:
