@@ -53,8 +53,9 @@ def redis_server_binary() -> str:
     return str(binary)
 
 
-def platform_env() -> tuple[dict[str, str], dict[str, str]]:
-    """The environment every process gets, and the commands of the services this script starts itself."""
+def platform_env() -> tuple[dict[str, str], dict[str, str], list[str]]:
+    """The environment every process gets, the commands of the services this script starts itself, and the
+    temporary directories to remove at exit."""
     env = dict(os.environ)
     var_dir = Path(env.setdefault("PLATFORM_VAR_DIR", str(REPO / "var")))
     var_dir.mkdir(parents=True, exist_ok=True)
@@ -70,6 +71,7 @@ def platform_env() -> tuple[dict[str, str], dict[str, str]]:
     env.setdefault("PLATFORM_PUBLIC_URL", f"http://127.0.0.1:{web_port}")
 
     services: dict[str, str] = {}
+    temp_dirs: list[str] = []
     if "REDIS_URL" not in env:
         redis_port = free_port()
         redis_dir = var_dir / "redis"
@@ -81,6 +83,7 @@ def platform_env() -> tuple[dict[str, str], dict[str, str]]:
         dash_port = 8265 if port_is_free(8265) else free_port()
         # A short temp dir: Ray's unix socket paths must stay under ~107 characters.
         ray_tmp = tempfile.mkdtemp(prefix="rlcp-ray-")
+        temp_dirs.append(ray_tmp)
         env["RAY_ADDRESS"] = f"http://127.0.0.1:{dash_port}"
         # Ray 2.60 has token auth on (token in ~/.ray/auth_token); the platform's job clients must send it.
         env.setdefault("RAY_AUTH_MODE", "token")
@@ -90,7 +93,7 @@ def platform_env() -> tuple[dict[str, str], dict[str, str]]:
                            # Ray's fixed defaults (agent 52365, client 10001) collide with any other Ray here.
                            f"--dashboard-agent-listen-port {free_port()} --ray-client-server-port {free_port()} "
                            f"--temp-dir {ray_tmp} --include-dashboard true --disable-usage-stats")
-    return env, services
+    return env, services, temp_dirs
 
 
 def manage(env: dict[str, str], *args: str) -> str:
@@ -157,7 +160,7 @@ def banner_when_ready(env: dict[str, str], login: dict[str, str]) -> None:
 def main() -> int:
     from honcho import manager as honcho_manager
 
-    env, services = platform_env()
+    env, services, temp_dirs = platform_env()
     print("migrating the database ...", flush=True)
     manage(env, "migrate", "--noinput")
     login = admin_login(env)
@@ -175,8 +178,7 @@ def main() -> int:
         supervisor.add_process(name, cmd, env=env, cwd=str(REPO))
     threading.Thread(target=banner_when_ready, args=(env, login), daemon=True).start()
     supervisor.loop()  # returns when any process exits or on Ctrl-C, after stopping all of them
-    ray_tmp = [p for p in processes.get("ray", "").split() if "rlcp-ray-" in p]
-    for path in ray_tmp:
+    for path in temp_dirs:
         shutil.rmtree(path, ignore_errors=True)
     return supervisor.returncode or 0
 

@@ -4,6 +4,7 @@ its end is recorded), and a Ray job killed (the run fails with the reason within
 from __future__ import annotations
 
 import os
+import re
 import signal
 import time
 
@@ -77,8 +78,7 @@ def test_killed_ray_job_fails_the_run_within_10_s(platform, api, ray_cluster):
     platform.start_worker()
     run = submit(api, LONG_TRAIN_CONFIG)
     api.wait_status(run["id"], "running", timeout=120, on_timeout=lambda: platform.log("worker"))
-    wait_for(lambda: api.run(run["id"])["summary"].get("train"), timeout=120, what="the first training step")
-    proc = wait_for(lambda: entrypoint_process(run["id"], platform.env["RUN_ARTIFACTS_DIR"]), timeout=10,
+    proc = wait_for(lambda: entrypoint_process(run["id"], platform.env["RUN_ARTIFACTS_DIR"]), timeout=30,
                     what="the job's entrypoint process")
     os.kill(proc.pid, signal.SIGKILL)
     killed_at = time.monotonic()
@@ -86,6 +86,8 @@ def test_killed_ray_job_fails_the_run_within_10_s(platform, api, ray_cluster):
     failed = api.wait_status(run["id"], {"failed", "succeeded", "cancelled"}, timeout=10)
     elapsed = time.monotonic() - killed_at
     assert failed["status"] == "failed"
-    assert "exit code -9" in failed["error"] and ray_jobs_of_run(ray_cluster, run["id"])[0].submission_id in failed["error"]
+    # Ray runs the entrypoint through a shell, which reports the SIGKILLed python as 137 (128 + 9).
+    assert re.search(r"failed with exit code (137|-9)", failed["error"]), failed["error"]
+    assert failed["error"].startswith(f"Ray job {ray_jobs_of_run(ray_cluster, run['id'])[0].submission_id} failed")
     assert not Slot.objects.filter(run_id=run["id"]).exists()
     print(f"killed job recorded as failed after {elapsed:.1f} s")
