@@ -144,6 +144,8 @@ def main() -> None:
     parser.add_argument("--rate", type=float, default=20.0, help="events per second")
     parser.add_argument("--seconds", type=float, default=30.0, help="emitting time per path, over all rounds")
     parser.add_argument("--rounds", type=int, default=3, help="alternating bare/full rounds")
+    parser.add_argument("--no-pool", action="store_true",
+                        help="daphne without the psycopg pool (DATABASE_POOL=1 is what web processes should run)")
     args = parser.parse_args()
     seconds = 5.0 if args.quick else args.seconds
     args.rounds = 1 if args.quick else args.rounds
@@ -174,7 +176,8 @@ def main() -> None:
         return Run.objects.create(name=name, origin="api", run_class="app", kind="rl_train", owner=user,
                                   status=RunStatus.RUNNING)
 
-    web = Daphne(server_env(database_url=db_url, redis_url=redis.url, prefix=prefix))
+    web = Daphne(server_env(database_url=db_url, redis_url=redis.url, prefix=prefix,
+                            DATABASE_POOL="0" if args.no_pool else "1"))
     bare: list[float] = []
     full: list[float] = []
     lost = 0
@@ -201,7 +204,8 @@ def main() -> None:
     result["ratio_p99"] = round(result["full"]["p99_ms"] / result["bare"]["p99_ms"], 2)
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps(result, indent=2) + "\n")
-    print(f"{args.clients} clients x {args.rate:g} events/s, {count} events per path in {args.rounds} rounds "
+    print(f"{args.clients} clients x {args.rate:g} events/s, {count} events per path in {args.rounds} rounds, "
+          f"database pool {'off' if args.no_pool else 'on'} "
           f"({len(full)} full deliveries, {len(bare)} bare); ingest POST round trip "
           f"p50 {percentile(POST_MS, 0.5):.1f} ms, p99 {percentile(POST_MS, 0.99):.1f} ms")
     print(json.dumps(result))
