@@ -184,6 +184,7 @@ class StreamWatch:
     def __init__(self) -> None:
         self.consumers: dict[int, set[RunConsumer]] = {}
         self._task: asyncio.Task | None = None
+        self._pending: set[asyncio.Task] = set()
 
     def add(self, consumer: RunConsumer) -> None:
         self.consumers.setdefault(consumer.run_id, set()).add(consumer)
@@ -209,7 +210,9 @@ class StreamWatch:
                 continue
             for run_id, last_seq in seqs.items():
                 for consumer in list(self.consumers.get(run_id, ())):
-                    asyncio.create_task(consumer.catch_up(last_seq, interval))
+                    task = asyncio.create_task(consumer.catch_up(last_seq, interval))
+                    self._pending.add(task)  # the loop keeps only weak references to tasks
+                    task.add_done_callback(self._pending.discard)
 
 
 stream_watch = StreamWatch()
