@@ -18,7 +18,9 @@ const charts = new RunCharts(document.getElementById("charts")!, perStep);
 const timeline = new Timeline(document.getElementById("timeline")!);
 const log = new EventLog(document.getElementById("log")!);
 const engines = new Map<string, Record<string, any>>();
-const workers = new Map<string, Record<string, any>>();
+const workers = new Map<string, Record<string, any>>(); // per-worker records, when a job reports them
+let topology: Record<string, any> | null = null; // the job's "started" event: workers, mode, resources
+const lifecycle: { ts: number; data: Record<string, any> }[] = []; // worker events: started, engine_lost, ...
 const checkpoints: { seq: number; ts: number; data: Record<string, any> }[] = [];
 let panelsDirty = true;
 let frame = 0;
@@ -41,12 +43,26 @@ function ingest(ev: RunEvent): void {
       break;
     case "gate":
       summary.gate = d;
-      if (Array.isArray(d.engines)) d.engines.forEach((e: any, i: number) => engines.set(keyOf(e, i), typeof e === "object" && e ? e : { id: e }));
+      if (Array.isArray(d.engines)) d.engines.forEach((e: any, i: number) => {
+        const key = keyOf(e, i);
+        const prev = engines.get(key);
+        engines.set(key, { engine: key, status: prev?.status ?? "alive", ...(typeof e === "object" && e ? e : {}) });
+      });
       break;
     case "version": summary.version = d; break;
     case "sampler": summary.sampler = d; break;
     case "train": summary.train = d; break;
-    case "worker": workers.set(keyOf(d, workers.size), { ...(workers.get(keyOf(d, workers.size)) ?? {}), ...d }); break;
+    case "worker":
+      if (typeof d.event === "string") {
+        lifecycle.push({ ts: toSeconds(ev.ts) ?? 0, data: d });
+        if (d.event === "started") topology = d;
+        if (d.event === "engine_lost" && d.engine !== undefined) {
+          const key = String(d.engine);
+          engines.set(key, { ...(engines.get(key) ?? { engine: key }), status: "retired", tombstoned_sessions: d.tombstoned_sessions });
+        }
+      }
+      if (d.worker !== undefined) workers.set(String(d.worker), { ...(workers.get(String(d.worker)) ?? {}), ...d });
+      break;
     case "checkpoint": checkpoints.push({ seq: ev.seq, ts: toSeconds(ev.ts) ?? 0, data: d }); summary.checkpoint = d; break;
   }
   charts.add(ev);
@@ -81,25 +97,44 @@ function renderHeader(): void {
   ].join("");
 }
 
-function table(rows: Record<string, any>[], empty: string, label: string): string {
+const BADGE: Record<string, string> = { alive: "st-running", retired: "st-failed", dead: "st-failed", open: "gate-open",
+  sealed: "gate-sealed", draining: "gate-draining", installing: "gate-installing", poisoned: "gate-poisoned" };
+
+function cell(v: any): string {
+  if (v === undefined || v === null) return `<span class="muted">—</span>`;
+  if (typeof v === "boolean") return v ? "yes" : "no";
+  if (typeof v === "number") return num(v);
+  if (typeof v === "string" && BADGE[v]) return `<span class="badge ${BADGE[v]}">${esc(v)}</span>`;
+  return esc(Array.isArray(v) ? v.join(", ") : typeof v === "object" ? JSON.stringify(v) : v);
+}
+
+/** A table of records; `preferred` columns first (when present), then any other keys, at most 8. */
+function table(rows: Record<string, any>[], empty: string, label: string, preferred: string[] = []): string {
   if (!rows.length) return `<p class="empty">${empty}</p>`;
-  const cols = [...new Set(rows.flatMap((r) => Object.keys(r)))].slice(0, 8);
-  const cell = (v: any) => {
-    if (typeof v === "boolean") return v ? "yes" : "no";
-    if (typeof v === "number") return num(v);
-    if (typeof v === "string" && ["alive", "retired", "dead", "open", "sealed", "draining", "installing", "poisoned"].includes(v)) {
-      const cls = v === "alive" || v === "open" ? "st-running" : v === "retired" || v === "dead" || v === "poisoned" ? "st-failed" : `gate-${v}`;
-      return `<span class="badge ${cls}">${esc(v)}</span>`;
-    }
-    return esc(typeof v === "object" && v !== null ? JSON.stringify(v) : v);
-  };
+  const keys = new Set(rows.flatMap((r) => Object.keys(r)));
+  const cols = [...preferred.filter((k) => keys.has(k)), ...[...keys].filter((k) => !preferred.includes(k))].slice(0, 8);
   return `<div class="table-wrap panel"><table aria-label="${label}"><thead><tr>${cols.map((c) => `<th scope="col">${esc(c.replace(/_/g, " "))}</th>`).join("")}</tr></thead>
     <tbody>${rows.map((r) => `<tr>${cols.map((c) => `<td class="num">${cell(r[c])}</td>`).join("")}</tr>`).join("")}</tbody></table></div>`;
 }
 
+function renderWorkers(): string {
+  const parts: string[] = [];
+  if (topology) {
+    const facts = Object.entries(topology).filter(([k]) => k !== "event");
+    parts.push(`<dl class="facts">${facts.map(([k, v]) => `<div><dt>${esc(k.replace(/_/g, " "))}</dt><dd>${cell(v)}</dd></div>`).join("")}</dl>`);
+  }
+  if (workers.size) parts.push(table([...workers.values()], "", "Workers", ["worker", "state", "alive", "capacity", "sessions"]));
+  if (lifecycle.length) {
+    parts.push(`<ul class="lifecycle">${lifecycle.slice(-8).reverse().map((l) => `<li><span class="num muted">${timeOfDay(l.ts)}</span> <b>${esc(String(l.data.event).replace(/_/g, " "))}</b>${
+      l.data.engine !== undefined ? ` ${esc(l.data.engine)}` : ""}${l.data.tombstoned_sessions !== undefined ? ` · ${esc(l.data.tombstoned_sessions)} sessions tombstoned` : ""}</li>`).join("")}</ul>`);
+  }
+  return parts.join("") || `<p class="empty">No worker reported yet.</p>`;
+}
+
 function renderPanels(): void {
-  document.getElementById("engines")!.innerHTML = table([...engines.values()], "No engine reported yet.", "Engines");
-  document.getElementById("workers")!.innerHTML = table([...workers.values()], "No worker reported yet.", "Workers");
+  document.getElementById("engines")!.innerHTML = table([...engines.values()], "No engine reported yet.", "Engines",
+    ["engine", "id", "status", "state", "version", "active", "waiting", "sessions", "tombstoned_sessions"]);
+  document.getElementById("workers")!.innerHTML = renderWorkers();
   document.getElementById("checkpoints")!.innerHTML = checkpoints.length
     ? `<div class="table-wrap"><table aria-label="Checkpoints"><thead><tr><th scope="col">time</th><th scope="col">step</th><th scope="col">version</th><th scope="col">where</th></tr></thead><tbody>${checkpoints.slice().reverse().map((c) =>
       `<tr><td class="num">${timeOfDay(c.ts)}</td><td class="num">${num(c.data.step)}</td><td class="num">${c.data.version !== undefined ? `v${esc(c.data.version)}` : "—"}</td><td class="mono" style="word-break:break-all">${esc(c.data.path ?? c.data.dir ?? "")}</td></tr>`).join("")}</tbody></table></div>`

@@ -73,7 +73,8 @@ export class RunCharts {
       const el = this.root.querySelector<HTMLElement>(`[data-chart="${spec.key}"] .plot`)!;
       const opts: uPlot.Options = {
         width: this.width(), height: 170, legend: { show: false }, cursor: { drag: { x: false, y: false } },
-        scales: { x: { time: false } },
+        // A flat series (staleness 0 throughout) gets a small band around it instead of uPlot's 0..100.
+        scales: { x: { time: false }, y: { range: (_u, lo, hi) => (lo === hi ? [lo - 1, hi + 1] : uPlot.rangeNum(lo, hi, 0.1, true)) } },
         axes: [{ ...axis, label: "", size: 30 }, { ...axis, size: 48 }],
         series: [{ label: "step" }, ...spec.series.map((s) => ({ label: s.label, stroke: cssVar(s.color), width: 1.8, spanGaps: true, points: { show: false } }))],
       };

@@ -21,7 +21,8 @@ export class Timeline {
 
   add(ev: RunEvent): boolean {
     const ts = tsOf(ev);
-    if (this.start === null || ts < this.start) this.start = ts;
+    // The axis starts where the gate first reports (time queued or launching is not gate time).
+    if ((ev.type === "gate" || ev.type === "version") && (this.start === null || ts < this.start)) this.start = ts;
     if (ev.type === "gate" && typeof ev.data?.state === "string") {
       const last = this.gates[this.gates.length - 1];
       if (!last || last.value !== ev.data.state) this.gates.push({ ts, value: ev.data.state });
