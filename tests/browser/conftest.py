@@ -17,12 +17,6 @@ PASSWORD = "pw-browser"
 expect.set_options(timeout=10_000)
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    for item in items:
-        if "tests/browser/" in str(item.fspath):
-            item.add_marker(pytest.mark.browser)
-
-
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Browser]:
     """One Chromium per module. Playwright's sync API keeps an event loop running in this thread, which makes

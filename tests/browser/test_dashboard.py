@@ -159,6 +159,13 @@ def test_cancel_from_run_page(server, users, context) -> None:
     expect(page.get_by_role("button", name="Resume run")).to_be_visible()
     shot(page, "run-cancelled")
 
+    # Resume puts it back in line (a free slot: granted at once, then waiting for its launch).
+    page.get_by_role("button", name="Resume run").click()
+    dialog.get_by_role("button", name="Resume run").click()
+    expect(page.get_by_test_id("run-status")).to_have_text(re.compile("queued|starting"))
+    expect(page.get_by_role("button", name="Cancel run")).to_be_visible()
+    assert Run.objects.get(pk=run.pk).attempt == 1
+
 
 def test_staff_reserve_validation_and_board_limits(server, users, context) -> None:
     board = context.new_page()
