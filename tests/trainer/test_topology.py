@@ -134,3 +134,22 @@ def test_failed_training_steps_release_their_batch_references(ray_driver) -> Non
         assert stats["version"] == 1
     finally:
         rt.close()
+
+
+def test_colocated_keeps_live_episodes_alive_across_the_training_window(ray_driver) -> None:
+    cfg = TrainConfig.from_dict({**TINY, "mode": "colocated", "max_staleness": 1, "steps": 4,
+                                 "tool_latency_s": 0.03})
+    spanning: list[list[int]] = []
+
+    def check(run: TrainingRun, groups: list) -> None:
+        for g in groups:
+            assert min(g.versions) >= run.version - 1 - cfg.max_staleness
+            if len(set(g.versions)) > 1:
+                spanning.append(g.versions)  # started before a publication, finished after it
+
+    result, events, _ = _run(cfg, check)
+    assert result.status == "succeeded"
+    assert spanning, "no episode survived a training window"
+    # Generation was paused while training: the gate was sealed from the batch until the new version.
+    states = [d["state"] for d in events.of("gate")]
+    assert states[1:] == ["sealed", "open"] * cfg.steps
