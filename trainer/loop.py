@@ -286,6 +286,7 @@ class TrainingRun:
         """Engines were started closed: load the trainer, then install the restored weights, then reopen."""
         meta, state = restored
         rt = self.rt
+        self._emit_gate()  # sealed at version 0: nothing is generated before the restored weights are in
         rt.trainer_call("load_state_dict", state["trainer"])
         if state.get("scheduler"):
             rt.scheduler.load_state_dict(state["scheduler"])

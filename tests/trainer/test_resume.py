@@ -77,6 +77,8 @@ def test_killed_during_an_in_flight_batch_then_resumed_consumes_exactly_the_same
     ids = [gid for _, gid, _ in got]
     assert len(ids) == len(set(ids))  # nothing seen twice
     after = _events(events)[len(before):]
+    gates = [(e["data"]["state"], e["data"]["version"]) for e in after if e["type"] == "gate"]
+    assert gates[:2] == [("sealed", 0), ("open", N)]  # engines start closed until the restored weights are in
     versions = [e["data"]["version"] for e in after if e["type"] == "version"]
     assert versions == list(range(N, N + M + 1))  # restored N is published, then N+1..N+M
     straight_rewards = [e["data"]["reward_mean"] for e in _events(straight_events) if e["type"] == "train"]

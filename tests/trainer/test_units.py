@@ -104,3 +104,22 @@ def test_sampling_is_reproducible_from_the_request_seed() -> None:
             for _ in range(2)]
     assert torch.equal(runs[0][0], runs[1][0]) and torch.equal(runs[0][1], runs[1][1])
     assert (runs[0][1] <= 0).all()  # log-probabilities
+
+
+def test_a_later_turn_on_the_bound_engine_feeds_only_its_new_tokens() -> None:
+    import asyncio
+
+    from trainer.engine import Engine
+    from trainer.episodes import GroupTicket, run_group
+
+    cfg = TrainConfig(task="agent", group_size=4, mode="local")
+    task = task_build(cfg)
+    engine = Engine(cfg, "e0")
+    prompt = task.train_prompts[0]
+    group = asyncio.run(run_group(task, GroupTicket(0, 0, 0), prompt, group_size=4, seed=0,
+                                  generate=engine.generate, session_id="s"))
+    P = len(task.prompt_tokens(prompt))
+    # Turn 0 feeds the prompt; turns 1 and 2 feed the last sampled token plus the 2-token tool reply.
+    assert engine.tokens_fed == 4 * P + 2 * 4 * 3
+    assert group.versions == [0, 0, 0] and group.request_ids == ["s/t0", "s/t1", "s/t2"]
+    assert engine.gate.snapshot()["active"] == 0 and "s" in engine.sessions
