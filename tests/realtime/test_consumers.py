@@ -15,6 +15,7 @@ from runs.realtime import run_group
 from tests.realtime.conftest import communicator, gate, run_async, run_make, train, user_make
 
 pytestmark = pytest.mark.django_db(transaction=True)
+WAIT = 30  # seconds; generous because the shared 2-core machine is sometimes far overloaded
 
 
 def ingest(run: Run, events: list[dict]) -> None:
@@ -23,15 +24,15 @@ def ingest(run: Run, events: list[dict]) -> None:
 
 async def close_code(path: str, user) -> int:
     comm = communicator(path, user)
-    connected, _ = await comm.connect()
+    connected, _ = await comm.connect(timeout=WAIT)
     assert connected
-    message = await comm.receive_output(timeout=5)
-    await comm.disconnect()
+    message = await comm.receive_output(timeout=WAIT)
+    await comm.disconnect(timeout=WAIT)
     assert message["type"] == "websocket.close"
     return message["code"]
 
 
-async def receive_seqs(comm, until: int, timeout: float = 10) -> list[int]:
+async def receive_seqs(comm, until: int, timeout: float = WAIT) -> list[int]:
     seqs: list[int] = []
     deadline = time.monotonic() + timeout
     while not seqs or seqs[-1] < until:
@@ -59,26 +60,26 @@ def test_snapshot_then_live_events_then_exact_replay_on_reconnect():
 
     async def scenario():
         comm = communicator(f"/ws/runs/{run.pk}/", staff)
-        assert (await comm.connect())[0]
-        snap = await comm.receive_json_from(timeout=5)
+        assert (await comm.connect(timeout=WAIT))[0]
+        snap = await comm.receive_json_from(timeout=WAIT)
         assert snap["type"] == "snapshot" and snap["last_seq"] == 2
         assert snap["run"]["id"] == run.pk and snap["run"]["summary"]["train"]["step"] == 1
         await sync_to_async(ingest)(run, [train(3, 2), train(4, 3)])
-        live = await comm.receive_json_from(timeout=5)
+        live = await comm.receive_json_from(timeout=WAIT)
         assert live == {"type": "events", "events": [
             {"run": run.pk, "seq": 3, "ts": live["events"][0]["ts"], "type": "train", "data": train(3, 2)["data"]},
             {"run": run.pk, "seq": 4, "ts": live["events"][1]["ts"], "type": "train", "data": train(4, 3)["data"]},
         ]}
-        await comm.disconnect()
+        await comm.disconnect(timeout=WAIT)
         await sync_to_async(ingest)(run, [train(5, 4)])  # missed while away
         again = communicator(f"/ws/runs/{run.pk}/?after=3", owner)
-        assert (await again.connect())[0]
-        assert (await again.receive_json_from(timeout=5))["last_seq"] == 5
+        assert (await again.connect(timeout=WAIT))[0]
+        assert (await again.receive_json_from(timeout=WAIT))["last_seq"] == 5
         assert await receive_seqs(again, 5) == [4, 5]
         await sync_to_async(ingest)(run, [train(6, 5)])
         assert await receive_seqs(again, 6) == [6]
         assert await again.receive_nothing(timeout=0.3)
-        await again.disconnect()
+        await again.disconnect(timeout=WAIT)
 
     run_async(scenario)
 
@@ -106,13 +107,13 @@ def test_replay_racing_a_live_stream_has_no_gap_and_no_duplicate():
         while not (done.is_set() and seen[-1:] == [total]) and time.monotonic() < give_up:
             # Reconnect again and again with the last seq while the writer keeps committing and publishing.
             comm = communicator(f"/ws/runs/{run.pk}/?after={seen[-1] if seen else 0}", owner)
-            assert (await comm.connect())[0]
-            assert (await comm.receive_json_from(timeout=5))["type"] == "snapshot"
+            assert (await comm.connect(timeout=WAIT))[0]
+            assert (await comm.receive_json_from(timeout=WAIT))["type"] == "snapshot"
             window = time.monotonic() + 0.15
             while time.monotonic() < window:
                 if not await comm.receive_nothing(timeout=0.02):
-                    seen += [e["seq"] for e in (await comm.receive_json_from(timeout=5))["events"]]
-            await comm.disconnect()
+                    seen += [e["seq"] for e in (await comm.receive_json_from(timeout=WAIT))["events"]]
+            await comm.disconnect(timeout=WAIT)
         await asyncio.to_thread(thread.join)
         return seen
 
@@ -125,8 +126,8 @@ def test_lost_live_message_is_filled_from_the_database():
 
     async def scenario():
         comm = communicator(f"/ws/runs/{run.pk}/", owner)
-        assert (await comm.connect())[0]
-        await comm.receive_json_from(timeout=5)
+        assert (await comm.connect(timeout=WAIT))[0]
+        await comm.receive_json_from(timeout=WAIT)
         # Store 1..3 without publishing (as if Redis were down), then a live message for 4 only.
         await sync_to_async(store_silently)(run, 3)
         event4 = await sync_to_async(store_silently)(run, 1)
@@ -134,8 +135,8 @@ def test_lost_live_message_is_filled_from_the_database():
         assert await receive_seqs(comm, 4) == [1, 2, 3, 4]
         # Tail loss with no later message: the idle resync (0.5 s in tests) finds it.
         await sync_to_async(store_silently)(run, 2)
-        assert await receive_seqs(comm, 6, timeout=5) == [5, 6]
-        await comm.disconnect()
+        assert await receive_seqs(comm, 6, timeout=WAIT) == [5, 6]
+        await comm.disconnect(timeout=WAIT)
 
     run_async(scenario)
 
@@ -157,8 +158,8 @@ def test_dashboard_snapshot_visibility_and_coalesced_run_updates():
 
     async def scenario():
         comm = communicator("/ws/dashboard/", alice)
-        assert (await comm.connect())[0]
-        snap = await comm.receive_json_from(timeout=5)
+        assert (await comm.connect(timeout=WAIT))[0]
+        snap = await comm.receive_json_from(timeout=WAIT)
         assert snap["type"] == "snapshot" and set(snap) == {"type", "slots", "queue", "active"}
         assert [r["name"] for r in snap["active"]] == ["mine"]
         assert set(snap["slots"]) >= {"classes", "total"}
@@ -169,8 +170,8 @@ def test_dashboard_snapshot_visibility_and_coalesced_run_updates():
         elapsed = time.monotonic() - started
         updates = []
         while not await comm.receive_nothing(timeout=0.5):
-            updates.append(await comm.receive_json_from(timeout=5))
-        await comm.disconnect()
+            updates.append(await comm.receive_json_from(timeout=WAIT))
+        await comm.disconnect(timeout=WAIT)
         return updates, elapsed
 
     updates, elapsed = run_async(scenario)
@@ -196,14 +197,14 @@ def test_dashboard_gets_status_changes_with_slots_and_queue_after_commit():
 
     async def drain(comm) -> list[dict]:
         messages = []
-        while not await comm.receive_nothing(timeout=0.5):
-            messages.append(await comm.receive_json_from(timeout=5))
+        while not await comm.receive_nothing(timeout=1.0):
+            messages.append(await comm.receive_json_from(timeout=WAIT))
         return messages
 
     async def scenario():
         comm = communicator("/ws/dashboard/", alice)
-        assert (await comm.connect())[0]
-        assert (await comm.receive_json_from(timeout=5))["queue"] == []
+        assert (await comm.connect(timeout=WAIT))[0]
+        assert (await comm.receive_json_from(timeout=WAIT))["queue"] == []
         mine = await sync_to_async(run_make)(alice, status="queued", name="mine")
         theirs = await sync_to_async(run_make)(bob, status="queued", name="theirs")
         await sync_to_async(change)(mine, "queued")
@@ -211,7 +212,7 @@ def test_dashboard_gets_status_changes_with_slots_and_queue_after_commit():
         got = await drain(comm)
         await sync_to_async(change)(mine, "starting")
         later = await drain(comm)
-        await comm.disconnect()
+        await comm.disconnect(timeout=WAIT)
         return got, later
 
     got, later = run_async(scenario)
