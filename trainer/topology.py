@@ -175,7 +175,9 @@ def _start_ray_actors(cfg: TrainConfig, name: str, engine_ids: list[str], engine
     import ray
 
     if not ray.is_initialized():
-        ray.init(runtime_env={"env_vars": actor_env()})
+        # Inside a Ray job this attaches to the job's cluster (RAY_ADDRESS too); standalone it starts one.
+        # No job-level runtime_env here: it would fight the one a job was submitted with. Actors get theirs.
+        ray.init()
     env = {"env_vars": actor_env()}
     # Logical CPUs are not reserved (num_cpus=0): on a 2-core machine the actors share cores anyway, and
     # reserving them would deadlock placement on small clusters. Threads are pinned to 1 per actor instead.
