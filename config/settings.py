@@ -180,6 +180,8 @@ SPECTACULAR_SETTINGS = {
     "VERSION": "1.0.0",
     "SERVE_INCLUDE_SCHEMA": False,
     "COMPONENT_SPLIT_REQUEST": True,
+    # Every protected operation documents its 401/403 answers (runs/api/schema.py).
+    "POSTPROCESSING_HOOKS": ["drf_spectacular.hooks.postprocess_schema_enums", "runs.api.schema.add_auth_responses"],
 }
 
 # --- Auth, i18n, static ---------------------------------------------------------------------------
