@@ -25,7 +25,7 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def wait_port(port: int, proc: subprocess.Popen, log: Path, timeout: float = 60) -> None:
+def wait_port(port: int, proc: subprocess.Popen, log: Path, timeout: float = 120) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
@@ -119,7 +119,7 @@ class CeleryWorker:
              "--without-mingle", "-n", f"{name}@%h", "--loglevel", "INFO"],
             cwd=REPO_ROOT, env=env, stdout=open(self.log, "w"), stderr=subprocess.STDOUT, start_new_session=True)
 
-    def wait_ready(self, timeout: float = 60) -> None:
+    def wait_ready(self, timeout: float = 180) -> None:
         deadline = time.monotonic() + timeout
         while "ready." not in self.log.read_text():
             if self.proc.poll() is not None or time.monotonic() > deadline:
@@ -138,6 +138,7 @@ class StreamClient:
         self.headers = {"Cookie": f"sessionid={cookie}"}
         self.seqs: list[int] = []
         self.reconnects = 0
+        self.drops = 0  # connections lost after their snapshot (a failed handshake is not a drop)
         self.errors: list[str] = []  # why each connection ended early (for assertion messages)
         self.connected = asyncio.Event()
         self.on_event = on_event
@@ -148,11 +149,13 @@ class StreamClient:
         deadline = time.monotonic() + timeout
         while (not self.seqs or self.seqs[-1] < last_seq) and time.monotonic() < deadline:
             after = self.seqs[-1] if self.seqs else 0
+            streaming = False
             try:
                 async with websockets.connect(f"{self.url}?after={after}", additional_headers=self.headers,
                                               origin="http://127.0.0.1", open_timeout=5) as ws:
                     snapshot = json.loads(await ws.recv())
                     assert snapshot["type"] == "snapshot", snapshot
+                    streaming = True
                     self.connected.set()
                     while not self.seqs or self.seqs[-1] < last_seq:
                         left = deadline - time.monotonic()
@@ -164,4 +167,5 @@ class StreamClient:
             except (OSError, asyncio.TimeoutError, websockets.ConnectionClosed, websockets.InvalidStatus) as exc:
                 self.errors.append(repr(exc))
                 self.reconnects += 1
+                self.drops += streaming
                 await asyncio.sleep(0.2)

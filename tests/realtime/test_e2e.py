@@ -39,7 +39,7 @@ def post_events(base: str, run: Run, first: int, last: int, *, rate: float, on_s
     session = requests.Session()
     session.headers["Authorization"] = f"Bearer {run.ingest_token}"
     for seq in range(first, last + 1):
-        response = session.post(f"{base}/api/runs/{run.pk}/ingest/", json=[train(seq, seq)], timeout=10)
+        response = session.post(f"{base}/api/runs/{run.pk}/ingest/", json=[train(seq, seq)], timeout=60)
         assert response.status_code == 200, response.text
         if on_seq is not None:
             on_seq(seq)
@@ -78,7 +78,9 @@ def test_two_asgi_processes_and_two_celery_workers_share_events_and_slot_limits(
     staff = user_make("staff", staff=True)
     services.settings_update(changes={"max_total": 3}, partial=True, by=staff)  # reserve: 1 interactive
     # Ray is unreachable here, so granted runs stay `starting` and hold their slots (launches are retried).
-    env = env_for(redis_server, RAY_ADDRESS=f"http://127.0.0.1:{free_port()}")
+    # No idle resync: only live messages (and the gap fills they trigger) can reach the clients, so their
+    # completeness shows the cross-process fan-out works.
+    env = env_for(redis_server, RAY_ADDRESS=f"http://127.0.0.1:{free_port()}", REALTIME_RESYNC_SECONDS="600")
     webs = [Daphne(env), Daphne(env)]
     workers = [CeleryWorker(env, "w1"), CeleryWorker(env, "w2")]
     try:
@@ -91,7 +93,8 @@ def test_two_asgi_processes_and_two_celery_workers_share_events_and_slot_limits(
 
         def submit(i: int) -> None:
             web, session = webs[i % 2], api[i % 2]
-            response = session.post(f"{web.http}/api/runs/", json={"name": f"r{i}", "origin": ("api", "dashboard")[i % 2]}, timeout=30)
+            body = {"name": f"r{i}", "origin": ("api", "dashboard")[i % 2]}
+            response = session.post(f"{web.http}/api/runs/", json=body, timeout=60)
             assert response.status_code == 201, response.text
 
         threads = [threading.Thread(target=submit, args=(i,)) for i in range(6)]
@@ -113,7 +116,7 @@ def test_two_asgi_processes_and_two_celery_workers_share_events_and_slot_limits(
                 post_events(webs[seq % 2].http, run, seq, seq, rate=100)
 
         async def scenario():
-            tasks = [asyncio.create_task(c.run_until(total, timeout=60)) for c in clients]
+            tasks = [asyncio.create_task(c.run_until(total, timeout=120)) for c in clients]
             await asyncio.gather(*(c.connected.wait() for c in clients))
             await asyncio.to_thread(post_alternating)
             await asyncio.gather(*tasks)
@@ -121,7 +124,7 @@ def test_two_asgi_processes_and_two_celery_workers_share_events_and_slot_limits(
         run_async(scenario)
         for client in clients:
             assert client.seqs == list(range(1, total + 1))
-            assert client.reconnects == 0
+            assert client.drops == 0, client.errors
         assert Slot.objects.filter(state=SlotState.HELD).count() == 3
         assert all(w.proc.poll() is None for w in workers)
         assert any("runs.tasks.dispatch_run" in w.log.read_text() for w in workers)
