@@ -10,19 +10,23 @@ from rollout.types import GroupResult
 
 
 class GroupWorker:
-    """A rollout worker: with hang=True group 0 never finishes; group 1 finishes after 0.3 s; others at once."""
+    """A rollout worker: with hang=True group 0 never finishes and group 1 waits for release(); others at once."""
 
     def __init__(self, hang: bool = False) -> None:
         self.hang = hang
         self.done: list[int] = []
+        self.go = asyncio.Event()
 
     async def generate_group(self, group: int, batch_id: Any) -> GroupResult:
         if group == 0 and self.hang:
             await asyncio.sleep(3600)
-        if group == 1:
-            await asyncio.sleep(0.3)
+        if group == 1 and self.hang:
+            await self.go.wait()
         self.done.append(group)
         return GroupResult(rewards=[0.0, 1.0], group_id=group, meta={"pid": os.getpid()})
+
+    async def release(self) -> None:
+        self.go.set()
 
     def finished(self) -> list[int]:
         return list(self.done)

@@ -19,6 +19,14 @@ from tests.rollout.ray_actors import ChannelProducer, GatedEngine, GroupWorker
 ACTOR = {"num_cpus": 0.1}
 
 
+def _dead(ray, handle) -> bool:
+    try:
+        ray.get(handle.finished.remote(), timeout=10)
+        return False
+    except ray.exceptions.RayActorError:
+        return True
+
+
 def test_killed_ray_worker_is_retired_and_its_finished_result_recovered(ray_driver):
     ray = ray_driver
     remote = ray.remote(GroupWorker).options(**ACTOR, max_concurrency=8, max_restarts=0)
@@ -40,10 +48,11 @@ def test_killed_ray_worker_is_retired_and_its_finished_result_recovered(ray_driv
     t.start()
     try:
         assert blocked.wait(60)
-        # Group 1 completes on w0 while the scheduler thread is held: nobody has looked at its result.
+        # Group 1 completes on w0 only now, while the scheduler thread is held: nobody has seen its result.
+        ray.get(w0.release.remote())
         wait_until(lambda: ray.get(w0.finished.remote()) == [1], timeout=60)
         ray.kill(w0, no_restart=True)
-        time.sleep(0.5)
+        wait_until(lambda: _dead(ray, w0), timeout=60)  # the driver knows: group 0's call has failed too
         release.set()
         t.join(60)
         batch = out["batch"]
