@@ -25,6 +25,8 @@ def _dead(ray, handle) -> bool:
         return False
     except ray.exceptions.RayActorError:
         return True
+    except ray.exceptions.GetTimeoutError:
+        return False
 
 
 def test_killed_ray_worker_is_retired_and_its_finished_result_recovered(ray_driver):
