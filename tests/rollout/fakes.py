@@ -108,7 +108,7 @@ class ManualWorker:
             return sorted(self.futures)
 
 
-def wait_until(predicate: Callable[[], bool], timeout: float = 5.0) -> None:
+def wait_until(predicate: Callable[[], bool], timeout: float = 30.0) -> None:
     deadline = time.monotonic() + timeout
     while not predicate():
         if time.monotonic() > deadline:

@@ -57,7 +57,7 @@ def test_prefetch_bound_applies_backpressure_when_trainer_is_slow():
         assert s.stats()["pending"] == 5
         for g in worker.open_groups():
             worker.finish(g)
-        t.join(5)
+        t.join(30)
         assert len(result["b"].groups) == 2
         # Trainer is busy: nothing beyond the prefetch is generated.
         wait_until(lambda: s.stats()["pending"] + s.stats()["ready"] == 3)
@@ -79,7 +79,7 @@ def test_pause_with_drain_returns_only_after_in_flight_settles():
         assert not done.wait(0.1)
         for g in worker.open_groups():
             worker.finish(g)
-        assert done.wait(5)
+        assert done.wait(30)
         assert s.stats()["pending"] == 0 and worker.open_groups() == []
         with pytest.raises(SchedulerStateError, match="being collected"):
             s.state_dict()  # the interrupted generate still holds its partial batch
@@ -105,7 +105,7 @@ def test_state_dict_only_when_paused_and_load_only_before_start():
         t.start()
         wait_until(lambda: len(worker.open_groups()) == 2)
         worker.finish(0)
-        t.join(5)
+        t.join(30)
         s.pause(drain=False)
         with pytest.raises(SchedulerStateError, match="still in flight"):
             s.state_dict()
