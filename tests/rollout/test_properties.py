@@ -163,3 +163,30 @@ def test_channel_get_batch_weights_and_fifo(items, target, max_items):
             assert total + items[got[-1][0] + 1][1] > target
         out.extend(got)
     assert [i for i, _ in out] == list(range(len(items)))  # FIFO, nothing lost or duplicated
+
+
+@settings(max_examples=150, deadline=None)
+@given(puts=st.lists(st.sampled_from(["k1", "k2"]), min_size=1, max_size=40),
+       takes=st.lists(st.tuples(st.sampled_from(["a", "b", "c"]), st.sampled_from(["k1", "k2"]), st.booleans()),
+                      max_size=80))
+def test_channel_round_robin_dispatch_exactly_once_and_fifo(puts, takes):
+    state = ChannelState("rr", dispatcher="round_robin", consumers=("a", "b", "c"))
+    with state.cond:
+        state.try_enqueue_locked([(key, (key, i), 0.0) for i, key in enumerate(puts)])
+    seen: dict[str, list] = {"a": [], "b": [], "c": []}
+    for consumer, key, blocking in takes:
+        with state.cond:
+            got = state.try_take_locked(key, consumer, None, 1, rebalance=blocking)
+        if got:
+            seen[consumer].extend(got)
+    for consumer in seen:  # drain everything left, stealing allowed
+        for key in ("k1", "k2"):
+            while True:
+                with state.cond:
+                    got = state.try_take_locked(key, consumer, None, 1 << 20, rebalance=True)
+                if not got:
+                    break
+                seen[consumer].extend(got)
+    everything = [x for items in seen.values() for x in items]
+    assert sorted(everything) == sorted((key, i) for i, key in enumerate(puts))  # exactly once
+    assert state.qsize("k1") == state.qsize("k2") == 0
