@@ -13,6 +13,11 @@ from pathlib import Path
 
 import pytest
 
+# Ray 2.60 turns token authentication on once ~/.ray/auth_token exists; every job API client of this test run
+# (this process and the platform processes it starts) then needs RAY_AUTH_MODE=token to send it. Set before any
+# test module imports ray: ray reads the mode once.
+os.environ.setdefault("RAY_AUTH_MODE", "token")
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 VENV_BIN = Path(sys.executable).parent
 
@@ -67,9 +72,6 @@ def ray_cluster() -> RayCluster:
     """A local Ray head shared by every test of this run (starting one costs ~5 s and a lot of memory)."""
     port, dash_port = free_port(), free_port()
     temp_dir = tempfile.mkdtemp(prefix="ray-tests-")
-    # Ray 2.60 turns token authentication on once ~/.ray/auth_token exists; every job API client of this test
-    # run (this process and the platform processes it starts) then needs RAY_AUTH_MODE=token to send it.
-    os.environ.setdefault("RAY_AUTH_MODE", "token")
     env = dict(os.environ)
     # Jobs run `python ...` from the raylet's PATH: make that the interpreter of this test run.
     env["PATH"] = f"{VENV_BIN}{os.pathsep}{env.get('PATH', '')}"
