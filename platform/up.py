@@ -85,8 +85,10 @@ def platform_env() -> tuple[dict[str, str], dict[str, str], list[str]]:
         ray_tmp = tempfile.mkdtemp(prefix="rlcp-ray-")
         temp_dirs.append(ray_tmp)
         env["RAY_ADDRESS"] = f"http://127.0.0.1:{dash_port}"
-        # Ray 2.60 has token auth on (token in ~/.ray/auth_token); the platform's job clients must send it.
-        env.setdefault("RAY_AUTH_MODE", "token")
+        # `ray start` turns token auth on when ~/.ray/auth_token exists; the job clients must then send it.
+        if "RAY_AUTH_MODE" not in env:
+            has_token = bool(env.get("RAY_AUTH_TOKEN")) or (Path.home() / ".ray" / "auth_token").exists()
+            env["RAY_AUTH_MODE"] = "token" if has_token else "disabled"
         num_cpus = int(env.get("RAY_NUM_CPUS", max(4, os.cpu_count() or 1)))
         services["ray"] = (f"{VENV_BIN / 'ray'} start --head --block --port {free_port()} "
                            f"--dashboard-host 127.0.0.1 --dashboard-port {dash_port} --num-cpus {num_cpus} "

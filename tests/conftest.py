@@ -13,10 +13,12 @@ from pathlib import Path
 
 import pytest
 
-# Ray 2.60 turns token authentication on once ~/.ray/auth_token exists; every job API client of this test run
-# (this process and the platform processes it starts) then needs RAY_AUTH_MODE=token to send it. Set before any
-# test module imports ray: ray reads the mode once.
-os.environ.setdefault("RAY_AUTH_MODE", "token")
+# Ray 2.60's `ray start` turns token authentication on when ~/.ray/auth_token exists (and refuses to start with
+# RAY_AUTH_MODE=token when it does not); job API clients only send the token with RAY_AUTH_MODE=token. So pick
+# the mode the head will take, for this process and everything it starts, before any test module imports ray.
+if "RAY_AUTH_MODE" not in os.environ:
+    _has_token = bool(os.environ.get("RAY_AUTH_TOKEN")) or (Path.home() / ".ray" / "auth_token").exists()
+    os.environ["RAY_AUTH_MODE"] = "token" if _has_token else "disabled"
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 VENV_BIN = Path(sys.executable).parent
