@@ -1,5 +1,5 @@
 // Bundles the dashboard's TypeScript and CSS (frontend/static/src) into frontend/static/dist with esbuild.
-// One entry per page plus a shared chunk; third-party code (uPlot) comes from node_modules, never the repo.
+// One module per page; third-party code (uPlot) comes from node_modules, never the repo.
 import * as esbuild from "esbuild";
 import { gzipSync } from "node:zlib";
 import { readdirSync, readFileSync, rmSync, statSync } from "node:fs";
@@ -22,12 +22,12 @@ const options = {
   },
   outdir: dist,
   bundle: true,
-  splitting: true,
+  // One self-contained module per page: no chunk requests after the HTML (the shared helpers are a few KB).
+  splitting: false,
   format: "esm",
   minify: true,
   sourcemap: false,
   target: ["es2020"],
-  chunkNames: "chunks/[name]-[hash]",
   logLevel: "warning",
 };
 

@@ -7,6 +7,7 @@ import { ACTIVE, FINISHED, ownerName, positions, Run, runView, Slots } from "./l
 import { sparkline } from "./lib/sparkline";
 import { applyDashboardMessage, BoardState } from "./board_state";
 
+performance.mark("board-start");
 const MAX_CELLS = 64; // beyond this many slots the capacity bar draws proportional spans instead of cells
 
 const initial = embedded<any>("board-data");

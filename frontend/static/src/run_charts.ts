@@ -29,7 +29,7 @@ function cssVar(name: string): string {
 export class RunCharts {
   private samples: Sample[] = [];
   private plots = new Map<string, uPlot>();
-  private dirty = false;
+  dirty = false;
 
   constructor(private root: HTMLElement, private samplesPerStep: number | null) {
     this.root.innerHTML = SPECS.map((s) => `<figure class="card chart" data-chart="${s.key}" style="margin:0">

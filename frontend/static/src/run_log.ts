@@ -11,7 +11,7 @@ export class EventLog {
   private events: { ev: RunEvent; text: string; hay: string }[] = [];
   private hidden = new Set<string>();
   private query = "";
-  private dirty = false;
+  dirty = false;
   private full = true; // next flush redraws everything (first draw, filter change, eviction)
   private drawnUpTo = 0; // events[0..drawnUpTo) are reflected in the table and the counts
   private matched = 0;

@@ -15,7 +15,7 @@ export class Timeline {
   versions: { ts: number; version: number; pauseMs: number | null }[] = [];
   start: number | null = null;
   end: number | null = null; // set when the run is finished; otherwise the lanes extend to now
-  private dirty = false;
+  dirty = false;
 
   constructor(private root: HTMLElement) {}
 
