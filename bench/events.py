@@ -12,9 +12,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import multiprocessing
 import os
 import sys
-import threading
 import time
 import uuid
 from pathlib import Path
@@ -80,30 +80,37 @@ async def client(url: str, cookie: str, expect: int, latencies: list[float], rea
 POST_MS: list[float] = []  # ingest request round trips, printed for context
 
 
-def emit_http(base: str, run, count: int, rate: float) -> None:
+def emit_http(base: str, run_id: int, token: str, count: int, rate: float, out) -> None:
     """The trainer's HTTP sink: one event per POST, paced on a fixed schedule (no drift)."""
     import requests
 
+    post_ms = []
     session = requests.Session()
-    session.headers["Authorization"] = f"Bearer {run.ingest_token}"
+    session.headers["Authorization"] = f"Bearer {token}"
+    session.post(f"{base}/api/runs/{run_id}/ingest/", json=[], timeout=30).raise_for_status()  # warm-up heartbeat
     start = time.monotonic()
     for i in range(1, count + 1):
         time.sleep(max(0.0, start + i / rate - time.monotonic()))
         event = {"seq": i, "type": "log", "ts": time.time(), "data": {"t_emit": time.time(), "line": f"e{i}"}}
         sent = time.monotonic()
-        response = session.post(f"{base}/api/runs/{run.pk}/ingest/", json=[event], timeout=30)
-        POST_MS.append((time.monotonic() - sent) * 1000)
+        response = session.post(f"{base}/api/runs/{run_id}/ingest/", json=[event], timeout=30)
+        post_ms.append((time.monotonic() - sent) * 1000)
         response.raise_for_status()
+    out.put(post_ms)
 
 
-def emit_bare(run_id: int, count: int, rate: float) -> None:
+def emit_bare(run_id: int, count: int, rate: float, out) -> None:
     """Same message shape straight into the layer, from a loop of its own (not the clients' loop)."""
+    import django
+
+    django.setup()
     from channels.layers import get_channel_layer
 
     from runs.realtime import run_group
 
     async def send_all() -> None:
         layer = get_channel_layer()
+        await layer.group_send(run_group(run_id), {"type": "run.events", "events": []})  # warm-up: connects
         start = time.monotonic()
         for i in range(1, count + 1):
             await asyncio.sleep(max(0.0, start + i / rate - time.monotonic()))
@@ -112,9 +119,10 @@ def emit_bare(run_id: int, count: int, rate: float) -> None:
             await layer.group_send(run_group(run_id), {"type": "run.events", "events": [event]})
 
     asyncio.run(send_all())
+    out.put([])
 
 
-def phase(ws_base: str, run, cookie: str, clients: int, emit, count: int) -> tuple[list[float], int]:
+def phase(ws_base: str, run, cookie: str, clients: int, emit, args: tuple, count: int) -> tuple[list[float], int]:
     """Connect the clients, emit `count` events, collect; returns latencies (ms) and lost deliveries."""
     latencies: list[float] = []
 
@@ -127,9 +135,13 @@ def phase(ws_base: str, run, cookie: str, clients: int, emit, count: int) -> tup
                  for _ in range(clients)]
         await asyncio.wait_for(ready.wait(), timeout=120)
         await asyncio.sleep(0.5)
-        emitter = threading.Thread(target=emit)
+        # The emitter is a process of its own: in this one it would share the GIL with 50 clients' parsing.
+        ctx = multiprocessing.get_context("spawn")  # a clean interpreter: no inherited loop, sockets or layer
+        out = ctx.Queue()
+        emitter = ctx.Process(target=emit, args=(*args, out))
         emitter.start()
         seen = await asyncio.gather(*tasks)
+        POST_MS.extend(await asyncio.to_thread(out.get, True, 120))
         await asyncio.to_thread(emitter.join)
         return sum(count - len(s) for s in seen)
 
@@ -187,10 +199,11 @@ def main() -> None:
         for round_no in range(args.rounds):
             bare_run, full_run = new_run(f"bench-bare-{round_no}"), new_run(f"bench-full-{round_no}")
             got, _ = phase(web.ws, bare_run, cookie, args.clients,
-                           lambda: emit_bare(bare_run.pk, per_round, args.rate), per_round)
+                           emit_bare, (bare_run.pk, per_round, args.rate), per_round)
             bare += got
             got, missing = phase(web.ws, full_run, cookie, args.clients,
-                                 lambda: emit_http(web.http, full_run, per_round, args.rate), per_round)
+                                 emit_http, (web.http, full_run.pk, full_run.ingest_token, per_round, args.rate),
+                                 per_round)
             full += got
             lost += missing
     finally:
