@@ -115,6 +115,7 @@ def login(page: Page, server: Server, username: str) -> None:
 
 def shot(page: Page, name: str) -> None:
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    page.evaluate("window.scrollTo(0, 0)")  # a sticky top bar would otherwise be painted mid-page
     page.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=True)
 
 

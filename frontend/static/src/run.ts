@@ -47,7 +47,8 @@ function ingest(ev: RunEvent): void {
       if (Array.isArray(d.engines)) d.engines.forEach((e: any, i: number) => {
         const key = keyOf(e, i);
         const prev = engines.get(key);
-        engines.set(key, { engine: key, status: prev?.status ?? "alive", ...(typeof e === "object" && e ? e : {}) });
+        const data = typeof e === "object" && e ? e : {};
+        engines.set(key, { ...("engine" in data || "id" in data ? {} : { engine: key }), status: prev?.status ?? "alive", ...data });
       });
       break;
     case "version": summary.version = d; break;
