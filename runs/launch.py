@@ -108,12 +108,12 @@ def job_submit(run: Run, spec: JobSpec) -> str:
         "RUN_ID": str(run.pk),
         "RUN_INGEST_TOKEN": run.ingest_token,
         "RUN_ATTEMPT": str(run.attempt),
-        # No OMP_NUM_THREADS etc. here: the trainer's ray.init adds its own env_vars for its actors, and Ray
-        # refuses to merge a job runtime env and a ray.init runtime env that set the same key.
         # Time the job gets after SIGTERM (cancel) to checkpoint before Ray kills it.
         "RAY_JOB_STOP_WAIT_TIME_S": str(settings.RUN_STOP_GRACE_SECONDS),
         **spec.env,
     }
+    # No OMP_NUM_THREADS etc. above: the trainer's ray.init adds its own env_vars for its actors, and Ray
+    # refuses to merge a job runtime env and a ray.init runtime env that set the same key.
     gpus = 1 if spec.wants_gpu and cluster_gpus(client) >= 1 else None
     deadline = time.monotonic() + AGENT_WAIT_SECONDS
     while True:
@@ -170,7 +170,7 @@ def run_launch(run: Run) -> None:
 def job_stop(run: Run) -> None:
     """Ask the run's Ray job to stop (SIGTERM, then SIGKILL after RUN_STOP_GRACE_SECONDS). The tick's
     reconcile records the outcome; a `stopping` run with no job at all is cancelled here at once."""
-    if not run.ray_submission_id:
+    if run.ray_submission_id != submission_id_for(run):  # this attempt has no job (none yet, or an old one)
         if run.status == RunStatus.STOPPING:
             services.run_finish(run=run, status=RunStatus.CANCELLED, error=run.error)
         return

@@ -46,8 +46,10 @@ def job_outcome(run: Run, info: JobDetails) -> tuple[str, str] | None:
 
 def run_job_finished(*, run: Run, status: str, error: str) -> Run:
     """Finish a run from its job's outcome, then let the platform react (eval of a trained model, auto-resume)."""
-    from runs.system_runs import system_runs_after_finish  # late: system_runs registers kinds on import
+    from runs.system_runs import EVAL_KIND, eval_summary_record, system_runs_after_finish
 
+    if status == RunStatus.SUCCEEDED and run.kind == EVAL_KIND:
+        eval_summary_record(run=run)  # before the finish, so whoever sees `succeeded` sees the metrics too
     finished = services.run_finish(run=run, status=status, error=error)
     if finished.status == status:
         system_runs_after_finish(run=finished)

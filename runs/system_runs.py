@@ -102,9 +102,7 @@ def eval_summary_record(*, run: Run) -> None:
 def system_runs_after_finish(*, run: Run) -> None:
     """React to a run that just finished; errors are logged, never undo the finish."""
     try:
-        if run.status == RunStatus.SUCCEEDED and run.kind == EVAL_KIND:
-            eval_summary_record(run=run)
-        elif run.status == RunStatus.SUCCEEDED and run.kind == kinds.DEFAULT_KIND:
+        if run.status == RunStatus.SUCCEEDED and run.kind == kinds.DEFAULT_KIND:
             child = eval_run_submit(run=run)
             if child is not None:
                 logger.info("run %s succeeded: submitted eval run %s", run.pk, child.pk)

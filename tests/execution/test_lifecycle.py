@@ -1,13 +1,14 @@
 """End to end on real processes: daphne + Celery worker/beat subprocesses on the test PostgreSQL, Redis, and
 the shared Ray cluster running the real trainer. A run goes queued -> starting -> running -> succeeded, its
 summary shows weight versions and sampler progress, its slot goes to the next run, the platform evaluates the
-trained checkpoint as a system run, and a cancel stops the job and frees the slot."""
+trained checkpoint as a system run, a cancel stops the job (which checkpoints) and frees the slot, and a
+resume continues from that checkpoint as a new attempt."""
 from __future__ import annotations
 
 import pytest
 
 from runs.models import Run, Slot
-from tests.execution.conftest import TINY_TRAIN_CONFIG, ray_jobs_of_run
+from tests.execution.conftest import TINY_TRAIN_CONFIG, ray_jobs_of_run, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -22,7 +23,9 @@ def test_run_succeeds_frees_its_slot_and_is_evaluated(platform, api, ray_cluster
     platform.start_worker()
     api.patch("/api/settings/concurrency/", {"classes": {"app": {"limit": 1}}})
     first = api.post("/api/runs/", {"name": "first", "origin": "api", "config": TINY_TRAIN_CONFIG}, expect=201)
-    second = api.post("/api/runs/", {"name": "second", "origin": "api", "config": TINY_TRAIN_CONFIG}, expect=201)
+    # The second run is long: it is cancelled mid-training, resumed, and cancelled again.
+    long_config = {**TINY_TRAIN_CONFIG, "steps": 400}
+    second = api.post("/api/runs/", {"name": "second", "origin": "api", "config": long_config}, expect=201)
     assert first["status"] == "starting"
     assert second["status"] == "queued" and second["pending_reason"] == "class_limit_reached"
 
@@ -51,11 +54,35 @@ def test_run_succeeds_frees_its_slot_and_is_evaluated(platform, api, ray_cluster
     assert 0.0 <= evaluated["summary"]["eval"]["held_out_exact_match"] <= 1.0
     assert evaluated["summary"]["eval"]["version"] == steps
 
-    # Cancel: stopping -> the job is stopped (SIGTERM) -> cancelled, slot released.
+    # Cancel: stopping -> the job is stopped (SIGTERM; the trainer checkpoints) -> cancelled, slot released.
     api.wait_status(second["id"], "running", timeout=60)
+    wait_for(lambda: (api.run(second["id"])["summary"].get("version") or {}).get("version", 0) >= 1, timeout=90,
+             what="a first weight version of the second run")
     api.post(f"/api/runs/{second['id']}/cancel/")
     cancelled = api.wait_status(second["id"], {"cancelled", "failed", "succeeded"}, timeout=60)
     assert cancelled["status"] == "cancelled", cancelled["error"]
     assert status_history(api, second["id"])[-2:] == ["stopping", "cancelled"]
     assert [j.status.value for j in ray_jobs_of_run(ray_cluster, second["id"])] == ["STOPPED"]
     assert not Slot.objects.filter(run_id=second["id"]).exists()
+    stop_checkpoint = [e["data"] for e in api.get(f"/api/runs/{second['id']}/events/?after=0")
+                       if e["type"] == "checkpoint" and e["data"]["reason"] == "stop"]
+    assert stop_checkpoint, "the trainer wrote no checkpoint on SIGTERM"
+
+    # Resume: a new attempt (a new Ray job, with --resume) continues from that checkpoint.
+    api.post(f"/api/runs/{second['id']}/resume/")
+    api.wait_status(second["id"], "running", timeout=90)
+
+    def restored() -> list[dict]:
+        return [e["data"] for e in api.get(f"/api/runs/{second['id']}/events/?after=0")
+                if e["type"] == "checkpoint" and e["data"]["reason"] == "restored"]
+
+    assert [r["step"] for r in wait_for(restored, timeout=90, what="the resumed job to restore")] == \
+        [stop_checkpoint[-1]["step"]]
+    wait_for(lambda: api.run(second["id"])["summary"]["version"]["version"] > stop_checkpoint[-1]["step"],
+             timeout=90, what="training to continue past the checkpoint")
+    api.post(f"/api/runs/{second['id']}/cancel/")
+    assert api.wait_status(second["id"], {"cancelled", "failed"}, timeout=60)["status"] == "cancelled"
+    jobs = sorted(ray_jobs_of_run(ray_cluster, second["id"]), key=lambda j: j.submission_id)
+    assert [(j.submission_id.rsplit("-", 1)[1], j.status.value) for j in jobs] == [("0", "STOPPED"),
+                                                                                   ("1", "STOPPED")]
+    assert "--resume" in jobs[1].entrypoint and "--resume" not in jobs[0].entrypoint

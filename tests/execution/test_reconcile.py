@@ -108,3 +108,23 @@ def test_starting_run_with_a_running_job_is_reattached(ray_cluster, settings, dj
         assert not Slot.objects.filter(run=run).exists()
     finally:
         client.stop_job(sid)
+
+
+def test_vanished_job_of_an_auto_resume_run_is_resumed(ray_cluster, settings, django_user_model,
+                                                       submission_prefix, monkeypatch):
+    from config.celery_app import app as celery_app
+
+    monkeypatch.setattr(celery_app.conf, "task_default_queue", f"{submission_prefix}-unit")  # no worker here
+    settings.RAY_ADDRESS = ray_cluster.dashboard_url
+    settings.RAY_SUBMISSION_PREFIX = submission_prefix
+    run = _active_run(django_user_model.objects.create_user(username="a"), status=RunStatus.RUNNING,
+                      submission_id="")
+    Run.objects.filter(pk=run.pk).update(auto_resume=True, ray_submission_id=f"{submission_prefix}-{run.pk}-0")
+
+    assert runs_reconcile() == {run.pk: "vanished"}
+    run.refresh_from_db()
+    # Failed, then re-queued by the platform as attempt 1 continuing from its checkpoint (and granted again).
+    assert run.status in (RunStatus.QUEUED, RunStatus.STARTING)
+    assert (run.attempt, run.resume_requested, run.error) == (1, True, "")
+    statuses = [e.data["status"] for e in run.events.filter(type="status").order_by("seq")]
+    assert statuses[:2] == ["failed", "queued"]

@@ -1,0 +1,66 @@
+"""The launcher against the real Ray job API: a second launch of the same attempt is a no-op (one job), the job
+gets the run's token, event URL and stop grace, and the rl_train job spec carries --resume and GPU choices."""
+from __future__ import annotations
+
+import json
+
+import pytest
+from django.utils import timezone
+from ray.job_submission import JobSubmissionClient
+
+from runs.launch import JobSpec, job_stop, rl_train_job, run_launch_job, submission_id_for
+from runs.models import Run, RunStatus, Slot, SlotState
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def _starting_run(user, **fields) -> Run:
+    now = timezone.now()
+    run = Run.objects.create(name="l", origin="api", run_class="app", kind="rl_train", owner=user,
+                             status=RunStatus.STARTING, granted_at=now, **fields)
+    Slot.objects.create(run=run, run_class="app", state=SlotState.HELD, requested_at=now, granted_at=now)
+    return run
+
+
+def test_second_launch_is_a_no_op(ray_jobs_ready, settings, django_user_model, submission_prefix):
+    settings.RAY_ADDRESS = ray_jobs_ready.dashboard_url
+    settings.RAY_SUBMISSION_PREFIX = submission_prefix
+    settings.PLATFORM_PUBLIC_URL = "http://platform.example:8000"
+    run = _starting_run(django_user_model.objects.create_user(username="l1"))
+    spec = JobSpec(entrypoint=["sleep", "60"])
+
+    run_launch_job(run, spec)
+    run_launch_job(Run.objects.get(pk=run.pk), spec)  # e.g. a redelivered task: already `running`, no new job
+    Run.objects.filter(pk=run.pk).update(status=RunStatus.STARTING)
+    run_launch_job(Run.objects.get(pk=run.pk), spec)  # the lost-launch sweep: the job exists, just recorded
+
+    client = JobSubmissionClient(ray_jobs_ready.dashboard_url)
+    jobs = [j for j in client.list_jobs() if (j.metadata or {}).get("platform_run") == str(run.pk)]
+    run.refresh_from_db()
+    try:
+        assert [j.submission_id for j in jobs] == [f"{submission_prefix}-{run.pk}-0"] == [run.ray_submission_id]
+        assert run.status == RunStatus.RUNNING
+        env = jobs[0].runtime_env["env_vars"]
+        assert env["RUN_INGEST_TOKEN"] == run.ingest_token and env["RUN_ID"] == str(run.pk)
+        assert env["RAY_JOB_STOP_WAIT_TIME_S"] == str(settings.RUN_STOP_GRACE_SECONDS)
+    finally:
+        job_stop(run)
+
+
+def test_rl_train_job_spec(settings, tmp_path, django_user_model):
+    settings.RUN_ARTIFACTS_DIR = tmp_path
+    settings.PLATFORM_PUBLIC_URL = "https://rl.example.com/"
+    run = _starting_run(django_user_model.objects.create_user(username="l2"), config={"steps": 3},
+                        attempt=2, resume_requested=True)
+    spec = rl_train_job(run)
+    assert spec.entrypoint == [
+        "python", "-m", "trainer", "run", "--config", str(tmp_path / str(run.pk) / "config.json"),
+        "--events", f"https://rl.example.com/api/runs/{run.pk}/ingest/",
+        "--checkpoint-dir", str(tmp_path / str(run.pk) / "checkpoints"), "--resume"]
+    assert json.loads((tmp_path / str(run.pk) / "config.json").read_text()) == {"steps": 3}
+    assert submission_id_for(run).endswith(f"-{run.pk}-2")
+    assert not spec.wants_gpu  # colocated: the learner actor asks Ray for its GPU itself
+    run.config = {"mode": "local"}
+    assert rl_train_job(run).wants_gpu
+    run.config = {"mode": "local", "device": "cpu"}
+    assert not rl_train_job(run).wants_gpu
