@@ -24,6 +24,9 @@ class ChannelActor:
     async def qsize(self, key: str, consumer: str | None) -> int:
         return self.state.qsize(key, consumer)
 
+    async def maxsize(self) -> int:
+        return self.state.maxsize
+
     async def full(self, key: str) -> bool:
         return self.state.full(key)
 

@@ -1,12 +1,14 @@
 """Channel: a keyed, weighted FIFO shared by producers and consumers, in-process (local) or via a named Ray actor."""
 from __future__ import annotations
 
+import asyncio
 import threading
 from collections.abc import Iterable
 from typing import Any
 
 from rollout.channel import ops
 from rollout.channel.state import DEFAULT_KEY, ChannelState, check_weight
+from rollout.channel.writer import WriteBehind
 from rollout.errors import ChannelError, QueueEmpty, QueueFull
 
 _LOCAL: dict[str, ChannelState] = {}
@@ -17,17 +19,25 @@ _ACTOR_PREFIX = "rollout-channel:"
 class Channel:
     """Use Channel.create / Channel.connect. Sync methods block the calling thread; *_async ones await."""
 
-    def __init__(self, name: str, *, state: ChannelState | None = None, actor: Any = None) -> None:
+    def __init__(self, name: str, *, state: ChannelState | None = None, actor: Any = None,
+                 linger_ms: float = 0.0) -> None:
         self.name = name
         self._state = state
         self._actor = actor
+        self._linger_ms = linger_ms
+        self._writer: WriteBehind | None = None
 
     # --- lifecycle ----------------------------------------------------------------------------------------
     @classmethod
     def create(cls, name: str, *, maxsize: int = 0, local: bool = False, collector: Any = None,
                dispatcher: Any = None, consumers: Iterable[str] = (), hook_options: dict[str, Any] | None = None,
-               cfg: Any = None, namespace: str | None = None, actor_options: dict[str, Any] | None = None) -> Channel:
-        """A new channel. local=True: this process only; otherwise a named Ray actor any process can connect to."""
+               cfg: Any = None, namespace: str | None = None, actor_options: dict[str, Any] | None = None,
+               linger_ms: float = 0.0) -> Channel:
+        """A new channel. local=True: this process only; otherwise a named Ray actor any process can connect to.
+
+        linger_ms > 0 (unbounded Ray channels only): this client's puts are written behind, see writer.py.
+        """
+        _check_linger(linger_ms, maxsize, local)
         kwargs = {"maxsize": maxsize, "collector": collector, "dispatcher": dispatcher,
                   "consumers": tuple(consumers), "hook_options": hook_options, "cfg": cfg}
         if local:
@@ -46,14 +56,15 @@ class Channel:
         options.update(actor_options or {})
         actor = ray.remote(ChannelActor).options(**options).remote(name, kwargs)
         ray.get(actor.qsize.remote(DEFAULT_KEY, None))  # surface hook/config errors now, not on first put
-        return cls(name, actor=actor)
+        return cls(name, actor=actor, linger_ms=linger_ms)
 
     @classmethod
-    def connect(cls, name: str, *, namespace: str | None = None) -> Channel:
+    def connect(cls, name: str, *, namespace: str | None = None, linger_ms: float = 0.0) -> Channel:
         """An existing channel: a local one of this process first, else the named Ray actor."""
         with _LOCAL_LOCK:
             state = _LOCAL.get(name)
         if state is not None:
+            _check_linger(linger_ms, state.maxsize, True)
             return cls(name, state=state)
         import ray
 
@@ -61,10 +72,20 @@ class Channel:
             actor = ray.get_actor(_ACTOR_PREFIX + name, namespace=namespace)
         except ValueError as exc:
             raise ChannelError(f"no channel named {name!r} (create it first)") from exc
-        return cls(name, actor=actor)
+        if linger_ms:
+            _check_linger(linger_ms, ray.get(actor.maxsize.remote()), False)
+        return cls(name, actor=actor, linger_ms=linger_ms)
+
+    def flush(self) -> None:
+        """Send this client's written-behind puts now (no-op without linger_ms)."""
+        if self._writer is not None:
+            self._writer.flush()
 
     def close(self) -> None:
         """Close the channel for everyone: pending and later calls raise ChannelError."""
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = None
         if self._state is not None:
             self._state.close()
             with _LOCAL_LOCK:
@@ -82,7 +103,8 @@ class Channel:
     def __reduce__(self) -> Any:
         if self._state is not None:
             raise ChannelError(f"local channel {self.name!r} cannot leave its process; create it with local=False")
-        return (Channel, (self.name,), {"_actor": self._actor, "_state": None})
+        return (Channel, (self.name,), {"_actor": self._actor, "_state": None, "_linger_ms": self._linger_ms,
+                                        "_writer": None})
 
     # --- put ----------------------------------------------------------------------------------------------
     def put(self, item: Any, weight: float = 0, key: str = DEFAULT_KEY, timeout: float | None = None) -> None:
@@ -105,6 +127,9 @@ class Channel:
         await self._put_async(_entries(items, weights), key, timeout)
 
     def _put_sync(self, entries: list, key: str, timeout: float | None, nowait: bool) -> None:
+        if self._linger_ms:
+            self._write_behind().add(entries, key)  # unbounded: never full, never waits
+            return
         if self._state is not None:
             code = ops.put_blocking(self._state, entries, key, timeout, nowait)
         else:
@@ -114,6 +139,9 @@ class Channel:
         _raise_put(code, self.name, key, timeout)
 
     async def _put_async(self, entries: list, key: str, timeout: float | None) -> None:
+        if self._linger_ms:
+            self._write_behind().add(entries, key)
+            return
         if self._state is not None:
             code = await ops.put_waiting(self._state, entries, key, timeout, False)
         else:
@@ -149,8 +177,22 @@ class Channel:
                               timeout: float | None = None, max_items: int | None = None) -> list[Any]:
         return await self._take_async(key, consumer, _target(target_weight), _cap(max_items), timeout)
 
+    def _write_behind(self) -> WriteBehind:
+        if self._writer is None:
+            actor = self._actor
+
+            def send(runs: list) -> None:
+                import ray
+
+                # Actor calls from one caller run in submission order, so put order is kept.
+                ray.get([actor.put.remote(entries, key, None, False) for key, entries in runs])
+
+            self._writer = WriteBehind(send, self._linger_ms / 1000.0)
+        return self._writer
+
     def _take_sync(self, key: str, consumer: str | None, target: float | None, max_items: int,
                    timeout: float | None, nowait: bool) -> list[Any]:
+        self.flush()  # read your own writes
         if self._state is not None:
             code, items = ops.take_blocking(self._state, key, consumer, target, max_items, timeout, nowait)
         else:
@@ -164,6 +206,8 @@ class Channel:
                           timeout: float | None) -> list[Any]:
         # Cancelling an awaiting get on a Ray channel cannot un-take an item the actor already handed out:
         # prefer a timeout over cancellation there.
+        if self._writer is not None:
+            await asyncio.get_running_loop().run_in_executor(None, self.flush)
         if self._state is not None:
             code, items = await ops.take_waiting(self._state, key, consumer, target, max_items, timeout, False)
         else:
@@ -176,6 +220,7 @@ class Channel:
         """Items under `key`; with `consumer`, only that consumer's private queue."""
         if self._state is not None:
             return self._state.qsize(key, consumer)
+        self.flush()
         import ray
 
         return ray.get(self._actor.qsize.remote(key, consumer))
@@ -199,6 +244,14 @@ class Channel:
             return ray.get(self._actor.describe.remote(), timeout=5).replace("Channel(", "Channel[ray](", 1)
         except Exception as exc:  # noqa: BLE001 - repr must not raise
             return f"Channel[ray]({self.name!r}, unreachable: {exc!r})"
+
+
+def _check_linger(linger_ms: float, maxsize: int, local: bool) -> None:
+    if linger_ms < 0:
+        raise ChannelError("linger_ms must be >= 0")
+    if linger_ms and (maxsize or local):
+        raise ChannelError("linger_ms (write-behind) needs an unbounded Ray channel: a bounded put must see "
+                           "fullness and a local put is already cheap")
 
 
 def _entries(items: Iterable[Any], weights: Iterable[float] | None) -> list:

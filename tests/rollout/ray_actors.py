@@ -72,3 +72,12 @@ class ChannelProducer:
         for start in range(0, n, chunk):
             channel.put_many(range(start, min(n, start + chunk)), weights=[1] * (min(n, start + chunk) - start))
         return n
+
+    def produce_single(self, n: int, linger_ms: float) -> int:
+        from rollout.channel import Channel
+
+        channel = Channel.connect("ray-chan", linger_ms=linger_ms)
+        for i in range(n):
+            channel.put(f"single-{i}")  # a string: the test channel splits lists and tuples
+        channel.flush()
+        return n

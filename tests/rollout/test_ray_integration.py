@@ -81,6 +81,11 @@ def test_channel_across_processes_with_hooks(ray_driver):
         while len(got) < 80:
             got += ch.get_batch(16, timeout=10)
         assert sorted(got) == sorted(list(range(50)) + list(range(30)))
+        # Write-behind single-item puts from another process keep their order and are all delivered.
+        assert ray.get(producer.produce_single.remote(200, 2.0)) == 200
+        assert ch.get_many(500, timeout=10) == [f"single-{i}" for i in range(200)]
+        with pytest.raises(ChannelError, match="unbounded Ray channel"):
+            Channel.create("never", local=True, linger_ms=2)
         ch.put([1, 2])  # split by the collector inside the actor process
         assert ch.get_many(5) == [1, 2]
         with pytest.raises(QueueEmpty):
