@@ -1,12 +1,13 @@
 """`POST /api/runs/<id>/ingest/`: a job's event batches, authenticated by the run's own token (not a user)."""
 from __future__ import annotations
 
-from drf_spectacular.utils import OpenApiResponse, extend_schema
+from drf_spectacular.utils import extend_schema
 from rest_framework import serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from runs.api.serializers import ErrorSerializer
 from runs.errors import ServiceError
 from runs.ingest import run_events_ingest, run_for_ingest
 
@@ -27,8 +28,9 @@ class RunIngestView(APIView):
 
     @extend_schema(
         request={"application/json": {"type": "array", "items": {"type": "object"}}},
-        responses={200: IngestResultSerializer, 400: OpenApiResponse(description="invalid event, named"),
-                   401: OpenApiResponse(description="bad token"), 404: OpenApiResponse(description="no run")},
+        # 400: an event breaks the schema (named); 401: not this run's token; 404: no run; 409: run finished.
+        responses={200: IngestResultSerializer, 400: ErrorSerializer, 401: ErrorSerializer, 404: ErrorSerializer,
+                   409: ErrorSerializer},
         auth=[],
     )
     def post(self, request: Request, run_id: int) -> Response:
