@@ -109,10 +109,17 @@ class RolloutScheduler:
 
     def retire_worker(self, worker: int, reason: str = "retired by owner") -> None:
         """Take a worker out of service as if it had died (its finished results are still recovered)."""
-        with self._cond:
-            self._retire_locked(worker, reason)
-            self._cond.notify_all()
-        self._flush_returns()
+        try:
+            with self._cond:
+                try:
+                    self._retire_locked(worker, reason)
+                except NoWorkerLeftError as exc:
+                    self._error = exc  # generate()/pause() callers see it too
+                    raise
+                finally:
+                    self._cond.notify_all()
+        finally:
+            self._flush_returns()
 
     def stats(self) -> dict[str, Any]:
         with self._cond:

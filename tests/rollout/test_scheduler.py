@@ -230,3 +230,24 @@ def test_bad_configuration_is_rejected():
         RolloutScheduler([InstantWorker(), InstantWorker()], [1], CountingSource(), batch_size=1)
     with pytest.raises(WorkerLostError.__mro__[1]):
         raise WorkerLostError("w")
+
+
+def test_retire_worker_by_owner_moves_work_and_last_one_raises():
+    slow, fast = ManualWorker(), InstantWorker()
+    source = CountingSource()
+    s = RolloutScheduler([slow, fast], [2, 1], source, batch_size=4)
+    try:
+        out = {}
+        t = threading.Thread(target=lambda: out.setdefault("b", s.generate(0)))
+        t.start()
+        wait_until(lambda: len(slow.open_groups()) == 2)
+        s.retire_worker(0, "node draining")
+        t.join(30)
+        assert len(out["b"].groups) == 4 and s.stats()["capacities"] == [0, 1]
+        assert sorted(source.returned) == slow.open_groups()  # its unfinished groups went back
+        with pytest.raises(NoWorkerLeftError):
+            s.retire_worker(1)
+        with pytest.raises(NoWorkerLeftError):
+            s.generate(1)
+    finally:
+        s.close()
