@@ -82,7 +82,8 @@ class Channel:
             self._writer.flush()
 
     def close(self) -> None:
-        """Close the channel for everyone: pending and later calls raise ChannelError."""
+        """Close the channel for everyone: waiting calls raise ChannelError; on a Ray channel the actor is then
+        killed, so later calls from other clients raise Ray's RayActorError."""
         if self._writer is not None:
             self._writer.close()
             self._writer = None
