@@ -41,11 +41,6 @@ def group_send_now(group: str, message: dict[str, Any]) -> None:
         logger.warning("group_send to %s failed", group, exc_info=True)
 
 
-def group_send_after_commit(group: str, message: dict[str, Any]) -> None:
-    """Send once the current transaction commits (immediately when not in one); dropped on rollback."""
-    transaction.on_commit(lambda: group_send_now(group, message))
-
-
 # --- run stream --------------------------------------------------------------------------------------
 
 class _EventBatch:
