@@ -96,6 +96,7 @@ class TrainingRun:
         except Exception:
             # Closing the scheduler to stop may surface as any error of the step in progress.
             if not self.stop_event.is_set():
+                self._emit_gate_quietly()  # e.g. a poisoned gate: the dashboard shows why the run failed
                 raise
             return self._stop()
         finally:
@@ -306,6 +307,12 @@ class TrainingRun:
         engines = [{k: e.get(k) for k in ("engine", "state", "version", "active", "waiting", "sessions")}
                    for e in snap["engines"]]
         self._emit("gate", {**snap, "engines": engines})
+
+    def _emit_gate_quietly(self) -> None:
+        try:
+            self._emit_gate()
+        except Exception:  # noqa: BLE001 - reporting must not mask the run's own error
+            pass
 
     def _heartbeat(self) -> None:
         """The platform treats any event as a heartbeat: say something at least every 2 s."""

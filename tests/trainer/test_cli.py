@@ -109,13 +109,18 @@ def test_sigterm_checkpoints_emits_a_final_status_and_resume_continues(tmp_path:
 
 
 def test_debug_phases_rollout_only_then_train_only(tmp_path: Path) -> None:
+    from trainer.config import TrainConfig
+    from trainer.loop import TrainingRun
+    from trainer.sinks import EventEmitter, JsonlSink
+
     batch = tmp_path / "batch.pt"
-    proc = trainer_cli("run", "--config", str(write_config(tmp_path, phase="rollout_only", batch_path=str(batch))))
-    assert proc.returncode == 0, proc.stderr[-2000:]
+    cfg = TrainConfig.from_dict({**LOCAL, "phase": "rollout_only", "batch_path": str(batch)})
+    assert TrainingRun(cfg).run().status == "succeeded"
     assert batch.exists()
     events_path = tmp_path / "train.jsonl"
-    proc = trainer_cli("run", "--config", str(write_config(tmp_path, phase="train_only", batch_path=str(batch))),
-                       "--events", str(events_path))
-    assert proc.returncode == 0, proc.stderr[-2000:]
+    emitter = EventEmitter([JsonlSink(events_path)])
+    result = TrainingRun(cfg.replace(phase="train_only"), emitter=emitter).run()
+    emitter.close()
+    assert result.status == "succeeded" and result.version == 1
     trains = [e["data"] for e in read_events(events_path) if e["type"] == "train"]
     assert len(trains) == 1 and trains[0]["step"] == 1 and trains[0]["groups"] == 8
