@@ -27,11 +27,17 @@ SELECT
 
 
 def invariant_violations() -> list[str]:
-    """Limits hold for every grant made under the current settings (lowering a limit never preempts, so
+    """Read one committed state. Limits hold for every grant made under the current settings (lowering a limit never preempts, so
     runs granted earlier may exceed it); slots and statuses agree; no waiting run is grantable right now."""
     problems: list[str] = []
     with transaction.atomic():
-        store.slots_lock()
+        if connection.vendor == "postgresql":
+            # A consistent snapshot without taking the grant lock: every committed state must satisfy the
+            # invariants, and checkers then do not serialize with the operations they check.
+            with connection.cursor() as cursor:
+                cursor.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+        else:
+            store.slots_lock()  # SQLite: BEGIN IMMEDIATE already holds the write lock; a consistent view
         policy = store.policy_load(fresh=True)
         changed_at = ConcurrencySettings.objects.order_by("pk").values_list("updated_at", flat=True).first()
         held = store.held_counts()
