@@ -198,12 +198,16 @@ def main() -> None:
     try:
         for round_no in range(args.rounds):
             bare_run, full_run = new_run(f"bench-bare-{round_no}"), new_run(f"bench-full-{round_no}")
-            got, _ = phase(web.ws, bare_run, cookie, args.clients,
-                           emit_bare, (bare_run.pk, per_round, args.rate), per_round)
+            got, bare_lost = phase(web.ws, bare_run, cookie, args.clients,
+                                   emit_bare, (bare_run.pk, per_round, args.rate), per_round)
+            print(f"round {round_no} bare: p50 {percentile(got, 0.5):.1f} ms, p99 {percentile(got, 0.99):.1f} ms, "
+                  f"lost {bare_lost}", flush=True)
             bare += got
             got, missing = phase(web.ws, full_run, cookie, args.clients,
                                  emit_http, (web.http, full_run.pk, full_run.ingest_token, per_round, args.rate),
                                  per_round)
+            print(f"round {round_no} full: p50 {percentile(got, 0.5):.1f} ms, p99 {percentile(got, 0.99):.1f} ms, "
+                  f"lost {missing}", flush=True)
             full += got
             lost += missing
     finally:
