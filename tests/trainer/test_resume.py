@@ -14,7 +14,7 @@ import pytest
 pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[2]
-N, M = 3, 2
+N, M = 2, 2
 CONFIG = {"mode": "colocated", "max_staleness": 0, "task": "agent", "tool_latency_s": 0.1, "steps": N + M,
           "prompts_per_step": 6, "group_size": 4, "num_engines": 2, "num_workers": 2, "worker_capacity": 3,
           "checkpoint_every": N, "eval_every": 0, "seed": 11}
@@ -40,17 +40,23 @@ def _start(tmp: Path, name: str, ray_address: str, *extra: str) -> tuple[subproc
     config.write_text(json.dumps(CONFIG))
     events = tmp / f"{name}.jsonl"
     env = {**os.environ, "RAY_ADDRESS": ray_address, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
+    # Output to files, not pipes: nobody reads a pipe while two runs go on at once, and a full one blocks.
+    log = open(tmp / f"{name}-{len(list(tmp.glob('*.log')))}.log", "w")
     proc = subprocess.Popen([sys.executable, "-m", "trainer", "run", "--config", str(config), "--events", str(events),
-                             *extra], cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                             *extra], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, text=True)
+    proc.log_path = Path(log.name)  # type: ignore[attr-defined]
     return proc, events
+
+
+def _finish(proc: subprocess.Popen, timeout: float = 240) -> None:
+    proc.wait(timeout=timeout)
+    assert proc.returncode == 0, proc.log_path.read_text()[-3000:]  # type: ignore[attr-defined]
 
 
 def test_killed_during_an_in_flight_batch_then_resumed_consumes_exactly_the_same_groups(ray_cluster, tmp_path):
     ckpt = tmp_path / "ckpt"
+    # The uninterrupted run and the one to be killed run side by side (they share nothing but the cluster).
     straight, straight_events = _start(tmp_path, "straight", ray_cluster.address)
-    out, err = straight.communicate(timeout=240)
-    assert straight.returncode == 0, err[-3000:]
-
     killed, events = _start(tmp_path, "resumed", ray_cluster.address, "--checkpoint-dir", str(ckpt))
     deadline = time.monotonic() + 240
     while time.monotonic() < deadline and killed.poll() is None:
@@ -61,14 +67,14 @@ def test_killed_during_an_in_flight_batch_then_resumed_consumes_exactly_the_same
             break
         time.sleep(0.05)
     killed.send_signal(signal.SIGKILL)
-    killed.communicate(timeout=30)
+    killed.wait(timeout=30)
+    _finish(straight)
     before = _events(events)
     # Killed after batch N+1 started and before it was complete (its rollout event comes when it is).
     assert not any(e["type"] in ("rollout", "train") and e["data"]["step"] > N for e in before), "killed too late"
 
     resumed, _ = _start(tmp_path, "resumed", ray_cluster.address, "--checkpoint-dir", str(ckpt), "--resume")
-    out, err = resumed.communicate(timeout=240)
-    assert resumed.returncode == 0, err[-3000:]
+    _finish(resumed)
 
     expected = _consumed(_events(straight_events))
     got = _consumed(_events(events))
