@@ -141,7 +141,7 @@ def http_ok(url: str) -> bool:
 
 def banner_when_ready(env: dict[str, str], login: dict[str, str]) -> None:
     url = env["PLATFORM_PUBLIC_URL"]
-    ready = wait_until(lambda: http_ok(f"{url}/api/schema/") and http_ok(f"{env['RAY_ADDRESS']}/api/version"), 180)
+    ready = wait_until(lambda: http_ok(f"{url}/admin/login/") and http_ok(f"{env['RAY_ADDRESS']}/api/version"), 180)
     state = "is up" if ready else "is still starting (see the log lines above)"
     print(f"""
 ================================================================================

@@ -108,8 +108,11 @@ def job_submit(run: Run, spec: JobSpec) -> str:
         "RUN_ID": str(run.pk),
         "RUN_INGEST_TOKEN": run.ingest_token,
         "RUN_ATTEMPT": str(run.attempt),
-        # Time the job gets after SIGTERM (cancel) to checkpoint before Ray kills it.
+        # Cancel: Ray signals the entrypoint, waits this long for it to checkpoint and exit, then SIGKILLs it.
         "RAY_JOB_STOP_WAIT_TIME_S": str(settings.RUN_STOP_GRACE_SECONDS),
+        # SIGINT, not Ray's default SIGTERM: ray.init in the job's driver replaces a Python SIGTERM handler with
+        # Ray's own (print the stack, exit), so the trainer would never checkpoint; it handles SIGINT alike.
+        "RAY_JOB_STOP_SIGNAL": "SIGINT",
         **spec.env,
     }
     # No OMP_NUM_THREADS etc. above: the trainer's ray.init adds its own env_vars for its actors, and Ray
@@ -168,7 +171,7 @@ def run_launch(run: Run) -> None:
 
 
 def job_stop(run: Run) -> None:
-    """Ask the run's Ray job to stop (SIGTERM, then SIGKILL after RUN_STOP_GRACE_SECONDS). The tick's
+    """Ask the run's Ray job to stop (SIGINT, then SIGKILL after RUN_STOP_GRACE_SECONDS). The tick's
     reconcile records the outcome; a `stopping` run with no job at all is cancelled here at once."""
     if run.ray_submission_id != submission_id_for(run):  # this attempt has no job (none yet, or an old one)
         if run.status == RunStatus.STOPPING:

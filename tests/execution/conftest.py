@@ -143,7 +143,7 @@ def platform(transactional_db, ray_jobs_ready: RayCluster, redis_url: str, tmp_p
         "RAY_SUBMISSION_PREFIX": submission_prefix, "CELERY_QUEUE": f"{submission_prefix}-tasks",
         "SCHEDULER_TICK_SECONDS": "1",
         "CELERY_VISIBILITY_TIMEOUT": "10", "CELERY_UNACKED_RESTORE_INTERVAL": "1",
-        "RUN_STOP_GRACE_SECONDS": "20", "SLOTS_HEARTBEAT_TIMEOUT_SECONDS": "120",
+        "RUN_STOP_GRACE_SECONDS": "60", "SLOTS_HEARTBEAT_TIMEOUT_SECONDS": "120",
         "PATH": f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}",
         "PYTHONPATH": str(REPO_ROOT), "OMP_NUM_THREADS": "1", "DJANGO_SETTINGS_MODULE": "config.settings",
     })

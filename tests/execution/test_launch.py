@@ -43,6 +43,7 @@ def test_second_launch_is_a_no_op(ray_jobs_ready, settings, django_user_model, s
         env = jobs[0].runtime_env["env_vars"]
         assert env["RUN_INGEST_TOKEN"] == run.ingest_token and env["RUN_ID"] == str(run.pk)
         assert env["RAY_JOB_STOP_WAIT_TIME_S"] == str(settings.RUN_STOP_GRACE_SECONDS)
+        assert env["RAY_JOB_STOP_SIGNAL"] == "SIGINT"
     finally:
         job_stop(run)
 

@@ -54,7 +54,7 @@ def test_run_succeeds_frees_its_slot_and_is_evaluated(platform, api, ray_cluster
     assert 0.0 <= evaluated["summary"]["eval"]["held_out_exact_match"] <= 1.0
     assert evaluated["summary"]["eval"]["version"] == steps
 
-    # Cancel: stopping -> the job is stopped (SIGTERM; the trainer checkpoints) -> cancelled, slot released.
+    # Cancel: stopping -> the job is signalled (the trainer checkpoints) -> cancelled, slot released.
     api.wait_status(second["id"], "running", timeout=60)
     wait_for(lambda: (api.run(second["id"])["summary"].get("version") or {}).get("version", 0) >= 1, timeout=90,
              what="a first weight version of the second run")
@@ -64,9 +64,10 @@ def test_run_succeeds_frees_its_slot_and_is_evaluated(platform, api, ray_cluster
     assert status_history(api, second["id"])[-2:] == ["stopping", "cancelled"]
     assert [j.status.value for j in ray_jobs_of_run(ray_cluster, second["id"])] == ["STOPPED"]
     assert not Slot.objects.filter(run_id=second["id"]).exists()
-    stop_checkpoint = [e["data"] for e in api.get(f"/api/runs/{second['id']}/events/?after=0")
-                       if e["type"] == "checkpoint" and e["data"]["reason"] == "stop"]
-    assert stop_checkpoint, "the trainer wrote no checkpoint on SIGTERM"
+    events = api.get(f"/api/runs/{second['id']}/events/?after=0")
+    stop_checkpoint = [e["data"] for e in events if e["type"] == "checkpoint" and e["data"]["reason"] == "stop"]
+    assert stop_checkpoint, ("the trainer wrote no checkpoint when stopped",
+                             [(e["type"], e["data"]) for e in events if e["type"] in ("status", "log", "checkpoint")])
 
     # Resume: a new attempt (a new Ray job, with --resume) continues from that checkpoint.
     api.post(f"/api/runs/{second['id']}/resume/")
