@@ -25,8 +25,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 VENV_BIN = Path(sys.executable).parent
 # honcho SIGKILLs whatever has not exited this many seconds after SIGTERM; Ray and a Celery warm shutdown
-# need longer than honcho's default 5 s to stop their own children.
-STOP_GRACE_SECONDS = 20
+# need longer than honcho's default 5 s to stop their own children (Ray drains for up to 30 s).
+STOP_GRACE_SECONDS = 35
 
 
 def free_port() -> int:
@@ -148,7 +148,8 @@ def banner_when_ready(env: dict[str, str], login: dict[str, str]) -> None:
  The platform {state}: {url}/
    login     {login['username']} / {login['password']}      (admin: {url}/admin/)
    API token {login['token']}
-   Ray       {env['RAY_ADDRESS']}   Redis {env['REDIS_URL']}   database {env.get('DATABASE_URL', 'var/db.sqlite3')}
+   Ray       {env['RAY_ADDRESS']}   Redis {env['REDIS_URL']}
+   database  {env.get('DATABASE_URL') or Path(env['PLATFORM_VAR_DIR']) / 'db.sqlite3'}
  Submit a small training run:
    curl -s -X POST {url}/api/runs/ -H "Authorization: Token {login['token']}" \\
      -H 'Content-Type: application/json' \\
