@@ -41,9 +41,12 @@ class ProgressSink:
     stop_requested = False
 
     def __init__(self, total: int) -> None:
+        import shutil
+
         from tqdm import tqdm
 
-        self.bar = tqdm(total=total, unit="step", dynamic_ncols=True)
+        # A pseudo-terminal may report 0 columns, with which tqdm draws nothing.
+        self.bar = tqdm(total=total, unit="step", ncols=shutil.get_terminal_size((100, 20)).columns)
 
     def write(self, event: dict[str, Any]) -> None:
         if event["type"] == "train":
