@@ -9,7 +9,7 @@ from django.db.models import F, Window
 from django.db.models.functions import RowNumber
 
 from runs import realtime, selectors
-from runs.models import ACTIVE_STATUSES, RunEvent, RunStatus
+from runs.models import ACTIVE_STATUSES, Run, RunEvent, RunStatus
 
 
 def reward_histories(*, run_ids: Iterable[int], limit: int = 40) -> dict[int, list[float]]:
@@ -38,22 +38,36 @@ def board_queue(*, user: Any) -> list[dict[str, Any]]:
     server time; positions, pending reasons and ETAs still come from runs.selectors, the one place that
     computes them. The websocket snapshot that follows on connect carries the full JSON.
     """
-    queued = list(
+    rows = list(
         selectors.run_list(user=user, status=RunStatus.QUEUED)
-        .only("id", "name", "origin", "run_class", "kind", "status", "created_at", "owner__username")
+        .values_list("id", "name", "run_class", "created_at", "owner__username")
     )
-    info = selectors.runs_queue_info(runs=queued)
-    rows = []
-    for run in queued:
-        q = info.get(run.pk)
-        rows.append({
-            "id": run.pk, "name": run.name, "origin": run.origin, "run_class": run.run_class, "kind": run.kind,
-            "status": run.status, "owner": run.owner.username, "created_at": run.created_at.isoformat(),
+    # runs_queue_info reads id, status and class: light instances instead of full rows.
+    info = selectors.runs_queue_info(runs=[
+        Run.from_db(None, ["id", "status", "run_class"], (pk, RunStatus.QUEUED, run_class))
+        for pk, _name, run_class, _at, _owner in rows
+    ])
+    out = []
+    for pk, name, run_class, created_at, owner in rows:
+        q = info.get(pk)
+        out.append({
+            "id": pk, "name": name, "run_class": run_class, "status": RunStatus.QUEUED, "owner": owner,
+            "created_at": created_at.isoformat(),
             "position": {"in_class": q.position_in_class, "overall": q.position_overall} if q else None,
             "pending_reason": q.pending_reason if q else None, "eta_seconds": q.eta_seconds if q else None,
         })
-    rows.sort(key=lambda r: ((r["position"] or {}).get("overall", 1 << 30), r["id"]))
-    return rows
+    out.sort(key=lambda r: ((r["position"] or {}).get("overall", 1 << 30), r["id"]))
+    return out
+
+
+def board_summary(summary: dict[str, Any]) -> dict[str, Any]:
+    """The parts of a run summary a board row draws (gate state, weight version, sampler, reward, step)."""
+    gate, version, train = summary.get("gate") or {}, summary.get("version") or {}, summary.get("train") or {}
+    return {
+        "gate": {"state": gate.get("state")}, "version": {"version": version.get("version")},
+        "sampler": summary.get("sampler") or {},
+        "train": {"reward_mean": train.get("reward_mean"), "step": train.get("step")},
+    }
 
 
 def board_snapshot(*, user: Any) -> dict[str, Any]:
@@ -64,5 +78,6 @@ def board_snapshot(*, user: Any) -> dict[str, Any]:
     histories = reward_histories(run_ids=[r.pk for r in active_runs])
     for run in active:
         run.pop("config", None)  # never shown on the board
+        run["summary"] = board_summary(run.get("summary") or {})
         run["reward_history"] = histories.get(run["id"], [])
     return {"slots": selectors.slots_snapshot(), "queue": board_queue(user=user), "active": active}
