@@ -128,6 +128,14 @@ def ray_jobs_ready(ray_cluster: RayCluster) -> RayCluster:
 
 
 @pytest.fixture
+def ray_settings(ray_jobs_ready: RayCluster, settings, submission_prefix: str) -> RayCluster:
+    """This test process's Django settings pointed at the shared Ray cluster, under this session's prefix."""
+    settings.RAY_ADDRESS = ray_jobs_ready.dashboard_url
+    settings.RAY_SUBMISSION_PREFIX = submission_prefix
+    return ray_jobs_ready
+
+
+@pytest.fixture
 def platform(transactional_db, ray_jobs_ready: RayCluster, redis_url: str, tmp_path: Path,
              submission_prefix: str) -> Iterator[Platform]:
     """Web started; workers are started by the test (it decides which to kill). Everything on the test DB."""

@@ -22,9 +22,7 @@ def _starting_run(user, **fields) -> Run:
     return run
 
 
-def test_second_launch_is_a_no_op(ray_jobs_ready, settings, django_user_model, submission_prefix):
-    settings.RAY_ADDRESS = ray_jobs_ready.dashboard_url
-    settings.RAY_SUBMISSION_PREFIX = submission_prefix
+def test_second_launch_is_a_no_op(ray_settings, settings, django_user_model, submission_prefix):
     settings.PLATFORM_PUBLIC_URL = "http://platform.example:8000"
     run = _starting_run(django_user_model.objects.create_user(username="l1"))
     spec = JobSpec(entrypoint=["sleep", "60"])
@@ -34,7 +32,7 @@ def test_second_launch_is_a_no_op(ray_jobs_ready, settings, django_user_model, s
     Run.objects.filter(pk=run.pk).update(status=RunStatus.STARTING)
     run_launch_job(Run.objects.get(pk=run.pk), spec)  # the lost-launch sweep: the job exists, just recorded
 
-    client = JobSubmissionClient(ray_jobs_ready.dashboard_url)
+    client = JobSubmissionClient(ray_settings.dashboard_url)
     jobs = [j for j in client.list_jobs() if (j.metadata or {}).get("platform_run") == str(run.pk)]
     run.refresh_from_db()
     try:

@@ -36,19 +36,6 @@ def test_job_outcome_maps_ray_states(run_status, job_status, expected):
         assert "exit code 1" in outcome[1] and "x-1-0" in outcome[1]
 
 
-def job_submit_retrying(client: JobSubmissionClient, **kwargs) -> None:
-    """A fresh head answers "No available agent" until its job agent registers."""
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            client.submit_job(**kwargs)
-            return
-        except RuntimeError as exc:
-            if "No available agent" not in str(exc) or time.monotonic() > deadline:
-                raise
-            time.sleep(1)
-
-
 def _active_run(user, *, status: str, submission_id: str) -> Run:
     now = timezone.now()
     run = Run.objects.create(name="r", origin="api", run_class="app", kind="rl_train", owner=user, status=status,
@@ -57,10 +44,7 @@ def _active_run(user, *, status: str, submission_id: str) -> Run:
     return run
 
 
-def test_vanished_job_fails_the_run_and_frees_its_slot(ray_cluster, settings, django_user_model,
-                                                       submission_prefix):
-    settings.RAY_ADDRESS = ray_cluster.dashboard_url
-    settings.RAY_SUBMISSION_PREFIX = submission_prefix
+def test_vanished_job_fails_the_run_and_frees_its_slot(ray_settings, django_user_model, submission_prefix):
     user = django_user_model.objects.create_user(username="v")
     run = _active_run(user, status=RunStatus.RUNNING, submission_id="")
     run.ray_submission_id = f"{submission_prefix}-{run.pk}-0"  # never submitted: Ray does not know it
@@ -75,16 +59,14 @@ def test_vanished_job_fails_the_run_and_frees_its_slot(ray_cluster, settings, dj
     assert time.monotonic() - started < 10
 
 
-def test_starting_run_with_a_running_job_is_reattached(ray_cluster, settings, django_user_model,
-                                                       submission_prefix):
-    settings.RAY_ADDRESS = ray_cluster.dashboard_url
-    settings.RAY_SUBMISSION_PREFIX = submission_prefix
+def test_starting_run_with_a_running_job_is_reattached(ray_settings, django_user_model, submission_prefix):
+    ray_cluster = ray_settings
     user = django_user_model.objects.create_user(username="w")
     run = _active_run(user, status=RunStatus.STARTING, submission_id="")
     sid = f"{submission_prefix}-{run.pk}-0"
     Run.objects.filter(pk=run.pk).update(ray_submission_id=sid, heartbeat_at=None)
     client = JobSubmissionClient(ray_cluster.dashboard_url)
-    job_submit_retrying(client, entrypoint="sleep 60", submission_id=sid, metadata={"platform_run": str(run.pk)})
+    client.submit_job(entrypoint="sleep 60", submission_id=sid, metadata={"platform_run": str(run.pk)})
     try:
         deadline = time.monotonic() + 60
         while client.get_job_status(sid) != JobStatus.RUNNING:
@@ -110,13 +92,11 @@ def test_starting_run_with_a_running_job_is_reattached(ray_cluster, settings, dj
         client.stop_job(sid)
 
 
-def test_vanished_job_of_an_auto_resume_run_is_resumed(ray_cluster, settings, django_user_model,
-                                                       submission_prefix, monkeypatch):
+def test_vanished_job_of_an_auto_resume_run_is_resumed(ray_settings, django_user_model, submission_prefix,
+                                                       monkeypatch):
     from config.celery_app import app as celery_app
 
     monkeypatch.setattr(celery_app.conf, "task_default_queue", f"{submission_prefix}-unit")  # no worker here
-    settings.RAY_ADDRESS = ray_cluster.dashboard_url
-    settings.RAY_SUBMISSION_PREFIX = submission_prefix
     run = _active_run(django_user_model.objects.create_user(username="a"), status=RunStatus.RUNNING,
                       submission_id="")
     Run.objects.filter(pk=run.pk).update(auto_resume=True, ray_submission_id=f"{submission_prefix}-{run.pk}-0")
