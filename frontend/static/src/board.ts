@@ -117,29 +117,55 @@ function renderRunning(runs: Run[]): void {
   el.innerHTML = `<div class="table-wrap"><table aria-describedby="running-title"><thead><tr><th scope="col">Run</th><th scope="col">Class</th><th scope="col">Status</th><th scope="col">Gate</th><th scope="col">Weights</th><th scope="col">Sampler</th><th scope="col" class="hide-sm">Reward trend</th><th scope="col" class="right">Reward</th></tr></thead><tbody>${rows}</tbody></table></div>`;
 }
 
-function renderWaiting(runs: Run[]): void {
+// The waiting line draws its head and grows on demand: laying out a 1,000-row table costs far more than
+// building it, and nobody reads row 900 before row 100. The counts and positions are always complete.
+const WAITING_PAGE = 100;
+let waitingShown = WAITING_PAGE;
+let waitingRuns: Run[] = [];
+
+function waitingRow(r: Run, now: number): string {
+  const p = positions(r);
+  const waited = r.created_at ? now - Date.parse(r.created_at) / 1000 : r.queued_seconds ?? null;
+  return `<tr data-run="${r.id}" data-status="${esc(r.status)}"${r.id === highlight ? ' class="flash"' : ""}>
+    <td class="num" data-testid="position">${p.overall ?? "—"}</td>
+    <td><a class="run-link" href="/runs/${r.id}/">${esc(r.name)}</a><div class="muted num" style="font-size:.8rem">#${r.id} · ${esc(ownerName(r))}</div></td>
+    <td><span class="cls cls-${esc(r.run_class)}">${esc(CLASS_LABEL[r.run_class] ?? r.run_class)}</span>${p.inClass ? `<div class="muted num" style="font-size:.8rem">#${p.inClass} in class</div>` : ""}</td>
+    <td class="reason" data-testid="reason">${esc(reasonText(r.pending_reason))}</td>
+    <td class="num">${duration(waited)}</td>
+    <td class="num" data-testid="eta">${eta(r.eta_seconds)}</td>
+  </tr>`;
+}
+
+function renderWaiting(runs: Run[], force = false): void {
   const key = runs.map((r) => `${r.id}:${r.status}:${JSON.stringify(r.position)}:${r.pending_reason}:${r.eta_seconds}`).join("|");
-  if (key === lastQueueKey) return;
+  if (key === lastQueueKey && !force) return;
   lastQueueKey = key;
+  waitingRuns = runs;
   const el = document.getElementById("waiting")!;
   document.getElementById("waiting-count")!.textContent = String(runs.length);
   if (!runs.length) { el.innerHTML = `<p class="empty">Nobody is waiting: new runs start at once.</p>`; return; }
   const now = Date.now() / 1000;
-  const parts: string[] = [];
-  for (const r of runs) {
-    const p = positions(r);
-    const waited = r.created_at ? now - Date.parse(r.created_at) / 1000 : r.queued_seconds ?? null;
-    parts.push(`<tr data-run="${r.id}" data-status="${esc(r.status)}"${r.id === highlight ? ' class="flash"' : ""}>
-      <td class="num" data-testid="position">${p.overall ?? "—"}</td>
-      <td><a class="run-link" href="/runs/${r.id}/">${esc(r.name)}</a><div class="muted num" style="font-size:.8rem">#${r.id} · ${esc(ownerName(r))}</div></td>
-      <td><span class="cls cls-${esc(r.run_class)}">${esc(CLASS_LABEL[r.run_class] ?? r.run_class)}</span>${p.inClass ? `<div class="muted num" style="font-size:.8rem">#${p.inClass} in class</div>` : ""}</td>
-      <td class="reason" data-testid="reason">${esc(reasonText(r.pending_reason))}</td>
-      <td class="num">${duration(waited)}</td>
-      <td class="num" data-testid="eta">${eta(r.eta_seconds)}</td>
-    </tr>`);
+  const shown = runs.slice(0, waitingShown);
+  const rest = runs.length - shown.length;
+  el.innerHTML = `<div class="table-wrap"><table class="waiting-table"><thead><tr><th scope="col">#</th><th scope="col">Run</th><th scope="col">Class</th><th scope="col">Why it waits</th><th scope="col">Waited</th><th scope="col">Starts in</th></tr></thead>
+    <tbody>${shown.map((r) => waitingRow(r, now)).join("")}</tbody></table></div>
+    ${rest > 0 ? `<div class="more" id="waiting-more"><span class="muted">Showing ${shown.length} of ${runs.length}.</span>
+      <button type="button" class="btn" id="waiting-more-btn">Show ${Math.min(rest, WAITING_PAGE)} more</button>
+      <button type="button" class="btn btn-ghost" id="waiting-all-btn">Show all</button></div>` : ""}`;
+  if (rest > 0) {
+    document.getElementById("waiting-more-btn")!.addEventListener("click", () => { waitingShown += WAITING_PAGE; renderWaiting(waitingRuns, true); });
+    document.getElementById("waiting-all-btn")!.addEventListener("click", () => { waitingShown = Infinity; renderWaiting(waitingRuns, true); });
+    // Scrolling to the end of the drawn rows draws the next page, as if the list were all there.
+    moreObserver.observe(document.getElementById("waiting-more")!);
   }
-  el.innerHTML = `<div class="table-wrap"><table class="waiting-table"><thead><tr><th scope="col">#</th><th scope="col">Run</th><th scope="col">Class</th><th scope="col">Why it waits</th><th scope="col">Waited</th><th scope="col">Starts in</th></tr></thead><tbody>${parts.join("")}</tbody></table></div>`;
 }
+
+const moreObserver = new IntersectionObserver((entries) => {
+  if (!entries.some((e) => e.isIntersecting)) return;
+  moreObserver.disconnect();
+  waitingShown += WAITING_PAGE;
+  renderWaiting(waitingRuns, true);
+}, { rootMargin: "400px" });
 
 function byPosition(a: Run, b: Run): number {
   const pa = positions(a).overall ?? 1e9, pb = positions(b).overall ?? 1e9;
