@@ -5,7 +5,13 @@ trained checkpoint as a system run, a cancel stops the job (which checkpoints) a
 resume continues from that checkpoint as a new attempt."""
 from __future__ import annotations
 
+import json
+import threading
+import time
+from typing import Any
+
 import pytest
+from django.test import Client
 
 from runs.models import Run, Slot
 from tests.execution.conftest import TINY_TRAIN_CONFIG, ray_jobs_of_run, wait_for
@@ -19,6 +25,41 @@ def status_history(api, run_id: int) -> list[str]:
     return [e["data"]["status"] for e in events if e["type"] == "status" and "previous" in e["data"]]
 
 
+class RunStream(threading.Thread):
+    """A browser-like websocket client of /ws/runs/<id>/ that collects events until the run finishes."""
+
+    def __init__(self, web_url: str, run_id: int, cookie: str, timeout: float) -> None:
+        super().__init__(daemon=True)
+        self.url = f"{web_url.replace('http://', 'ws://')}/ws/runs/{run_id}/?after=0"
+        self.cookie, self.timeout = cookie, timeout
+        self.snapshot: dict[str, Any] | None = None
+        self.events: list[dict[str, Any]] = []
+        self.error: str | None = None
+
+    def run(self) -> None:
+        from websockets.sync.client import connect
+
+        deadline = time.monotonic() + self.timeout
+        try:
+            with connect(self.url, additional_headers={"Cookie": f"sessionid={self.cookie}"},
+                         origin="http://127.0.0.1", open_timeout=10) as ws:
+                self.snapshot = json.loads(ws.recv(timeout=10))
+                while time.monotonic() < deadline:
+                    message = json.loads(ws.recv(timeout=max(deadline - time.monotonic(), 0.1)))
+                    self.events += message["events"]
+                    if any(e["type"] == "status" and "previous" in e["data"]
+                           and e["data"]["status"] in {"succeeded", "failed", "cancelled"} for e in message["events"]):
+                        return
+        except Exception as exc:  # noqa: BLE001 - reported by the test's assertion
+            self.error = repr(exc)
+
+
+def session_cookie(username: str, password: str) -> str:
+    client = Client()
+    assert client.login(username=username, password=password)
+    return client.cookies["sessionid"].value
+
+
 def test_run_succeeds_frees_its_slot_and_is_evaluated(platform, api, ray_cluster):
     platform.start_worker()
     api.patch("/api/settings/concurrency/", {"classes": {"app": {"limit": 1}}})
@@ -27,6 +68,9 @@ def test_run_succeeds_frees_its_slot_and_is_evaluated(platform, api, ray_cluster
     long_config = {**TINY_TRAIN_CONFIG, "steps": 400}
     second = api.post("/api/runs/", {"name": "second", "origin": "api", "config": long_config}, expect=201)
     assert first["status"] == "starting"
+    # A websocket client watches the first run live from submission to its final status.
+    stream = RunStream(platform.web_url, first["id"], session_cookie("alice", "pw"), timeout=260)
+    stream.start()
     assert second["status"] == "queued" and second["pending_reason"] == "class_limit_reached"
 
     done = api.wait_status(first["id"], {"succeeded", "failed"}, timeout=240,
@@ -41,13 +85,25 @@ def test_run_succeeds_frees_its_slot_and_is_evaluated(platform, api, ray_cluster
     assert summary["gate"]["state"] in {"open", "sealed", "draining", "installing"}
     assert len(ray_jobs_of_run(ray_cluster, first["id"])) == 1
 
+    # The websocket delivered the whole stream as stored: every seq once, in order, versions and sampler included.
+    stream.join(timeout=30)
+    assert stream.error is None and stream.snapshot is not None and stream.snapshot["type"] == "snapshot", \
+        (stream.error, stream.snapshot)
+    stored = api.get(f"/api/runs/{first['id']}/events/?after=0")
+    assert [e["seq"] for e in stream.events] == [e["seq"] for e in stored] == list(range(1, len(stored) + 1))
+    streamed_types = {e["type"] for e in stream.events}
+    assert {"status", "gate", "version", "sampler", "train"} <= streamed_types, streamed_types
+    assert [e["data"]["version"] for e in stream.events if e["type"] == "version"][-1] == steps
+
     # The slot went to the waiting run in the same transaction that finished the first one.
     assert not Slot.objects.filter(run_id=first["id"]).exists()
     nxt = api.wait_status(second["id"], {"starting", "running"}, timeout=30)
     assert nxt["granted_at"] >= done["finished_at"]
 
     # The platform evaluates the trained checkpoint: a system run owned by the same user, parent = the run.
-    child = Run.objects.get(parent_id=first["id"])
+    # It is submitted right after the finish commits (its own transaction), so wait for it.
+    child = wait_for(lambda: Run.objects.filter(parent_id=first["id"]).first(), timeout=30,
+                     what="the platform to submit the eval run")
     assert (child.origin, child.run_class, child.kind, child.owner.username) == ("system", "system", "eval", "alice")
     evaluated = api.wait_status(child.pk, {"succeeded", "failed"}, timeout=120)
     assert evaluated["status"] == "succeeded", evaluated["error"]
