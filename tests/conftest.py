@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.processes import stop_process_group
+
 # Ray 2.60's `ray start` turns token authentication on when ~/.ray/auth_token exists (and refuses to start with
 # RAY_AUTH_MODE=token when it does not); job API clients only send the token with RAY_AUTH_MODE=token. So pick
 # the mode the head will take, for this process and everything it starts, before any test module imports ray.
@@ -52,21 +54,8 @@ def _wait_for_job_api(cluster: RayCluster, head: subprocess.Popen, log_path: Pat
         except requests.RequestException:
             pass
         time.sleep(0.5)
-    _stop_process_group(head)
+    stop_process_group(head, grace=30)
     pytest.fail(f"Ray job API did not come up: {log_path.read_text()[-2000:]}", pytrace=False)
-
-
-def _stop_process_group(proc: subprocess.Popen) -> None:
-    import signal
-
-    if proc.poll() is not None:
-        return
-    os.killpg(proc.pid, signal.SIGTERM)
-    try:
-        proc.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=10)
 
 
 @pytest.fixture(scope="session")
@@ -105,7 +94,7 @@ def ray_cluster() -> RayCluster:
                 ray.shutdown()
         except Exception:
             pass
-        _stop_process_group(head)
+        stop_process_group(head, grace=30)
         log.close()
         shutil.rmtree(temp_dir, ignore_errors=True)
 

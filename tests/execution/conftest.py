@@ -17,6 +17,7 @@ import requests
 from django.db import connection
 
 from tests.conftest import REPO_ROOT, VENV_BIN, RayCluster, free_port
+from tests.processes import stop_process_group
 
 # Tiny training run: a few steps of the digits task so a run takes well under a minute on two cores.
 TINY_TRAIN_CONFIG: dict[str, Any] = {
@@ -66,14 +67,7 @@ class Platform:
 
     def stop(self) -> None:
         for name in list(self.procs):
-            proc = self.procs.pop(name)
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGTERM)
-                try:
-                    proc.wait(timeout=5)
-                except subprocess.TimeoutExpired:
-                    os.killpg(proc.pid, signal.SIGKILL)
-                    proc.wait(timeout=10)
+            stop_process_group(self.procs.pop(name), grace=5)
 
     def log(self, name: str) -> str:
         path = self.log_dir / f"{name}.log"

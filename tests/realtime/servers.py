@@ -15,6 +15,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from tests.processes import stop_process_group
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 VENV_BIN = Path(sys.executable).parent
 
@@ -39,14 +41,7 @@ def wait_port(port: int, proc: subprocess.Popen, log: Path, timeout: float = 120
 
 
 def stop(proc: subprocess.Popen | None, sig: int = signal.SIGTERM) -> None:
-    if proc is None or proc.poll() is not None:
-        return
-    os.killpg(proc.pid, sig)
-    try:
-        proc.wait(timeout=15)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=5)
+    stop_process_group(proc, sig=sig, grace=15)
 
 
 class RedisServer:
