@@ -190,6 +190,13 @@ def main() -> None:
         }
     finally:
         server.stop()
+        from django.db import connections
+
+        connections.close_all()
+        import psycopg
+
+        with psycopg.connect(BASE_DB_URL, autocommit=True) as conn:  # leave no scratch database behind
+            conn.execute(f"DROP DATABASE IF EXISTS {SCRATCH_DB} WITH (FORCE)")
     out = REPO / "bench" / "results" / "dashboard.json"
     out.write_text(json.dumps(results, indent=2) + "\n")
     print(json.dumps(results, indent=2))

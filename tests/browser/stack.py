@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import math
 import os
-import signal
 import socket
 import subprocess
 import sys
@@ -16,6 +15,8 @@ from pathlib import Path
 from typing import Any
 
 import requests
+
+from tests.processes import stop_process_group
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 CHROMIUM = os.environ.get("CHROMIUM_PATH", "/usr/bin/chromium")
@@ -38,13 +39,7 @@ class Server:
     prefix: str  # the channel-layer prefix: anything publishing to this server's browsers must use it
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait(timeout=5)
+        stop_process_group(self.proc, grace=10)
 
 
 def server_start(*, database_url: str, redis_url: str, extra_env: dict[str, str] | None = None) -> Server:
