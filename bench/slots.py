@@ -3,8 +3,9 @@ release-to-start latency across processes (LISTEN/NOTIFY), and per-grant cost vs
 
 Writes bench/results/slots.json. Uses its own database `bench_slots` (dropped and re-created).
 Usage: DATABASE_URL=postgres://postgres@127.0.0.1:5432/postgres python bench/slots.py [--quick]
-Browser fan-out is switched off in the bench processes: it runs after commit, outside the grant lock, and is
-measured by the realtime benchmarks; what is measured here is the slot path (lock, release, grant, commit).
+Browser fan-out and the Celery hand-off (`dispatch_run.delay`) are stubbed in the bench processes: both run
+after commit, outside the grant lock, and are measured elsewhere; what is measured here is the slot path
+(lock, release, grant, commit).
 """
 from __future__ import annotations
 
@@ -42,9 +43,14 @@ def django_setup(url: str) -> None:
     import runs.services
     from runs.kinds import RunKind, kind_register
 
+    import runs.tasks
+
     noop = lambda *a, **k: None  # noqa: E731
     runs.realtime.run_event_publish = runs.realtime.dashboard_publish = noop
     runs.services.dashboard_publish = runs.services.run_event_publish = noop
+    # The after-commit hand-off to Celery is a broker publish in production; eager mode would run the worker's
+    # task body inside the finisher instead, which is no part of the release -> grant path measured here.
+    runs.tasks.dispatch_run.delay = noop
     kind_register(RunKind(name=BENCH_KIND, validate_config=lambda c: c, json_schema=dict, launch=noop))
 
 
@@ -109,21 +115,28 @@ def finish_one() -> bool:
     return True
 
 
-def finisher_proc(url: str, mode: str, index: int, start: mp.Event, seconds: float, out: mp.Queue) -> None:
+def finisher_proc(url: str, mode: str, index: int, ready: mp.Queue, start: mp.Event, seconds: float,
+                  out: mp.Queue) -> None:
     django_setup(url)
     from django.db import connection
+
+    def step() -> bool:
+        if mode == "floor":
+            with connection.cursor() as cur:  # autocommit: one committed single-row UPDATE per iteration
+                cur.execute("UPDATE bench_floor SET n = n + 1 WHERE id = %s", [index])
+            return True
+        return finish_one()
 
     if mode == "floor":
         with connection.cursor() as cur:
             cur.execute("INSERT INTO bench_floor (id, n) VALUES (%s, 0) ON CONFLICT (id) DO NOTHING", [index])
+    for _ in range(3):  # warm: connection open, imports done, plans and caches filled
+        step()
+    ready.put(index)
     start.wait()
     done, deadline = 0, time.perf_counter() + seconds
     while time.perf_counter() < deadline:
-        if mode == "floor":
-            with connection.cursor() as cur:  # autocommit: one committed single-row UPDATE per iteration
-                cur.execute("UPDATE bench_floor SET n = n + 1 WHERE id = %s", [index])
-            done += 1
-        elif finish_one():
+        if step():
             done += 1
     out.put(done)
 
@@ -146,12 +159,16 @@ def listener_proc(url: str, ready: mp.Event, stop: mp.Event, out: mp.Queue) -> N
 
 
 def run_parallel(url: str, mode: str, concurrency: int, seconds: float) -> float:
+    """Operations per second of `concurrency` processes over the same `seconds`; the clock starts only once
+    every process has set up Django and warmed up (slow process start-up on a busy machine is not counted)."""
     ctx = mp.get_context("spawn")
-    start, out = ctx.Event(), ctx.Queue()
-    procs = [ctx.Process(target=finisher_proc, args=(url, mode, i, start, seconds, out)) for i in range(concurrency)]
+    ready, start, out = ctx.Queue(), ctx.Event(), ctx.Queue()
+    procs = [ctx.Process(target=finisher_proc, args=(url, mode, i, ready, start, seconds, out))
+             for i in range(concurrency)]
     for p in procs:
         p.start()
-    time.sleep(min(3 + concurrency * 0.4, 12))  # let every process finish django.setup() before the clock starts
+    for _ in procs:
+        ready.get(timeout=180)
     start.set()
     total = sum(out.get(timeout=seconds + 120) for _ in procs)
     for p in procs:

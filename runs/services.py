@@ -8,7 +8,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import Q
 from django.utils import timezone
 
@@ -20,7 +20,8 @@ from runs.models import (
 )
 from runs.notify import slots_notify
 from runs.realtime import dashboard_publish, run_event_publish
-from runs.slots import store
+from runs.slots import pg as slots_pg, store
+from runs.slots.grant import Snapshot, grant
 from runs.slots.policy import PolicyError, policy_check_merged, policy_merge, policy_validate
 
 NAME_MAX = 200
@@ -76,20 +77,38 @@ def run_status_change(*, run: Run, status: str, error: str | None = None, now: d
     return run
 
 
-def _grant_pass(*, reason: str, started: float) -> list[int]:
-    """Grant under the lock (already held), move granted runs to `starting`, dispatch them after commit."""
-    now = timezone.now()
-    decisions = store.slots_grant_locked(now=now)
-    granted = [d.run_id for d in decisions]
+def _grant_pass(*, reason: str, started: float, snapshot: Snapshot | None = None,
+                now: datetime | None = None) -> list[int]:
+    """Grant under the lock (already held), move granted runs to `starting`, dispatch them after commit.
+    PostgreSQL: one snapshot statement (skipped when the release already returned it), `grant()`, one
+    statement applying the grants with their events and the NOTIFY."""
+    now = now or timezone.now()
+    notify = {"reason": reason, "granted": [], "t": started}
+    if connection.vendor != "postgresql":
+        granted = [d.run_id for d in store.slots_grant_locked(now=now)]
+        if granted:
+            by_id = Run.objects.select_for_update().in_bulk(granted)
+            for run_id in granted:
+                run_status_change(run=by_id[run_id], status=RunStatus.STARTING, now=now)
+    else:
+        decisions = grant(snapshot or slots_pg.snapshot_fetch(), now)
+        granted = notify["granted"] = [d.run_id for d in decisions]
+        if granted:
+            ts = now.timestamp()
+            for row in slots_pg.grants_apply(decisions=decisions, now=now, source=PLATFORM_SOURCE, notify=notify):
+                run_event_publish({"run": row["id"], "seq": row["last_seq"], "ts": ts, "type": "status",
+                                   "data": {"status": RunStatus.STARTING, "previous": RunStatus.QUEUED,
+                                            "error": row["error"]}})
+                dashboard_publish({"kind": "run_status", "run": row["id"], "owner": row["owner_id"],
+                                   "name": row["name"], "run_class": row["run_class"],
+                                   "status": RunStatus.STARTING, "previous": RunStatus.QUEUED})
     if granted:
-        by_id = Run.objects.select_for_update().in_bulk(granted)
-        for run_id in granted:
-            run_status_change(run=by_id[run_id], status=RunStatus.STARTING, now=now)
         from runs.tasks import dispatch_run  # late: tasks imports services
 
         for run_id in granted:
             transaction.on_commit(lambda run_id=run_id: dispatch_run.delay(run_id))
-    slots_notify({"reason": reason, "granted": granted, "t": started})
+    if connection.vendor != "postgresql" or not granted:
+        slots_notify({"reason": reason, "granted": granted, "t": started})  # else sent with the grants
     return granted
 
 
@@ -161,14 +180,59 @@ def run_finish(*, run: Run, status: str, error: str = "") -> Run:
     if status not in FINISHED_STATUSES:
         raise InvalidInput(f"must be one of {', '.join(FINISHED_STATUSES)}", field="status")
     started = time.time()
-    with transaction.atomic():
-        store.slots_lock()
-        locked = Run.objects.select_for_update().get(pk=run.pk)
-        if locked.status in FINISHED_STATUSES:
-            return locked
-        _finish_locked(run=locked, status=status, error=error)
-        _grant_pass(reason="release", started=started)
+    # No savepoint when nested (two round trips, one of them under the grant lock). A refused transition is
+    # detected before anything is written, and raised outside the block so the caller's transaction stays usable.
+    refused: InvalidTransition | None = None
+    with transaction.atomic(savepoint=False):
+        try:
+            if connection.vendor == "postgresql":
+                return _finish_pg(run_id=run.pk, status=status, error=error, started=started)  # takes the lock
+            store.slots_lock()
+            locked = Run.objects.select_for_update().get(pk=run.pk)
+            if locked.status in FINISHED_STATUSES:
+                return locked
+            _finish_check(run_id=locked.pk, current=locked.status, status=status)
+            _finish_locked(run=locked, status=status, error=error)
+            _grant_pass(reason="release", started=started)
+        except _Refused as exc:
+            refused = exc.error
+    if refused is not None:
+        raise refused
     return locked
+
+
+class _Refused(Exception):
+    """A refused finish, raised before anything was written (so the block may end normally)."""
+
+    def __init__(self, error: InvalidTransition) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
+def _finish_check(*, run_id: int, current: str, status: str) -> None:
+    if status not in TRANSITIONS.get(current, set()):
+        raise _Refused(InvalidTransition(f"cannot move run {run_id} from {current} to {status}", field="status"))
+
+
+def _finish_pg(*, run_id: int, status: str, error: str, started: float) -> Run:
+    """run_finish on PostgreSQL: lock + release + snapshot in one round trip, then one grant pass."""
+    now = timezone.now()
+    allowed = [prev for prev, targets in TRANSITIONS.items() if status in targets]
+    finished, snapshot = slots_pg.release_with_snapshot(run_id=run_id, status=status, error=error,
+                                                        allowed_from=allowed, source=PLATFORM_SOURCE, now=now)
+    if finished is None:
+        current = Run.objects.get(pk=run_id)  # row already locked by the statement above
+        if current.status in FINISHED_STATUSES:
+            return current
+        _finish_check(run_id=run_id, current=current.status, status=status)
+        raise RuntimeError(f"run {run_id}: finish to {status} from {current.status} was not applied")
+    previous = finished.previous_status
+    run_event_publish({"run": run_id, "seq": finished.last_seq, "ts": now.timestamp(), "type": "status",
+                       "data": {"status": status, "previous": previous, "error": error}})
+    dashboard_publish({"kind": "run_status", "run": run_id, "owner": finished.owner_id, "name": finished.name,
+                       "run_class": finished.run_class, "status": status, "previous": previous})
+    _grant_pass(reason="release", started=started, snapshot=snapshot, now=now)
+    return finished
 
 
 def run_cancel(*, run: Run, by: Any) -> Run:

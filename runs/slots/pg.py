@@ -1,0 +1,208 @@
+"""PostgreSQL fast path of the locked grant section: release + snapshot in one statement, grants applied
+(slots held, runs `starting`, status events, NOTIFY) in another. SQL only loads and writes; which runs get a
+slot is still decided by the pure `runs.slots.grant.grant` on the snapshot these queries return.
+"""
+from __future__ import annotations
+
+import json
+import threading
+from datetime import datetime
+from typing import Any
+
+from django.conf import settings
+from django.db import connection
+
+from runs.errors import InvalidTransition
+from runs.models import Run
+from runs.notify import CHANNEL
+from runs.slots import store
+from runs.slots.grant import Decision, Snapshot, WaitingSlot
+from runs.slots.policy import CLASSES, Policy, policy_effective
+
+# Grants read the policy under the lock, but re-compute it only when the settings row changed: its version
+# (row id, xmin, updated_at) comes back with every snapshot, so a new limit still applies to the next grant.
+_lock = threading.Lock()
+_grant_policy: tuple[str | None, int, Policy] | None = None
+
+_VERSION_SQL = ("(SELECT xmin::text || ':' || id::text || ':' || updated_at::text FROM runs_concurrencysettings "
+                "ORDER BY id LIMIT 1)")
+
+# Held counts and, per class, the FIFO heads one pass could take: LIMIT mirrors Snapshot.head_budget
+# (min(free slots, class headroom)), so every part is an index seek and the cost does not grow with the queue.
+# %(run)s is excluded: the run released by the same statement (0: none).
+_SNAPSHOT_CTES = """
+held AS (SELECT run_class, count(*)::int AS n FROM runs_slot
+         WHERE state = 'held' AND run_id <> %(run)s GROUP BY run_class),
+budget AS (SELECT c.run_class,
+                  GREATEST(0, LEAST(%(max_total)s::int - (SELECT coalesce(sum(n), 0) FROM held)::int,
+                                    c.lim - coalesce(h.n, 0)))::int AS b
+           FROM unnest(%(classes)s::text[], %(limits)s::int[]) AS c(run_class, lim)
+           LEFT JOIN held h ON h.run_class = c.run_class),
+heads AS (SELECT w.* FROM budget CROSS JOIN LATERAL (
+            SELECT s.run_class, s.run_id, s.requested_at FROM runs_slot s
+            WHERE s.state = 'waiting' AND s.run_class = budget.run_class AND s.run_id <> %(run)s
+            ORDER BY s.requested_at, s.run_id LIMIT budget.b) w)"""
+
+_SNAPSHOT_COLUMNS = f"""
+(SELECT array_agg(run_class ORDER BY run_class) FROM held) AS held_classes,
+(SELECT array_agg(n ORDER BY run_class) FROM held) AS held_counts,
+(SELECT array_agg(run_class ORDER BY requested_at, run_id) FROM heads) AS head_classes,
+(SELECT array_agg(run_id ORDER BY requested_at, run_id) FROM heads) AS head_ids,
+(SELECT array_agg(requested_at ORDER BY requested_at, run_id) FROM heads) AS head_times,
+{_VERSION_SQL} AS policy_version"""
+
+_RELEASE_SQL = f"""WITH
+cur AS (SELECT id, status FROM runs_run WHERE id = %(run)s FOR UPDATE),
+upd AS (UPDATE runs_run r SET status = %(status)s, finished_at = %(now)s, error = %(error)s,
+               last_seq = r.last_seq + 1
+        FROM cur WHERE r.id = cur.id AND cur.status = ANY(%(allowed)s::text[])
+        RETURNING r.*, cur.status AS previous_status),
+ev AS (INSERT INTO runs_runevent (run_id, seq, source, ts, type, data)
+       SELECT id, last_seq, %(source)s, %(now)s, 'status',
+              jsonb_build_object('status', %(status)s::text, 'previous', previous_status, 'error', %(error)s::text)
+       FROM upd RETURNING 1),
+rel AS (DELETE FROM runs_slot WHERE run_id IN (SELECT id FROM upd) RETURNING 1),
+{_SNAPSHOT_CTES}
+SELECT upd.*, (SELECT count(*) FROM ev) AS events_added, {_SNAPSHOT_COLUMNS} FROM upd"""
+
+_SNAPSHOT_SQL = f"WITH {_SNAPSHOT_CTES}\nSELECT {_SNAPSHOT_COLUMNS}"
+
+_APPLY_SQL = """WITH
+n AS (SELECT pg_notify(%(channel)s, %(payload)s::text) AS sent),
+s AS (UPDATE runs_slot SET state = 'held', granted_at = %(now)s
+      WHERE state = 'waiting' AND run_id = ANY(%(ids)s::bigint[]) RETURNING run_id),
+r AS (UPDATE runs_run SET status = 'starting', granted_at = %(now)s, started_at = NULL, heartbeat_at = NULL,
+             last_seq = last_seq + 1
+      WHERE id = ANY(%(ids)s::bigint[]) AND status = 'queued' RETURNING id, last_seq, owner_id, name, run_class, error),
+e AS (INSERT INTO runs_runevent (run_id, seq, source, ts, type, data)
+      SELECT id, last_seq, %(source)s, %(now)s, 'status',
+             jsonb_build_object('status', 'starting', 'previous', 'queued', 'error', error)
+      FROM r RETURNING 1)
+SELECT (SELECT count(*) FROM s), (SELECT count(*) FROM e), r.id, r.last_seq, r.owner_id, r.name, r.run_class, r.error
+FROM n LEFT JOIN r ON true"""
+
+
+def _policy_params(policy: Policy) -> dict[str, Any]:
+    return {"max_total": policy.max_total, "classes": list(CLASSES),
+            "limits": [policy.classes[c].limit for c in CLASSES]}
+
+
+def _cached_policy() -> tuple[str | None, Policy] | None:
+    with _lock:
+        cached = _grant_policy
+    if cached is None or cached[1] != settings.SLOTS_DEFAULT_MAX_TOTAL:
+        return None
+    return cached[0], cached[2]
+
+
+def policy_for_grant_reload() -> tuple[str | None, Policy]:
+    """Read the settings row (under the grant lock) and remember the policy with the row's version."""
+    global _grant_policy
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT {_VERSION_SQL}, (SELECT raw::text FROM runs_concurrencysettings ORDER BY id LIMIT 1)")
+        version, raw_text = cursor.fetchone()
+    raw = json.loads(raw_text) if raw_text else {}
+    default_max_total = settings.SLOTS_DEFAULT_MAX_TOTAL
+    policy = policy_effective(raw if isinstance(raw, dict) else {}, default_max_total=default_max_total)
+    with _lock:
+        _grant_policy = (version, default_max_total, policy)
+    return version, policy
+
+
+def grant_policy_forget() -> None:
+    global _grant_policy
+    with _lock:
+        _grant_policy = None
+
+
+def _snapshot_from(row: dict[str, Any], policy: Policy) -> Snapshot:
+    held = {k: 0 for k in CLASSES}
+    for run_class, n in zip(row["held_classes"] or [], row["held_counts"] or []):
+        held[run_class] = n
+    waiting: dict[str, list[WaitingSlot]] = {}
+    for run_class, run_id, requested_at in zip(row["head_classes"] or [], row["head_ids"] or [],
+                                               row["head_times"] or []):
+        waiting.setdefault(run_class, []).append(WaitingSlot(run_id=run_id, requested_at=requested_at))
+    return Snapshot(policy=policy, held=held, waiting=waiting)
+
+
+def snapshot_fetch(*, exclude_run: int = 0) -> Snapshot:
+    """The grant snapshot in one round trip (the caller holds the grant lock)."""
+    cached = _cached_policy() or policy_for_grant_reload()
+    for _attempt in range(2):
+        version, policy = cached
+        with connection.cursor() as cursor:
+            cursor.execute(_SNAPSHOT_SQL, {"run": exclude_run, **_policy_params(policy)})
+            names = [c.name for c in cursor.description]
+            row = dict(zip(names, cursor.fetchone()))
+        if row["policy_version"] == version:
+            return _snapshot_from(row, policy)
+        cached = policy_for_grant_reload()  # settings changed since cached: load it and fetch again
+    raise RuntimeError("concurrency settings changed while holding the grant lock")
+
+
+def _run_from_row(names: list[str], values: tuple) -> Run:
+    """A Run instance from a RETURNING row, with the same field conversions a queryset applies."""
+    row = dict(zip(names, values))
+    fields = Run._meta.concrete_fields
+    converted = []
+    for f in fields:
+        value = row[f.column]
+        for convert in f.get_db_converters(connection):
+            value = convert(value, f, connection)
+        converted.append(value)
+    run = Run.from_db(connection.alias, [f.attname for f in fields], converted)
+    run.previous_status = row["previous_status"]
+    return run
+
+
+def release_with_snapshot(*, run_id: int, status: str, error: str, allowed_from: list[str], source: str,
+                          now: datetime) -> tuple[Run | None, Snapshot | None]:
+    """Take the grant lock, finish a run (status, finished_at, error, numbered `status` event, slot deleted)
+    and load the grant snapshot as it is after that release: one round trip (two statements, run in order,
+    so the lock is held before the run row is touched). (None, None) when the run's status does not allow
+    the move (the caller decides: no-op or error). The returned Run carries `previous_status`."""
+    version, policy = _cached_policy() or (None, None)
+    if policy is None:
+        store.slots_lock()
+        version, policy = policy_for_grant_reload()
+    params = {"lock": store.GRANT_LOCK_KEY, "run": run_id, "status": status, "error": error,
+              "allowed": allowed_from, "source": source, "now": now, **_policy_params(policy)}
+    with connection.cursor() as cursor:
+        # Client-side binding (Django's default psycopg cursor) sends both statements in one message.
+        cursor.execute("SELECT pg_advisory_xact_lock(%(lock)s);\n" + _RELEASE_SQL, params)
+        cursor.nextset()
+        names = [c.name for c in cursor.description]
+        values = cursor.fetchone()
+    if values is None:
+        return None, None
+    run = _run_from_row(names, values)
+    row = dict(zip(names, values))
+    if row["events_added"] != 1:
+        raise RuntimeError(f"run {run_id}: status event not stored")
+    if row["policy_version"] != version:
+        return run, snapshot_fetch()  # the release is done; snapshot again under the new settings
+    return run, _snapshot_from(row, policy)
+
+
+def grants_apply(*, decisions: list[Decision], now: datetime, source: str,
+                 notify: dict[str, Any]) -> list[dict[str, Any]]:
+    """Mark the decided slots held, move their runs to `starting` with a numbered `status` event each, and
+    queue the NOTIFY (delivered on commit), in one statement. Returns one dict per moved run."""
+    ids = [d.run_id for d in decisions]
+    params = {"channel": CHANNEL, "payload": json.dumps(notify, separators=(",", ":")), "now": now, "ids": ids,
+              "source": source}
+    with connection.cursor() as cursor:
+        cursor.execute(_APPLY_SQL, params)
+        rows = cursor.fetchall()
+    slots_held, events = (rows[0][0], rows[0][1]) if rows else (0, 0)
+    moved = [{"id": r[2], "last_seq": r[3], "owner_id": r[4], "name": r[5], "run_class": r[6], "error": r[7]}
+             for r in rows if r[2] is not None]
+    if slots_held != len(ids) or len(moved) != len(ids) or events != len(ids):
+        raise InvalidTransition(f"cannot move runs {ids} to starting: found {slots_held} waiting slots and "
+                                f"{len(moved)} queued runs", field="status")
+    return moved
+
+
+__all__ = ["grant_policy_forget", "grants_apply", "policy_for_grant_reload", "release_with_snapshot",
+           "snapshot_fetch"]

@@ -1,0 +1,91 @@
+"""The PostgreSQL fast path of release + grant (runs/slots/pg.py) against the ORM loader and the services'
+rules: same snapshot, settings changes seen by the next grant, transitions, events and the NOTIFY."""
+from __future__ import annotations
+
+import json
+
+import pytest
+from django.db import connection, transaction
+
+from runs import services
+from runs.errors import InvalidTransition
+from runs.models import ConcurrencySettings, Run, RunEvent, RunStatus, Slot, SlotState
+from runs.notify import CHANNEL
+from runs.slots import pg, store
+from tests.runs.helpers import TEST_KIND
+
+pytestmark = [pytest.mark.django_db, pytest.mark.skipif("connection.vendor != 'postgresql'",
+                                                         reason="PostgreSQL fast path")]
+
+
+def submit(owner, origin="api", name="r"):
+    return services.run_submit(owner=owner, name=name, origin=origin, kind=TEST_KIND, config={"steps": 1})
+
+
+@pytest.mark.parametrize("total,limits", [(3, {}), (5, {"app": {"limit": 1}}), (6, {"interactive": {"limit": 2}})])
+def test_sql_snapshot_equals_orm_snapshot(user, total, limits):
+    services.settings_update(changes={"max_total": total, "classes": limits}, partial=False, by=None)
+    for i, origin in enumerate(["api", "dashboard", "schedule", "system", "api", "dashboard", "system"] * 2):
+        submit(user, origin=origin, name=f"r{i}")
+    held = list(Slot.objects.filter(state=SlotState.HELD).values_list("run_id", flat=True))
+    with transaction.atomic():
+        store.slots_lock()
+        policy = store.policy_load(fresh=True)
+        orm = store.snapshot_load(policy)
+        sql = pg.snapshot_fetch()
+        assert sql.policy == policy and sql.held == orm.held and sql.waiting == orm.waiting
+        # Excluding a held run gives the snapshot as it is after releasing it.
+        after = pg.snapshot_fetch(exclude_run=held[0])
+        Slot.objects.filter(run_id=held[0]).delete()
+        assert after.held == store.snapshot_load(policy).held
+        assert after.waiting == store.snapshot_load(policy).waiting
+        transaction.set_rollback(True)
+
+
+def test_settings_written_elsewhere_apply_to_next_grant(user):
+    services.settings_update(changes={"max_total": 1}, partial=True, by=None)
+    first, second, third = submit(user, name="a"), submit(user, name="b"), submit(user, name="c")
+    assert [r.status for r in (first, second, third)] == [RunStatus.STARTING, RunStatus.QUEUED, RunStatus.QUEUED]
+    # Another process changes the row directly: no cache here is told, the row version must be noticed.
+    row = ConcurrencySettings.objects.get()
+    row.raw = {**row.raw, "max_total": 3}
+    row.save()
+    services.run_finish(run=first, status=RunStatus.SUCCEEDED)
+    assert set(Run.objects.filter(pk__in=[second.pk, third.pk]).values_list("status", flat=True)) == {
+        RunStatus.STARTING}
+
+
+def test_finish_records_event_and_keeps_transition_rules(user):
+    run = submit(user)
+    queued = submit(user, name="q")
+    services.settings_update(changes={"max_total": 1}, partial=True, by=None)
+    finished = services.run_finish(run=run, status=RunStatus.FAILED, error="boom")
+    assert isinstance(finished, Run) and finished.status == RunStatus.FAILED and finished.error == "boom"
+    assert finished.finished_at is not None and finished.config == {"steps": 1}
+    last = RunEvent.objects.filter(run=run).order_by("-seq").first()
+    assert (last.seq, last.type, last.data) == (finished.last_seq, "status",
+                                                {"status": "failed", "previous": "starting", "error": "boom"})
+    queued.refresh_from_db()
+    assert queued.status == RunStatus.STARTING  # granted by the release
+    assert services.run_finish(run=run, status=RunStatus.SUCCEEDED).status == RunStatus.FAILED  # no-op
+    waiting = submit(user, name="w")
+    assert waiting.status == RunStatus.QUEUED
+    with pytest.raises(InvalidTransition):
+        services.run_finish(run=waiting, status=RunStatus.SUCCEEDED)  # queued runs cannot succeed
+    assert Slot.objects.filter(run=waiting, state=SlotState.WAITING).exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_release_notifies_granted_ids_on_commit(user, handoffs):
+    import psycopg
+
+    services.settings_update(changes={"max_total": 1}, partial=True, by=None)
+    first, second = submit(user, name="a"), submit(user, name="b")
+    params = connection.get_connection_params()
+    dsn = f"host={params['host']} port={params.get('port') or 5432} dbname={params['dbname']} user={params['user']}"
+    with psycopg.connect(dsn, autocommit=True) as listener:
+        listener.execute(f"LISTEN {CHANNEL}")
+        services.run_finish(run=first, status=RunStatus.SUCCEEDED)
+        payloads = [json.loads(n.payload) for n in listener.notifies(timeout=2, stop_after=1)]
+    assert [(p["reason"], p["granted"]) for p in payloads] == [("release", [second.pk])]
+    assert handoffs.dispatched[-1] == second.pk
