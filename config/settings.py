@@ -181,7 +181,7 @@ SPECTACULAR_SETTINGS = {
     "SERVE_INCLUDE_SCHEMA": False,
     "COMPONENT_SPLIT_REQUEST": True,
     # Every protected operation documents its 401/403 answers (runs/api/schema.py).
-    "POSTPROCESSING_HOOKS": ["drf_spectacular.hooks.postprocess_schema_enums", "runs.api.schema.add_auth_responses"],
+    "POSTPROCESSING_HOOKS": ["drf_spectacular.hooks.postprocess_schema_enums", "runs.api.schema.add_pre_view_responses"],
 }
 
 # --- Auth, i18n, static ---------------------------------------------------------------------------
