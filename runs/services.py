@@ -122,9 +122,10 @@ def slots_grant(*, reason: str = "tick") -> list[int]:
 
 def run_submit(
     *, owner: Any, name: str, origin: str, kind: str, config: Any,
-    time_limit_seconds: int | None = None, parent: Run | None = None,
+    time_limit_seconds: int | None = None, parent: Run | None = None, auto_resume: bool = False,
 ) -> Run:
-    """Validate, create the run with a waiting slot, and grant in the same transaction."""
+    """Validate, create the run with a waiting slot, and grant in the same transaction. `auto_resume`: when the
+    run fails, the platform resumes it from its last checkpoint (at most RUN_AUTO_RESUME_MAX times)."""
     if origin not in Origin.values:
         raise InvalidInput(f"unknown origin {origin!r}; expected one of {', '.join(Origin.values)}", field="origin")
     if not isinstance(name, str) or not name.strip() or len(name) > NAME_MAX:
@@ -135,6 +136,8 @@ def run_submit(
     ):
         raise InvalidInput(f"must be an integer number of seconds from 1 to {TIME_LIMIT_MAX}",
                            field="time_limit_seconds")
+    if not isinstance(auto_resume, bool):
+        raise InvalidInput("must be true or false", field="auto_resume")
     run_kind = kinds.kind_get(kind)
     if not isinstance(config, dict):
         raise InvalidInput("must be a JSON object", field="config")
@@ -148,6 +151,7 @@ def run_submit(
         run = Run.objects.create(
             name=name.strip(), origin=origin, run_class=ORIGIN_TO_CLASS[origin], kind=run_kind.name, config=config,
             owner=owner, time_limit_seconds=time_limit_seconds, parent=parent, status=RunStatus.QUEUED,
+            auto_resume=auto_resume,
         )
         store.slot_enqueue(run_id=run.pk, run_class=run.run_class, now=now)
         run_events_record(run=run, source=PLATFORM_SOURCE, events=[{

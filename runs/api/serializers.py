@@ -4,6 +4,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.utils import timezone
+from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
@@ -14,6 +15,11 @@ from runs.slots.grant import PENDING_REASONS
 from runs.slots.policy import CLASSES
 
 
+@extend_schema_field(OpenApiTypes.BOOL)
+class StrictBooleanField(serializers.JSONField):
+    """A JSON boolean and nothing else ("true", 1 are refused by the services with a message naming the field)."""
+
+
 class RunSubmitSerializer(serializers.Serializer):
     # Plain fields: origin/kind/config are validated by the services so the 400 names the field exactly.
     name = serializers.CharField(max_length=200)
@@ -21,6 +27,8 @@ class RunSubmitSerializer(serializers.Serializer):
     kind = serializers.CharField(default=DEFAULT_KIND, help_text="a registered run kind")
     config = serializers.JSONField(default=dict, help_text="validated against the kind's schema")
     time_limit_seconds = serializers.IntegerField(required=False, allow_null=True, min_value=1, max_value=10**9)
+    auto_resume = StrictBooleanField(
+        default=False, help_text="true: if the run fails, resume it from its last checkpoint")
 
 
 class PositionSerializer(serializers.Serializer):
@@ -43,7 +51,7 @@ class RunSerializer(serializers.ModelSerializer):
         model = Run
         fields = ["id", "name", "origin", "run_class", "kind", "status", "owner", "config", "created_at",
                   "granted_at", "started_at", "finished_at", "queued_seconds", "position", "pending_reason",
-                  "eta_seconds", "error", "summary"]
+                  "eta_seconds", "error", "summary", "auto_resume"]
         read_only_fields = fields
 
     def _info(self, run: Run) -> QueueInfo | None:

@@ -12,7 +12,7 @@ pytestmark = pytest.mark.django_db
 
 RUN_FIELDS = {"id", "name", "origin", "run_class", "kind", "status", "owner", "config", "created_at", "granted_at",
               "started_at", "finished_at", "queued_seconds", "position", "pending_reason", "eta_seconds", "error",
-              "summary"}
+              "summary", "auto_resume"}
 
 
 def client_for(user=None) -> APIClient:
@@ -80,12 +80,19 @@ def test_queued_run_has_position_reason_eta(user, staff, handoffs):
 @pytest.mark.parametrize("body,field", [
     ({"origin": "cli"}, "origin"), ({"kind": "nope"}, "kind"), ({"config": {"steps": "x"}}, "config.steps"),
     ({"config": {"lr": 0.1}}, "config.lr"), ({"config": [1]}, "config"),
+    ({"auto_resume": "true"}, "auto_resume"), ({"auto_resume": 1}, "auto_resume"),
 ])
 def test_submit_rejects_bad_input_naming_the_field(user, body, field):
     answer = post_run(client_for(user), **body)
     assert answer.status_code == 400
     assert answer.json()["field"] == field and field in answer.json()["detail"]
     assert not Run.objects.exists()
+
+
+def test_submit_sets_auto_resume(user, handoffs):
+    body = post_run(client_for(user), auto_resume=True).json()
+    assert body["auto_resume"] is True and Run.objects.get(pk=body["id"]).auto_resume
+    assert post_run(client_for(user)).json()["auto_resume"] is False
 
 
 def test_missing_name_is_400(user):
