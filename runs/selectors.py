@@ -136,8 +136,8 @@ def runs_queue_info(*, runs: list[Run]) -> dict[int, QueueInfo]:
 def slots_snapshot() -> dict[str, Any]:
     """{policy, borrowable, classes: {<class>: {running, waiting, limit, priority}}, total: {running, max_total}}."""
     policy = store.policy_load()
-    held = store.held_counts()
-    waiting = store.waiting_counts()
+    counts = store.slot_counts()
+    held, waiting = counts[SlotState.HELD], counts[SlotState.WAITING]
     return {
         "policy": policy.to_dict(),
         "borrowable": policy.borrowable,

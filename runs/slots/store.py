@@ -61,20 +61,24 @@ def policy_forget() -> None:
         _cached = None
 
 
+def _counts_by_class(rows) -> dict[str, int]:
+    counts = {k: 0 for k in CLASSES}
+    for row in rows:
+        counts[row["run_class"]] = row["n"]
+    return counts
+
+
 def held_counts() -> dict[str, int]:
-    counts = {k: 0 for k in CLASSES}
-    rows = Slot.objects.filter(state=SlotState.HELD).values("run_class").annotate(n=Count("run_id"))
-    for row in rows:
-        counts[row["run_class"]] = row["n"]
-    return counts
+    """Held slots per class (what a grant decides on; at most max_total rows)."""
+    return _counts_by_class(
+        Slot.objects.filter(state=SlotState.HELD).values("run_class").annotate(n=Count("run_id")))
 
 
-def waiting_counts() -> dict[str, int]:
-    counts = {k: 0 for k in CLASSES}
-    rows = Slot.objects.filter(state=SlotState.WAITING).values("run_class").annotate(n=Count("run_id"))
-    for row in rows:
-        counts[row["run_class"]] = row["n"]
-    return counts
+def slot_counts() -> dict[str, dict[str, int]]:
+    """Held and waiting slots per class in one query: {"held": {...}, "waiting": {...}}."""
+    rows = list(Slot.objects.values("state", "run_class").annotate(n=Count("run_id")))
+    return {state: _counts_by_class(r for r in rows if r["state"] == state)
+            for state in (SlotState.HELD, SlotState.WAITING)}
 
 
 def snapshot_load(policy: Policy) -> Snapshot:
@@ -124,4 +128,4 @@ def slot_release(*, run_id: int) -> bool:
 
 
 __all__ = ["GRANT_LOCK_KEY", "held_counts", "policy_forget", "policy_load", "policy_stored_raw", "slot_enqueue",
-           "slot_release", "slots_grant_locked", "slots_lock", "snapshot_load", "transaction", "waiting_counts"]
+           "slot_release", "slots_grant_locked", "slots_lock", "slot_counts", "snapshot_load", "transaction"]
