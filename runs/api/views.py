@@ -8,6 +8,7 @@ from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.views.defaults import page_not_found
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import status as http
+from rest_framework.authentication import SessionAuthentication
 from rest_framework.exceptions import ValidationError
 from rest_framework.authtoken.models import Token
 from rest_framework.pagination import PageNumberPagination
@@ -16,7 +17,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from runs import selectors, services
+from runs import limits, selectors, services
 from runs.api import serializers as s
 from runs.errors import InvalidInput, ServiceError
 from runs.models import RunClass, RunStatus
@@ -83,12 +84,22 @@ class RunListCreateView(ServiceView):
         page = paginator.paginate_queryset(qs, request, view=self)
         return paginator.get_paginated_response(_runs_json(list(page), request))
 
-    @extend_schema(operation_id="runs_create", request=s.RunSubmitSerializer,
-                   responses={201: s.RunSerializer, **ERRORS})
+    @extend_schema(
+        operation_id="runs_create", request=s.RunSubmitSerializer,
+        responses={201: s.RunSerializer, **ERRORS,
+                   403: OpenApiResponse(s.ErrorSerializer, description="`origin` claimed but not earned (field "
+                                        "`origin`)"),
+                   429: OpenApiResponse(s.ErrorSerializer, description="a per-user cap is reached: field "
+                                        "`max_queued_per_user` or `max_running_per_user`")},
+    )
     def post(self, request: Request) -> Response:
         body = s.RunSubmitSerializer(data=_body(request))
         body.is_valid(raise_exception=True)
-        run = services.run_submit(owner=request.user, **body.validated_data)
+        fields = dict(body.validated_data)
+        fields["origin"] = limits.origin_for_request(
+            claimed=fields.get("origin"), is_staff=request.user.is_staff,
+            via_session=isinstance(request.successful_authenticator, SessionAuthentication))
+        run = services.run_submit(owner=request.user, **fields)
         return Response(_runs_json([run], request)[0], status=http.HTTP_201_CREATED)
 
 
@@ -106,7 +117,8 @@ class RunCancelView(ServiceView):
 
 
 class RunResumeView(ServiceView):
-    @extend_schema(operation_id="runs_resume", parameters=[RUN_ID], request=None, responses={200: s.RunSerializer, **ERRORS})
+    @extend_schema(operation_id="runs_resume", parameters=[RUN_ID], request=None,
+                   responses={200: s.RunSerializer, **ERRORS, 429: s.ErrorSerializer})
     def post(self, request: Request, run_id: int) -> Response:
         run = services.run_resume(run=selectors.run_get(user=request.user, run_id=run_id), by=request.user)
         return Response(_runs_json([run], request)[0])
@@ -143,7 +155,7 @@ class ConcurrencySettingsView(ServiceView):
     permission_classes = [IsAdminUser]
 
     def _effective(self) -> Response:
-        return Response(store.policy_load(fresh=True).to_dict())
+        return Response({**store.policy_load(fresh=True).to_dict(), **limits.limits_load().to_dict()})
 
     @extend_schema(operation_id="settings_concurrency_retrieve", responses={200: s.ConcurrencySettingsSerializer, 403: s.ErrorSerializer})
     def get(self, request: Request) -> Response:
