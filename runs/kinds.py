@@ -21,13 +21,16 @@ DEFAULT_KIND = "rl_train"
 
 ConfigValidator = Callable[[dict[str, Any]], dict[str, Any]]
 RunHook = Callable[["Run"], None]
+ConfigAuthorizer = Callable[[dict[str, Any], Any], None]
 
 
 @dataclass(frozen=True)
 class RunKind:
     """`validate_config` returns the config to store or raises InvalidInput naming the field (`config.<key>`);
     `launch` starts a granted run (must be idempotent: it can be called again after a lost launch);
-    `stop` asks a running job to stop (the run is `stopping` or already failed by the platform)."""
+    `stop` asks a running job to stop (the run is `stopping` or already failed by the platform);
+    `authorize(config, owner)`, if set, raises InvalidInput when the config refers to something the owner may
+    not see (answered exactly like a missing thing, so it reveals nothing)."""
 
     name: str
     validate_config: ConfigValidator
@@ -35,6 +38,7 @@ class RunKind:
     description: str = ""
     launch: RunHook | None = None
     stop: RunHook | None = None
+    authorize: ConfigAuthorizer | None = None
 
 
 _lock = threading.Lock()
