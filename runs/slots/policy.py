@@ -213,9 +213,12 @@ def policy_check_merged(raw: dict[str, Any], *, default_max_total: int, changes:
 
 
 def _check_time_limits(raw: dict[str, Any], changes: dict[str, Any]) -> None:
-    defaults = {k: rule[2] for k, rule in LIMIT_RULES.items()}
-    default = raw.get("default_time_limit_seconds", defaults["default_time_limit_seconds"])
-    maximum = raw.get("max_time_limit_seconds", defaults["max_time_limit_seconds"])
+    """A stored default above the (stored or default) maximum is refused. An unset default follows the maximum
+    down (limits_effective), so lowering only the maximum is always accepted."""
+    if "default_time_limit_seconds" not in raw:
+        return
+    default = raw["default_time_limit_seconds"]
+    maximum = raw.get("max_time_limit_seconds", LIMIT_RULES["max_time_limit_seconds"][2])
     if default <= maximum:
         return
     if changes.get("default_time_limit_seconds") is not None:

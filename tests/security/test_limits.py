@@ -117,13 +117,23 @@ def test_limit_settings_are_visible_and_staff_only(user, staff):
     ({"max_time_limit_seconds": 10**10}, "max_time_limit_seconds", "from 1 to"),
     ({"default_time_limit_seconds": 7200, "max_time_limit_seconds": 3600}, "default_time_limit_seconds",
      "must not exceed max_time_limit_seconds (3600)"),
-    ({"max_time_limit_seconds": 60}, "max_time_limit_seconds", "at least default_time_limit_seconds (86400)"),
 ])
 def test_invalid_limit_settings_are_400_naming_the_field(staff, body, field, fragment):
     answer = staff_session(staff).patch("/api/settings/concurrency/", body, format="json")
     assert answer.status_code == 400, answer.content
     assert answer.json()["field"] == field and fragment in answer.json()["detail"]
     assert staff_session(staff).get("/api/settings/concurrency/").json()["max_time_limit_seconds"] == 604800
+
+
+def test_time_limit_default_and_maximum_stay_consistent(staff, user, handoffs):
+    set_limits(staff, default_time_limit_seconds=7200)
+    lower = staff_session(staff).patch("/api/settings/concurrency/", {"max_time_limit_seconds": 3600}, format="json")
+    assert lower.status_code == 400 and lower.json()["field"] == "max_time_limit_seconds"
+    assert "at least default_time_limit_seconds (7200)" in lower.json()["detail"]
+    # With the default unset, lowering the maximum is accepted and the default follows it down.
+    shown = set_limits(staff, default_time_limit_seconds=None, max_time_limit_seconds=60)
+    assert (shown["default_time_limit_seconds"], shown["max_time_limit_seconds"]) == (60, 60)
+    assert submit(token_client("alice", "pw-alice")).json()["time_limit_seconds"] == 60
 
 
 def test_settings_page_edits_the_limits_without_javascript(staff):
@@ -206,7 +216,10 @@ def test_concurrent_submits_cannot_pass_the_queued_cap(user, other_user, staff, 
     assert connection.vendor == "postgresql", "the race is tested against PostgreSQL"
     fill_the_cluster(other_user)
     set_limits(staff, max_queued_per_user=3)
-    clients = [token_client("alice", "pw-alice") for _ in range(8)]
+    token = token_client("alice", "pw-alice")._credentials["HTTP_AUTHORIZATION"]
+    clients = [APIClient() for _ in range(8)]  # one client per thread, one token (a script run 8 times at once)
+    for client in clients:
+        client.credentials(HTTP_AUTHORIZATION=token)
     barrier = threading.Barrier(len(clients))
     codes: list[int] = []
 
