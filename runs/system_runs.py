@@ -38,23 +38,17 @@ def eval_config_validate(config: dict[str, Any]) -> dict[str, Any]:
     source = config.get("source_run")
     if not isinstance(source, int) or isinstance(source, bool) or source < 1:
         raise InvalidInput("must be the id (a positive integer) of an rl_train run", field="config.source_run")
-    if not Run.objects.filter(pk=source, kind=kinds.DEFAULT_KIND).exists():
-        raise _no_source_run(source)
-    return {"source_run": source}
-
-
-def _no_source_run(source: int) -> InvalidInput:
-    return InvalidInput(f"no {kinds.DEFAULT_KIND} run with id {source}", field="config.source_run")
+    return {"source_run": source}  # that it exists and may be seen: eval_authorize, which knows the owner
 
 
 def eval_authorize(config: dict[str, Any], owner: Any) -> None:
-    """The source run must be one the owner may see (own runs; staff: all). Another user's run is answered
-    exactly like a missing one (same 400, same message), so submitting an eval reveals nothing."""
+    """The source run must be an rl_train run the owner may see (own runs; staff: all). One query either way,
+    so another user's run is answered exactly like a missing one (same 400, same message, same work)."""
     from runs.selectors import run_list
 
     source = config["source_run"]
     if not run_list(user=owner).filter(pk=source, kind=kinds.DEFAULT_KIND).exists():
-        raise _no_source_run(source)
+        raise InvalidInput(f"no {kinds.DEFAULT_KIND} run with id {source}", field="config.source_run")
 
 
 def eval_launch(run: Run) -> None:

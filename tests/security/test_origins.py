@@ -125,3 +125,14 @@ def test_eval_of_own_run_and_staff_eval_of_any_run_are_accepted(user, staff, han
     assert own.status_code == 201, own.content
     by_staff = submit(token_client("root", "pw-root"), kind="eval", config={"source_run": mine})
     assert by_staff.status_code == 201, by_staff.content
+
+
+def test_schedule_of_an_eval_still_checks_its_source_run(staff):
+    boss = token_client("root", "pw-root")
+    missing = boss.post("/api/schedules/", {"name": "e", "cron": "0 3 * * *", "kind": "eval",
+                                            "config": {"source_run": 999_999}}, format="json")
+    assert missing.status_code == 400 and missing.json()["field"] == "config.source_run"
+    mine = trained_run(staff).pk
+    ok = boss.post("/api/schedules/", {"name": "e", "cron": "0 3 * * *", "kind": "eval",
+                                       "config": {"source_run": mine}}, format="json")
+    assert ok.status_code == 201, ok.content
