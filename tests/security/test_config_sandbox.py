@@ -249,3 +249,16 @@ def test_defaults_and_bench_configs_fit_the_bounds():
     for name in ("async.json", "async_tool_latency_0.05.json", "learning.json"):
         TrainConfig.from_dict(json.loads((ROOT / "bench" / "results" / name).read_text())["config"],
                               allow_debug=False)
+
+
+def test_every_torch_load_in_the_repo_refuses_pickled_objects():
+    """Source guard beside the behavioural tests above: a new torch.load must pass weights_only=True."""
+    import re
+
+    offenders = []
+    for top in ("trainer", "rollout", "runs", "frontend", "config", "bench", "platform"):
+        for path in (ROOT / top).rglob("*.py"):
+            for match in re.finditer(r"torch\.load\((?:[^()]|\([^()]*\))*\)", path.read_text()):
+                if "weights_only=True" not in match.group(0):
+                    offenders.append(f"{path.relative_to(ROOT)}: {match.group(0)}")
+    assert not offenders
