@@ -56,8 +56,8 @@ def checkpoint_latest(directory: str | os.PathLike[str]) -> Path | None:
         name = marker.read_text().strip()
         path = root / name
         # Only a step directory of this DIR: never an absolute path, `..` or a symlink out of it.
-        if (_STEP_NAME.fullmatch(name) and not path.is_symlink() and (path / "state.pt").exists()
-                and not (path / "state.pt").is_symlink()):
+        if (_STEP_NAME.fullmatch(name) and (path / "state.pt").exists()
+                and not any(p.is_symlink() for p in (path, path / "state.pt", path / "meta.json"))):
             return path
     if (root / "state.pt").exists():  # DIR may name a step directory itself
         return root
