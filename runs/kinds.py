@@ -86,11 +86,13 @@ def _train_config_module() -> Any:
 
 
 def _rl_train_validate(config: dict[str, Any]) -> dict[str, Any]:
+    """TrainConfig's checks (types, bounds, parameter budget) plus the platform's sandbox: no debug phase and no
+    `batch_path`, so nothing in a submitted config names a file (checkpoint and config paths are per run id)."""
     module = _train_config_module()
     if not isinstance(config, dict):
         raise InvalidInput("must be a JSON object", field="config")
     try:
-        module.TrainConfig.from_dict(config)
+        module.TrainConfig.from_dict(config, allow_debug=False)
     except module.ConfigError as exc:
         field = getattr(exc, "field", "") or ""
         message = str(exc)
@@ -101,7 +103,7 @@ def _rl_train_validate(config: dict[str, Any]) -> dict[str, Any]:
 
 
 def _rl_train_schema() -> dict[str, Any]:
-    return _train_config_module().TrainConfig.json_schema()
+    return _train_config_module().TrainConfig.json_schema(allow_debug=False)
 
 
 kind_register(
