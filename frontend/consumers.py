@@ -16,6 +16,7 @@ from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from django.conf import settings
 
+from frontend import ws_guard
 from runs import realtime
 
 logger = logging.getLogger(__name__)
@@ -23,7 +24,13 @@ CLOSE_BAD_REQUEST = 4400
 CLOSE_UNAUTHENTICATED = 4401
 CLOSE_FORBIDDEN = 4403
 CLOSE_NOT_FOUND = 4404
+CLOSE_TOO_MANY = 4429
 REPLAY_PAGE = 500
+
+
+def replay_max() -> int:
+    """Most stored events one connect replays; older ones are for GET /api/runs/<id>/events/."""
+    return max(1, int(getattr(settings, "WS_REPLAY_MAX", 2000)))
 
 
 def resync_seconds() -> float:
@@ -70,16 +77,91 @@ class Coalescer:
 
 
 class AuthenticatedConsumer(AsyncJsonWebsocketConsumer):
-    """Accept then close with an application code, so the browser sees why (a close before accept is a
-    bare HTTP 403 to it)."""
+    """Session-authenticated socket with the guards of frontend/ws_guard.py: a per-user cap on open sockets
+    (4429 past it), a re-check of the session every WS_SESSION_RECHECK_SECONDS, and an immediate close on
+    logout (4401) or when the user changes so that what this socket streams is no longer theirs (4401/4403).
+    Refusals accept then close with an application code, so the browser sees why (a close before accept is a
+    bare HTTP 403 to it). Once ended, the socket sends nothing more."""
+
+    user: Any = None
+    ended = False
+    _slot_held = False
+    _guard_task: asyncio.Task | None = None
 
     async def refuse(self, code: int) -> None:
+        await self._guard_stop()
         await self.accept()
-        await self.close(code=code)
+        await self.end(code)
+
+    async def end(self, code: int) -> None:
+        """Close with `code` and forward nothing more (live messages may still be queued for us)."""
+        if not self.ended:
+            self.ended = True
+            await self.close(code=code)
+
+    async def send_json(self, content: Any, close: bool = False) -> None:
+        if not self.ended:
+            await super().send_json(content, close=close)
 
     def user_or_none(self) -> Any:
         user = self.scope.get("user")
         return user if user is not None and user.is_authenticated else None
+
+    async def guard_start(self, user: Any) -> bool:
+        """Count this socket for its user and watch its session; False (socket closed, 4429) past the cap."""
+        self.user = user
+        session = self.scope.get("session")
+        self._session_key = getattr(session, "session_key", None)
+        if not await database_sync_to_async(ws_guard.presence_acquire)(user.pk, self.channel_name):
+            await self.refuse(CLOSE_TOO_MANY)
+            return False
+        self._slot_held = True
+        await self.channel_layer.group_add(ws_guard.user_group(user.pk), self.channel_name)
+        self._guard_task = asyncio.create_task(self._guard_loop())
+        return True
+
+    async def _guard_loop(self) -> None:
+        every = min(ws_guard.recheck_seconds(), ws_guard.PRESENCE_TTL / 3)
+        while not self.ended:
+            await asyncio.sleep(every)
+            try:
+                await database_sync_to_async(ws_guard.presence_refresh)(self.user.pk, self.channel_name)
+                await self.recheck()
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # noqa: BLE001 - Redis or the database briefly away: try again next round
+                logger.warning("websocket guard check failed", exc_info=True)
+
+    async def recheck(self) -> None:
+        """Re-read the session and the user; close if either no longer allows what this socket streams."""
+        user = await database_sync_to_async(ws_guard.session_user)(self._session_key, self.user.pk)
+        if user is None:
+            return await self.end(CLOSE_UNAUTHENTICATED)
+        await self.rights_check(user)
+
+    async def rights_check(self, user: Any) -> None:
+        """Subclasses: close (end) when `user`, as it is now, may no longer see this stream."""
+        self.user = user
+
+    async def session_ended(self, message: dict[str, Any]) -> None:
+        """Layer message from ws_guard on logout: close the sockets of that session."""
+        if message.get("session") == ws_guard.session_digest(self._session_key):
+            await self.end(CLOSE_UNAUTHENTICATED)
+
+    async def user_changed(self, message: dict[str, Any]) -> None:
+        await self.recheck()
+
+    async def _guard_stop(self) -> None:
+        if self._guard_task is not None:
+            self._guard_task.cancel()
+            self._guard_task = None
+        if self._slot_held:
+            self._slot_held = False
+            try:
+                await self.channel_layer.group_discard(ws_guard.user_group(self.user.pk), self.channel_name)
+                await database_sync_to_async(ws_guard.presence_release)(self.user.pk, self.channel_name)
+            except Exception:  # noqa: BLE001 - the entry expires by itself (ws_guard.PRESENCE_TTL)
+                logger.warning("websocket presence release failed", exc_info=True)
 
 
 class RunConsumer(AuthenticatedConsumer):
@@ -99,6 +181,8 @@ class RunConsumer(AuthenticatedConsumer):
         after = self._after_from_query()
         if after == -1:
             return await self.refuse(CLOSE_BAD_REQUEST)
+        if not await self.guard_start(user):
+            return
         # Subscribe BEFORE reading the database: an event committed after our read is then certain to
         # reach us live. Channels dispatches one message at a time, so live messages wait in our queue
         # until connect() returns, and run_events drops those the replay already covered. (Subscribing
@@ -107,7 +191,7 @@ class RunConsumer(AuthenticatedConsumer):
         await self.channel_layer.group_add(self.group, self.channel_name)
         # One database call (one connection) for check, snapshot and first replay page: connects are bursty.
         opening = await database_sync_to_async(realtime.run_stream_open)(
-            run_id=self.run_id, user=user, after=after, limit=REPLAY_PAGE
+            run_id=self.run_id, user=user, after=after, limit=REPLAY_PAGE, replay_max=replay_max()
         )
         if opening.refusal is not None:
             return await self.refuse(REFUSAL_CODES[opening.refusal])
@@ -115,6 +199,11 @@ class RunConsumer(AuthenticatedConsumer):
         await self.accept()
         await self.send_json({"type": "snapshot", "run": opening.snapshot, "last_seq": opening.last_seq})
         self.last_sent = opening.last_seq if after is None else after
+        if after is not None and opening.replay_from > after:
+            # Paged replay: at most WS_REPLAY_MAX events on connect; the client reads older ones from
+            # GET /api/runs/<id>/events/?after=<after> (paged) if it wants them.
+            await self.send_json({"type": "truncated", "after": after, "through": opening.replay_from})
+            self.last_sent = opening.replay_from
         if opening.replay:
             await self.send_json({"type": "events", "events": opening.replay})
             self.last_sent = opening.replay[-1]["seq"]
@@ -171,8 +260,15 @@ class RunConsumer(AuthenticatedConsumer):
             async with self._lock:
                 await self._send_stored(upto=last_seq)
 
+    async def rights_check(self, user: Any) -> None:
+        self.user = user
+        if not await database_sync_to_async(ws_guard.run_visible)(user, self.run_id):
+            await self.end(CLOSE_FORBIDDEN)
+
     async def disconnect(self, code: int) -> None:
+        self.ended = True
         stream_watch.discard(self)
+        await self._guard_stop()
         if self.group is not None:
             await self.channel_layer.group_discard(self.group, self.channel_name)
 
@@ -228,7 +324,8 @@ class DashboardConsumer(AuthenticatedConsumer):
         user = self.user_or_none()
         if user is None:
             return await self.refuse(CLOSE_UNAUTHENTICATED)
-        self.user = user
+        if not await self.guard_start(user):
+            return
         self._coalescer = Coalescer(coalesce_seconds(), self.send_json)
         await self.channel_layer.group_add(realtime.DASHBOARD_GROUP, self.channel_name)
         self.joined = True
@@ -254,7 +351,16 @@ class DashboardConsumer(AuthenticatedConsumer):
         queue = [item["run"] for item in message["queue"] if self._visible(item["owner_id"])]
         await self._coalescer.offer("slots", {"type": "slots", "slots": message["slots"], "queue": queue})
 
+    async def rights_check(self, user: Any) -> None:
+        # Staff lost (or gained): what this socket already sent was cut for other rights. Close; the board
+        # reconnects and gets a snapshot for the rights the user has now.
+        if bool(user.is_staff) != bool(self.user.is_staff):
+            await self.end(CLOSE_FORBIDDEN)
+        self.user = user
+
     async def disconnect(self, code: int) -> None:
+        self.ended = True
+        await self._guard_stop()
         if self.joined:
             self._coalescer.cancel()
             await self.channel_layer.group_discard(realtime.DASHBOARD_GROUP, self.channel_name)

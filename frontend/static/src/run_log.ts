@@ -60,7 +60,7 @@ export class EventLog {
 
   private row(e: { ev: RunEvent; text: string }): string {
     const ts = typeof e.ev.ts === "number" ? e.ev.ts : Date.parse(String(e.ev.ts)) / 1000;
-    return `<tr data-type="${esc(e.ev.type)}"><td class="num">${e.ev.seq}</td><td class="num">${timeOfDay(ts)}</td><td><span class="type-tag">${esc(e.ev.type)}</span></td><td class="data">${esc(e.text)}</td></tr>`;
+    return `<tr data-type="${esc(e.ev.type)}"><td class="num">${esc(e.ev.seq)}</td><td class="num">${timeOfDay(ts)}</td><td><span class="type-tag">${esc(e.ev.type)}</span></td><td class="data">${esc(e.text)}</td></tr>`;
   }
 
   /** New events are prepended to what is drawn; a filter change (or eviction) redraws from scratch. */
