@@ -13,18 +13,15 @@ from typing import Any
 from urllib.parse import parse_qs
 
 from channels.db import database_sync_to_async
-from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from django.conf import settings
 
 from frontend import ws_guard
+from frontend.ws_guard import (
+    CLOSE_BAD_REQUEST, CLOSE_FORBIDDEN, CLOSE_NOT_FOUND, CLOSE_UNAUTHENTICATED, AuthenticatedConsumer,
+)
 from runs import realtime
 
 logger = logging.getLogger(__name__)
-CLOSE_BAD_REQUEST = 4400
-CLOSE_UNAUTHENTICATED = 4401
-CLOSE_FORBIDDEN = 4403
-CLOSE_NOT_FOUND = 4404
-CLOSE_TOO_MANY = 4429
 REPLAY_PAGE = 500
 
 
@@ -74,94 +71,6 @@ class Coalescer:
         for task in self._timers.values():
             task.cancel()
         self._timers.clear()
-
-
-class AuthenticatedConsumer(AsyncJsonWebsocketConsumer):
-    """Session-authenticated socket with the guards of frontend/ws_guard.py: a per-user cap on open sockets
-    (4429 past it), a re-check of the session every WS_SESSION_RECHECK_SECONDS, and an immediate close on
-    logout (4401) or when the user changes so that what this socket streams is no longer theirs (4401/4403).
-    Refusals accept then close with an application code, so the browser sees why (a close before accept is a
-    bare HTTP 403 to it). Once ended, the socket sends nothing more."""
-
-    user: Any = None
-    ended = False
-    _slot_held = False
-    _guard_task: asyncio.Task | None = None
-
-    async def refuse(self, code: int) -> None:
-        await self._guard_stop()
-        await self.accept()
-        await self.end(code)
-
-    async def end(self, code: int) -> None:
-        """Close with `code` and forward nothing more (live messages may still be queued for us)."""
-        if not self.ended:
-            self.ended = True
-            await self.close(code=code)
-
-    async def send_json(self, content: Any, close: bool = False) -> None:
-        if not self.ended:
-            await super().send_json(content, close=close)
-
-    def user_or_none(self) -> Any:
-        user = self.scope.get("user")
-        return user if user is not None and user.is_authenticated else None
-
-    async def guard_start(self, user: Any) -> bool:
-        """Count this socket for its user and watch its session; False (socket closed, 4429) past the cap."""
-        self.user = user
-        session = self.scope.get("session")
-        self._session_key = getattr(session, "session_key", None)
-        if not await database_sync_to_async(ws_guard.presence_acquire)(user.pk, self.channel_name):
-            await self.refuse(CLOSE_TOO_MANY)
-            return False
-        self._slot_held = True
-        await self.channel_layer.group_add(ws_guard.user_group(user.pk), self.channel_name)
-        self._guard_task = asyncio.create_task(self._guard_loop())
-        return True
-
-    async def _guard_loop(self) -> None:
-        every = min(ws_guard.recheck_seconds(), ws_guard.PRESENCE_TTL / 3)
-        while not self.ended:
-            await asyncio.sleep(every)
-            try:
-                await database_sync_to_async(ws_guard.presence_refresh)(self.user.pk, self.channel_name)
-                await self.recheck()
-            except asyncio.CancelledError:
-                raise
-            except Exception:  # noqa: BLE001 - Redis or the database briefly away: try again next round
-                logger.warning("websocket guard check failed", exc_info=True)
-
-    async def recheck(self) -> None:
-        """Re-read the session and the user; close if either no longer allows what this socket streams."""
-        user = await database_sync_to_async(ws_guard.session_user)(self._session_key, self.user.pk)
-        if user is None:
-            return await self.end(CLOSE_UNAUTHENTICATED)
-        await self.rights_check(user)
-
-    async def rights_check(self, user: Any) -> None:
-        """Subclasses: close (end) when `user`, as it is now, may no longer see this stream."""
-        self.user = user
-
-    async def session_ended(self, message: dict[str, Any]) -> None:
-        """Layer message from ws_guard on logout: close the sockets of that session."""
-        if message.get("session") == ws_guard.session_digest(self._session_key):
-            await self.end(CLOSE_UNAUTHENTICATED)
-
-    async def user_changed(self, message: dict[str, Any]) -> None:
-        await self.recheck()
-
-    async def _guard_stop(self) -> None:
-        if self._guard_task is not None:
-            self._guard_task.cancel()
-            self._guard_task = None
-        if self._slot_held:
-            self._slot_held = False
-            try:
-                await self.channel_layer.group_discard(ws_guard.user_group(self.user.pk), self.channel_name)
-                await database_sync_to_async(ws_guard.presence_release)(self.user.pk, self.channel_name)
-            except Exception:  # noqa: BLE001 - the entry expires by itself (ws_guard.PRESENCE_TTL)
-                logger.warning("websocket presence release failed", exc_info=True)
 
 
 class RunConsumer(AuthenticatedConsumer):
