@@ -127,15 +127,34 @@ class RunResumeView(ServiceView):
 class RunEventsView(ServiceView):
     @extend_schema(
         operation_id="runs_events", responses={200: s.RunEventSerializer(many=True), **ERRORS},
-        parameters=[RUN_ID, OpenApiParameter("after", int, description="only events with seq greater than this")],
+        parameters=[RUN_ID, OpenApiParameter("after", int, description="only events with seq greater than this"),
+                    OpenApiParameter("limit", int, description="page size, 1..EVENTS_PAGE_MAX (default the max, 1000); "
+                                     "a full page carries a Link rel=next header: ask again with after=<last seq>")],
     )
     def get(self, request: Request, run_id: int) -> Response:
         raw = request.query_params.get("after", "0")
         if not raw.isdigit() or len(raw) > 18:
             raise InvalidInput("must be a non-negative integer", field="after")
+        limit = _events_limit(request)
         run = selectors.run_get(user=request.user, run_id=run_id)
-        events = selectors.run_events_list(run=run, after=int(raw))
-        return Response(s.RunEventSerializer(events, many=True).data)
+        events = selectors.run_events_list(run=run, after=int(raw), limit=limit)
+        response = Response(s.RunEventSerializer(events, many=True).data)
+        if len(events) == limit:
+            response["Link"] = f'</api/runs/{run.pk}/events/?after={events[-1].seq}&limit={limit}>; rel="next"'
+        return response
+
+
+def _events_limit(request: Request) -> int:
+    """The events page size: at most settings.EVENTS_PAGE_MAX, so no request reads an unbounded history."""
+    from django.conf import settings
+
+    most = int(getattr(settings, "EVENTS_PAGE_MAX", 1000))
+    raw = request.query_params.get("limit")
+    if raw is None:
+        return most
+    if not (raw.isascii() and raw.isdigit()) or not 1 <= int(raw[:6]) <= most or len(raw) > 6:
+        raise InvalidInput(f"must be an integer from 1 to {most}", field="limit")
+    return int(raw)
 
 
 class SlotsView(ServiceView):
