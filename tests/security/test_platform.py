@@ -216,3 +216,64 @@ def test_supervisor_children_die_with_the_supervisor(tmp_path):
     for p in alive:
         p.kill()
     assert not alive, "children outlived their supervisor"
+
+
+def trainer_pids(procs: list[psutil.Process]) -> set[int]:
+    return {p.pid for p in procs if any("trainer run" in cmd for cmd in names([p]))}
+
+
+@pytest.mark.slow
+def test_real_platform_ray_is_closed_and_ctrl_c_stops_jobs_first(up):
+    """The real `make run`: Ray answers only with its token and only on loopback; a training run is stopped
+    with a checkpoint on Ctrl-C, after the tick and worker and before Ray, web and Redis; nothing is launched
+    once the stop began and nothing is left afterwards."""
+    platform = up()
+    platform.wait_for(lambda: "The platform is up" in platform.log(), 300, "the banner")
+    var = platform.var_dir
+    token = (var / "ray-auth-token").read_text().strip()
+    assert stat.S_IMODE((var / "ray-auth-token").stat().st_mode) == 0o600
+    ray_url = re.search(r"Ray\s+(http://\S+)", platform.log()).group(1)
+    assert ray_url.startswith("http://127.0.0.1:")
+    assert requests.get(f"{ray_url}/api/jobs/", timeout=10).status_code == 401
+    assert requests.get(f"{ray_url}/api/jobs/", timeout=10, headers={"Authorization": f"Bearer {token}"}).ok
+    procs = platform.record()
+    for p in procs:
+        try:
+            conns = p.net_connections(kind="inet")
+        except psutil.Error:
+            continue
+        for conn in conns:
+            if conn.status == psutil.CONN_LISTEN:
+                assert conn.laddr.ip in ("127.0.0.1", "::ffff:127.0.0.1"), (names([p]), conn)
+        assert token not in " ".join(p.cmdline())
+
+    api_token = re.search(r"API token (\w+)", platform.log()).group(1)
+    headers = {"Authorization": f"Token {api_token}"}
+    run = requests.post(f"{platform.url}/api/runs/", headers=headers, timeout=30, json={
+        "name": "long", "origin": "api", "kind": "rl_train", "config": {"steps": 5000}}).json()
+    platform.wait_for(lambda: trainer_pids(platform.record()), 300, "the run's trainer process")
+
+    def trained_a_step() -> bool:
+        events = requests.get(f"{platform.url}/api/runs/{run['id']}/events/", headers=headers, timeout=10).json()
+        return any(e["type"] == "train" for e in events)
+
+    # The trainer checkpoints on a stop once it has trained at least one step.
+    platform.wait_for(trained_a_step, 300, "the run's first training step")
+    launched_before = trainer_pids(platform.record())
+
+    platform.proc.send_signal(signal.SIGINT)
+    deadline = time.monotonic() + 240
+    while platform.proc.poll() is None and time.monotonic() < deadline:
+        assert trainer_pids(platform.record()) <= launched_before, "a job was launched after Ctrl-C"
+        time.sleep(0.5)
+    assert platform.proc.wait(timeout=5) == 0, platform.log()[-4000:]
+    left = platform.wait_gone(timeout=10)
+    assert not left, f"left running after Ctrl-C: {names(left)}"
+
+    log = platform.log()
+    order = ["tick   | stopping", "worker | stopping", f"stopping Ray job rlrun-{run['id']}-",
+             "ray    | stopping", "web    | stopping", "redis  | stopping"]
+    positions = [log.index(line) for line in order]
+    assert positions == sorted(positions), log[-4000:]
+    # steps=5000 is far from done and checkpoint_every is 0: a checkpoint can only come from the stop.
+    assert list((var / "runs" / str(run["id"]) / "checkpoints").glob("step-*")), log[-4000:]
