@@ -277,3 +277,56 @@ def test_real_platform_ray_is_closed_and_ctrl_c_stops_jobs_first(up):
     assert positions == sorted(positions), log[-4000:]
     # steps=5000 is far from done and checkpoint_every is 0: a checkpoint can only come from the stop.
     assert list((var / "runs" / str(run["id"]) / "checkpoints").glob("step-*")), log[-4000:]
+
+
+def test_cluster_spec_has_token_auth_and_exposes_ray_only_inside_the_cluster():
+    import yaml
+
+    docs = list(yaml.safe_load_all((REPO_ROOT / "platform" / "ray-cluster.yaml").read_text()))
+    cluster = next(d for d in docs if d["kind"] == "RayCluster")
+    head = cluster["spec"]["headGroupSpec"]
+    groups = [head, *cluster["spec"]["workerGroupSpecs"]]
+    for group in groups:
+        for container in group["template"]["spec"]["containers"]:
+            env = {e["name"]: e for e in container.get("env", [])}
+            assert env["RAY_AUTH_MODE"]["value"] == "token", container["name"]
+            assert env["RAY_AUTH_TOKEN"]["valueFrom"]["secretKeyRef"]["key"], container["name"]  # from a Secret
+            assert "value" not in env["RAY_AUTH_TOKEN"], "the token must not be written in the spec"
+    assert head.get("serviceType") == "ClusterIP"
+    assert all(d.get("spec", {}).get("type") not in ("NodePort", "LoadBalancer") for d in docs)
+    assert not any(d["kind"] == "Ingress" for d in docs)
+
+    policies = [d for d in docs if d["kind"] == "NetworkPolicy"]
+    own_pods = {"ray.io/cluster": cluster["metadata"]["name"]}
+    # Every Ray pod is covered by a policy; any source that is not one of the cluster's own pods may reach only
+    # the job API port (8265), and only when it is a platform web/worker pod.
+    assert any(p["spec"]["podSelector"]["matchLabels"] == own_pods for p in policies)
+    for policy in policies:
+        for rule in policy["spec"]["ingress"]:
+            for source in rule["from"]:
+                if source.get("podSelector", {}).get("matchLabels") == own_pods and "namespaceSelector" not in source:
+                    continue
+                assert [p["port"] for p in rule.get("ports", [])] == [8265], rule
+                components = {v for e in source["podSelector"]["matchExpressions"]
+                              if e["key"] == "app.kubernetes.io/component" for v in e["values"]}
+                assert components == {"web", "worker"}, rule
+
+
+def test_nothing_kills_processes_by_name():
+    """CI and the test suite stop only what they started: no pkill/killall/`ray stop` in any script or module."""
+    tracked = subprocess.run(["git", "ls-files"], cwd=REPO_ROOT, capture_output=True, text=True, check=True)
+    pattern = re.compile(r"\b(pkill|killall)\b|\bray\s+stop\b")
+    offenders = []
+    for name in tracked.stdout.split():
+        path = REPO_ROOT / name
+        if path.suffix in {".md", ".json", ".lock"} or name.endswith("test_platform.py") or not path.is_file():
+            continue
+        try:
+            text = path.read_text()
+        except UnicodeDecodeError:
+            continue
+        for number, line in enumerate(text.splitlines(), 1):
+            code = line.split("#", 1)[0] if path.suffix in {".py", ".sh", ".yaml", ".yml", ""} else line
+            if pattern.search(code):
+                offenders.append(f"{name}:{number}: {line.strip()}")
+    assert not offenders, offenders
