@@ -4,8 +4,8 @@ Each child is started from an argv list (no shell in between), in its own sessio
 Linux parent-death signal: if the supervising process dies, even by SIGKILL, the kernel sends every child
 SIGTERM, so no Celery worker, beat tick or Ray head outlives its platform. Output is prefixed with the child's
 name. A stop signals a child's whole process group and waits for the group leader; what is left in the group
-after the grace period (or after the leader exits) is SIGKILLed. The leader is reaped only after that final
-group kill, so its pid, and hence the group id, cannot have been reused by an unrelated process.
+or the child's session after the grace period (or after the leader exits) is SIGKILLed. The leader is reaped
+only after that final kill, so its pid, and hence the group and session id, cannot have been reused.
 """
 from __future__ import annotations
 
@@ -116,7 +116,10 @@ class Supervisor:
     def say(self, name: str, line: str) -> None:
         width = max((len(n) for n in self.children), default=len(name))
         with self._print_lock:
-            print(f"{name:<{width}} | {line}", file=self.out, flush=True)
+            try:
+                print(f"{name:<{width}} | {line}", file=self.out, flush=True)
+            except (OSError, ValueError):  # the terminal is gone (SIGHUP): keep stopping, keep draining pipes
+                pass
 
     def _pump(self, child: Child) -> None:
         assert child.proc.stdout is not None
@@ -136,9 +139,10 @@ class Supervisor:
             stop.wait(poll)
         return None
 
-    def stop(self, names: Iterable[str], *, sig: int = signal.SIGTERM, grace: float = 10.0) -> None:
-        """Signal the named children's process groups together, wait up to `grace` seconds for their
-        leaders, then SIGKILL whatever is left in each group and reap the leaders."""
+    def stop(self, names: Iterable[str], *, sig: int = signal.SIGTERM, grace: float = 10.0,
+             hurry: threading.Event | None = None) -> None:
+        """Signal the named children's process groups together, wait up to `grace` seconds (less once `hurry`
+        is set) for their leaders, then SIGKILL whatever is left in each group and session, and reap."""
         group = [self.children[n] for n in names if n in self.children and not self.children[n].reaped]
         for child in group:
             if not child.exited():
@@ -146,6 +150,8 @@ class Supervisor:
             child.signal_group(sig)
         deadline = time.monotonic() + grace
         while time.monotonic() < deadline and not all(c.exited() for c in group):
+            if hurry is not None and hurry.is_set():
+                break
             time.sleep(0.2)
         for child in group:
             if not child.exited():

@@ -142,6 +142,14 @@ def banner_when_ready(env: dict[str, str], login: dict[str, str]) -> None:
 """, flush=True)
 
 
+def say(message: str) -> None:
+    """Print a status line; a closed terminal (SIGHUP) must not interrupt the stop."""
+    try:
+        print(message, flush=True)
+    except (OSError, ValueError):
+        pass
+
+
 def stop_ray_jobs(env: dict[str, str], timeout: float, hurry: threading.Event) -> None:
     """Stop this installation's running Ray jobs (the platform's stop: SIGINT, the trainer checkpoints, Ray
     SIGKILLs after RUN_STOP_GRACE_SECONDS) and wait, at most `timeout` seconds, until Ray reports each ended."""
@@ -156,16 +164,16 @@ def stop_ray_jobs(env: dict[str, str], timeout: float, hurry: threading.Event) -
         jobs = [j.submission_id for j in client.list_jobs()
                 if (j.submission_id or "").startswith(prefix) and not j.status.is_terminal()]
         for job in jobs:
-            print(f"stopping Ray job {job} (it writes a checkpoint) ...", flush=True)
+            say(f"stopping Ray job {job} (it writes a checkpoint) ...")
             client.stop_job(job)
         deadline = time.monotonic() + timeout
         while jobs and time.monotonic() < deadline and not hurry.is_set():
             jobs = [j for j in jobs if not client.get_job_status(j).is_terminal()]
             time.sleep(1)
         if jobs:
-            print(f"Ray jobs still running after {timeout:.0f} s: {', '.join(jobs)}; stopping Ray", flush=True)
+            say(f"Ray jobs still running after {timeout:.0f} s: {', '.join(jobs)}; stopping Ray")
     except Exception as exc:  # noqa: BLE001 - Ray down or unreachable: nothing more to stop there
-        print(f"could not stop the Ray jobs: {exc}", flush=True)
+        say(f"could not stop the Ray jobs: {exc}")
 
 
 def stop_platform(supervisor: Supervisor, env: dict[str, str], hurry: threading.Event) -> None:
@@ -174,12 +182,12 @@ def stop_platform(supervisor: Supervisor, env: dict[str, str], hurry: threading.
     def grace(seconds: float) -> float:
         return 0 if hurry.is_set() else seconds
 
-    supervisor.stop(["tick", "worker"], grace=grace(WORKER_STOP_SECONDS))
+    supervisor.stop(["tick", "worker"], grace=grace(WORKER_STOP_SECONDS), hurry=hurry)
     if "ray" in supervisor.children and not supervisor.children["ray"].exited():
         stop_ray_jobs(env, timeout=grace(int(env.get("RUN_STOP_GRACE_SECONDS", "60")) + 15), hurry=hurry)
-    supervisor.stop(["ray"], grace=grace(RAY_STOP_SECONDS))
-    supervisor.stop(["web"], grace=grace(10))
-    supervisor.stop(["redis"], grace=grace(10))
+    supervisor.stop(["ray"], grace=grace(RAY_STOP_SECONDS), hurry=hurry)
+    supervisor.stop(["web"], grace=grace(10), hurry=hurry)
+    supervisor.stop(["redis"], grace=grace(10), hurry=hurry)
 
 
 def main() -> int:
@@ -207,10 +215,10 @@ def main() -> int:
 
     def on_signal(signum, frame) -> None:
         if stop.is_set():
-            print("\nstopping faster (no more waiting for jobs and processes to end) ...", flush=True)
+            say("\nstopping faster (no more waiting for jobs and processes to end) ...")
             hurry.set()
         else:
-            print(f"\n{signal.Signals(signum).name}: stopping the platform ...", flush=True)
+            say(f"\n{signal.Signals(signum).name}: stopping the platform ...")
         stop.set()
 
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
@@ -224,14 +232,14 @@ def main() -> int:
         exited = supervisor.wait_any(stop)
         if exited is not None:  # a half-up platform is worse than a stopped one
             returncode = exited.reap() or 1
-            print(f"{exited.name} exited with code {exited.proc.returncode}: stopping the platform ...", flush=True)
+            say(f"{exited.name} exited with code {exited.proc.returncode}: stopping the platform ...")
     finally:
         stop.set()
         stop_platform(supervisor, env, hurry)
         supervisor.stop_all(grace=0)  # anything not named above
         for path in temp_dirs:
             shutil.rmtree(path, ignore_errors=True)
-    print("the platform has stopped", flush=True)
+    say("the platform has stopped")
     return returncode
 
 

@@ -330,3 +330,21 @@ def test_nothing_kills_processes_by_name():
             if pattern.search(code):
                 offenders.append(f"{name}:{number}: {line.strip()}")
     assert not offenders, offenders
+
+
+@pytest.mark.slow
+def test_real_platform_killed_outright_leaves_no_job_or_process(up):
+    """SIGKILL of up.py while a training job runs: Ray, the job's driver and every other child go too."""
+    platform = up()
+    platform.wait_for(lambda: "The platform is up" in platform.log(), 300, "the banner")
+    api_token = re.search(r"API token (\w+)", platform.log()).group(1)
+    headers = {"Authorization": f"Token {api_token}"}
+    requests.post(f"{platform.url}/api/runs/", headers=headers, timeout=30, json={
+        "name": "long", "origin": "api", "kind": "rl_train", "config": {"steps": 5000}}).raise_for_status()
+    platform.wait_for(lambda: trainer_pids(platform.record()), 300, "the run's trainer process")
+    time.sleep(2)
+    platform.record()
+    platform.proc.kill()
+    platform.proc.wait(timeout=10)
+    left = platform.wait_gone(timeout=60)
+    assert not left, f"left running after SIGKILL of up.py: {names(left)}"
