@@ -142,8 +142,10 @@ def names(procs: list[psutil.Process]) -> list[str]:
 
 
 def test_var_is_private_and_no_secret_is_in_argv_and_children_die_on_sigkill(up, tmp_path):
-    (tmp_path / "var").mkdir(mode=0o755)  # an older var/ that anyone could enter
+    (tmp_path / "var").mkdir(mode=0o755)  # an older var/ that anyone could enter, with a readable database
     os.chmod(tmp_path / "var", 0o755)
+    (tmp_path / "var" / "db.sqlite3").touch()  # an empty file is an empty SQLite database
+    os.chmod(tmp_path / "var" / "db.sqlite3", 0o644)
     platform = start_without_ray(up)
     var = platform.var_dir
 
