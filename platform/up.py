@@ -40,6 +40,20 @@ WORKER_STOP_SECONDS = 40
 RAY_STOP_SECONDS = 30
 
 
+def ray_temp_root(var_dir: Path) -> str:
+    """A fresh private (0700) directory for Ray's temp dir, which Ray itself makes world-writable (0777); short,
+    since Ray's unix socket paths must stay under ~107 characters. Recorded in var/, so the next start removes
+    what a killed run could not (one platform per var/ dir at a time)."""
+    record = var_dir / "ray-temp-dir"
+    if record.exists():
+        previous = Path(record.read_text().strip())
+        if previous.parent == Path(tempfile.gettempdir()) and previous.name.startswith("rlcp-"):
+            shutil.rmtree(previous, ignore_errors=True)
+    root = tempfile.mkdtemp(prefix="rlcp-")
+    private_file(record, root + "\n")
+    return root
+
+
 def platform_env() -> tuple[dict[str, str], dict[str, list[str]], list[str]]:
     """The environment every process gets, the argv of the services this script starts itself, and the
     temporary directories to remove at exit."""
@@ -63,10 +77,9 @@ def platform_env() -> tuple[dict[str, str], dict[str, list[str]], list[str]]:
     if "REDIS_URL" not in env:
         services["redis"] = redis_service(env, var_dir)
     if "RAY_ADDRESS" not in env:
-        # A short temp dir: Ray's unix socket paths must stay under ~107 characters.
-        ray_tmp = tempfile.mkdtemp(prefix="rlcp-ray-")
-        temp_dirs.append(ray_tmp)
-        services["ray"] = ray_service(env, var_dir, ray_tmp)
+        ray_root = ray_temp_root(var_dir)
+        temp_dirs.append(ray_root)
+        services["ray"] = ray_service(env, var_dir, os.path.join(ray_root, "ray"))
     return env, services, temp_dirs
 
 

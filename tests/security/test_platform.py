@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import signal
 import stat
 import subprocess
@@ -106,6 +107,9 @@ class UpProcess:
                 p.kill()
             except psutil.NoSuchProcess:
                 pass
+        record = self.var_dir / "ray-temp-dir"  # what a killed up.py leaves for its next start to remove
+        if record.exists():
+            shutil.rmtree(record.read_text().strip(), ignore_errors=True)
 
 
 @pytest.fixture
@@ -238,6 +242,9 @@ def test_real_platform_ray_is_closed_and_ctrl_c_stops_jobs_first(up):
     assert ray_url.startswith("http://127.0.0.1:")
     assert requests.get(f"{ray_url}/api/jobs/", timeout=10).status_code == 401
     assert requests.get(f"{ray_url}/api/jobs/", timeout=10, headers={"Authorization": f"Bearer {token}"}).ok
+    # Ray makes its temp dir (logs, sockets) world-writable; it sits in a directory only we can enter.
+    ray_root = Path((var / "ray-temp-dir").read_text().strip())
+    assert stat.S_IMODE(ray_root.stat().st_mode) == 0o700
     procs = platform.record()
     for p in procs:
         try:
@@ -271,6 +278,7 @@ def test_real_platform_ray_is_closed_and_ctrl_c_stops_jobs_first(up):
     assert platform.proc.wait(timeout=5) == 0, platform.log()[-4000:]
     left = platform.wait_gone(timeout=10)
     assert not left, f"left running after Ctrl-C: {names(left)}"
+    assert not ray_root.exists()
 
     log = platform.log()
     order = ["tick   | stopping", "worker | stopping", f"stopping Ray job rlrun-{run['id']}-",
