@@ -167,8 +167,11 @@ def stop_ray_jobs(env: dict[str, str], timeout: float, hurry: threading.Event) -
     """Stop this installation's running Ray jobs (the platform's stop: SIGINT, the trainer checkpoints, Ray
     SIGKILLs after RUN_STOP_GRACE_SECONDS) and wait, at most `timeout` seconds, until Ray reports each ended."""
     for key in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN_PATH", "RAY_AUTH_TOKEN", "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"):
-        if key in env:  # read by Ray's token loader when ray is first imported
+        # What the children got, read by Ray's token loader when ray is first imported in this process.
+        if key in env:
             os.environ[key] = env[key]
+        else:
+            os.environ.pop(key, None)
     try:
         from ray.job_submission import JobSubmissionClient
 
