@@ -59,6 +59,12 @@ def platform_env() -> tuple[dict[str, str], dict[str, str], list[str]]:
     env = dict(os.environ)
     var_dir = Path(env.setdefault("PLATFORM_VAR_DIR", str(REPO / "var")))
     var_dir.mkdir(parents=True, exist_ok=True)
+    if not env.get("DJANGO_SECRET_KEY"):  # settings refuse the built-in key with DEBUG off: keep one in var/
+        key_file = var_dir / "secret-key"
+        if not key_file.exists():
+            with os.fdopen(os.open(key_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as f:
+                f.write(secrets.token_urlsafe(50) + "\n")
+        env["DJANGO_SECRET_KEY"] = key_file.read_text().strip()
     # Ray jobs run `python -m trainer ...` from the raylet's PATH and import from the repo root.
     env["PATH"] = f"{VENV_BIN}{os.pathsep}{env.get('PATH', '')}"
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH", "")) if p)
