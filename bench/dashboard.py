@@ -115,11 +115,13 @@ def main() -> None:
             t0 = time.perf_counter()
             for i in range(20):
                 origin = "dashboard" if i == 0 else "api"
-                run = services.run_submit(owner=user, name=f"running-{i}", origin=origin, kind="rl_train", config={})
+                # One user seeds the whole board: not subject to the per-user caps (docs/slots.md).
+                run = services.run_submit(owner=user, name=f"running-{i}", origin=origin, kind="rl_train", config={},
+                                          user_caps=False)
                 services.run_transition(run=run, status=RunStatus.RUNNING)
             for i in range(1000):
                 services.run_submit(owner=user, name=f"queued-{i}", origin=("api", "schedule", "system")[i % 3],
-                                    kind="rl_train", config={})
+                                    kind="rl_train", config={}, user_caps=False)
             seed_s = time.perf_counter() - t0
             assert Run.objects.filter(status=RunStatus.QUEUED).count() == 1000
             running = list(Run.objects.filter(status=RunStatus.RUNNING).order_by("id"))

@@ -193,7 +193,9 @@ def main() -> None:
                                   status=RunStatus.RUNNING)
 
     web = Daphne(server_env(database_url=db_url, redis_url=redis.url, prefix=prefix,
-                            DATABASE_POOL="0" if args.no_pool else "1"))
+                            DATABASE_POOL="0" if args.no_pool else "1",
+                            # all clients are one user: lift the per-user websocket cap (docs/realtime.md)
+                            WS_MAX_PER_USER=str(args.clients + 10)))
     bare: list[float] = []
     full: list[float] = []
     lost = 0

@@ -82,6 +82,7 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    "csp.middleware.CSPMiddleware",  # Content-Security-Policy on every response (CONTENT_SECURITY_POLICY below)
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -155,6 +156,18 @@ CHANNEL_LAYERS = {
 # Redis was unreachable); the dashboard sends at most one update per run per this interval.
 REALTIME_RESYNC_SECONDS = float(os.environ.get("REALTIME_RESYNC_SECONDS", "2"))
 REALTIME_COALESCE_SECONDS = float(os.environ.get("REALTIME_COALESCE_SECONDS", "0.1"))
+# Websocket limits (docs/realtime.md): open sockets per user across every ASGI process (counted in Redis;
+# past it the socket is closed with 4429), events sent on connect before the client is pointed at the REST
+# API for older ones, and how often an open socket re-reads its session (logout and staff changes also
+# close sockets at once, by signal).
+WS_MAX_PER_USER = env_int("WS_MAX_PER_USER", 20)
+WS_REPLAY_MAX = env_int("WS_REPLAY_MAX", 2000)
+WS_SESSION_RECHECK_SECONDS = float(os.environ.get("WS_SESSION_RECHECK_SECONDS", "15"))
+# Stored events per run (runs/retention.py): high-rate types are thinned past half of it and not stored past
+# it; `status` events are always stored. GET /api/runs/<id>/events/ pages are at most EVENTS_PAGE_MAX events.
+EVENTS_MAX_PER_RUN = env_int("EVENTS_MAX_PER_RUN", 50_000)
+EVENTS_DOWNSAMPLE_EVERY = env_int("EVENTS_DOWNSAMPLE_EVERY", 10)
+EVENTS_PAGE_MAX = env_int("EVENTS_PAGE_MAX", 1000)
 
 CELERY_BROKER_URL = REDIS_URL
 CELERY_RESULT_BACKEND = None
@@ -261,6 +274,25 @@ WHITENOISE_USE_FINDERS = True
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
     "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"},
+}
+
+# Content-Security-Policy (django-csp): no inline or foreign script, so a missed escape cannot run code.
+# Style attributes stay allowed (style-src-attr): the pages and their scripts size bars and cells with them;
+# <style> elements and foreign stylesheets are not (style-src-elem 'self'). 'self' covers same-host ws/wss.
+CONTENT_SECURITY_POLICY = {
+    "DIRECTIVES": {
+        "default-src": ["'self'"],
+        "script-src": ["'self'"],
+        "style-src": ["'self'"],
+        "style-src-elem": ["'self'"],
+        "style-src-attr": ["'unsafe-inline'"],
+        "img-src": ["'self'", "data:"],
+        "connect-src": ["'self'"],
+        "object-src": ["'none'"],
+        "base-uri": ["'none'"],
+        "frame-ancestors": ["'none'"],
+        "form-action": ["'self'"],
+    },
 }
 
 LOGGING = {

@@ -31,13 +31,19 @@ const options = {
   logLevel: "warning",
 };
 
+// Applied before first paint (a classic script in <head>): the saved theme, without an inline <script>,
+// which the Content-Security-Policy (script-src 'self') forbids.
+const headOptions = { ...options, entryPoints: { "theme-init": join(src, "theme_init.ts") }, format: "iife" };
+
 if (watch) {
   const ctx = await esbuild.context(options);
   await ctx.watch();
+  await (await esbuild.context(headOptions)).watch();
   console.log("watching frontend/static/src ...");
 } else {
   rmSync(dist, { recursive: true, force: true });
   await esbuild.build(options);
+  await esbuild.build(headOptions);
   let raw = 0, gz = 0;
   const walk = (dir) => {
     for (const name of readdirSync(dir)) {

@@ -13,17 +13,21 @@ from typing import Any
 from urllib.parse import parse_qs
 
 from channels.db import database_sync_to_async
-from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from django.conf import settings
 
+from frontend import ws_guard
+from frontend.ws_guard import (
+    CLOSE_BAD_REQUEST, CLOSE_FORBIDDEN, CLOSE_NOT_FOUND, CLOSE_UNAUTHENTICATED, AuthenticatedConsumer,
+)
 from runs import realtime
 
 logger = logging.getLogger(__name__)
-CLOSE_BAD_REQUEST = 4400
-CLOSE_UNAUTHENTICATED = 4401
-CLOSE_FORBIDDEN = 4403
-CLOSE_NOT_FOUND = 4404
 REPLAY_PAGE = 500
+
+
+def replay_max() -> int:
+    """Most stored events one connect replays; older ones are for GET /api/runs/<id>/events/."""
+    return max(1, int(getattr(settings, "WS_REPLAY_MAX", 2000)))
 
 
 def resync_seconds() -> float:
@@ -69,19 +73,6 @@ class Coalescer:
         self._timers.clear()
 
 
-class AuthenticatedConsumer(AsyncJsonWebsocketConsumer):
-    """Accept then close with an application code, so the browser sees why (a close before accept is a
-    bare HTTP 403 to it)."""
-
-    async def refuse(self, code: int) -> None:
-        await self.accept()
-        await self.close(code=code)
-
-    def user_or_none(self) -> Any:
-        user = self.scope.get("user")
-        return user if user is not None and user.is_authenticated else None
-
-
 class RunConsumer(AuthenticatedConsumer):
     """Every event of one run, in platform seq order, exactly once per connection (docs/realtime.md)."""
 
@@ -99,6 +90,8 @@ class RunConsumer(AuthenticatedConsumer):
         after = self._after_from_query()
         if after == -1:
             return await self.refuse(CLOSE_BAD_REQUEST)
+        if not await self.guard_start(user):
+            return
         # Subscribe BEFORE reading the database: an event committed after our read is then certain to
         # reach us live. Channels dispatches one message at a time, so live messages wait in our queue
         # until connect() returns, and run_events drops those the replay already covered. (Subscribing
@@ -107,7 +100,7 @@ class RunConsumer(AuthenticatedConsumer):
         await self.channel_layer.group_add(self.group, self.channel_name)
         # One database call (one connection) for check, snapshot and first replay page: connects are bursty.
         opening = await database_sync_to_async(realtime.run_stream_open)(
-            run_id=self.run_id, user=user, after=after, limit=REPLAY_PAGE
+            run_id=self.run_id, user=user, after=after, limit=REPLAY_PAGE, replay_max=replay_max()
         )
         if opening.refusal is not None:
             return await self.refuse(REFUSAL_CODES[opening.refusal])
@@ -115,6 +108,11 @@ class RunConsumer(AuthenticatedConsumer):
         await self.accept()
         await self.send_json({"type": "snapshot", "run": opening.snapshot, "last_seq": opening.last_seq})
         self.last_sent = opening.last_seq if after is None else after
+        if after is not None and opening.replay_from > after:
+            # Paged replay: at most WS_REPLAY_MAX events on connect; the client reads older ones from
+            # GET /api/runs/<id>/events/?after=<after> (paged) if it wants them.
+            await self.send_json({"type": "truncated", "after": after, "through": opening.replay_from})
+            self.last_sent = opening.replay_from
         if opening.replay:
             await self.send_json({"type": "events", "events": opening.replay})
             self.last_sent = opening.replay[-1]["seq"]
@@ -171,8 +169,15 @@ class RunConsumer(AuthenticatedConsumer):
             async with self._lock:
                 await self._send_stored(upto=last_seq)
 
+    async def rights_check(self, user: Any) -> None:
+        self.user = user
+        if not await database_sync_to_async(ws_guard.run_visible)(user, self.run_id):
+            await self.end(CLOSE_FORBIDDEN)
+
     async def disconnect(self, code: int) -> None:
+        self.ended = True
         stream_watch.discard(self)
+        await self._guard_stop()
         if self.group is not None:
             await self.channel_layer.group_discard(self.group, self.channel_name)
 
@@ -228,7 +233,8 @@ class DashboardConsumer(AuthenticatedConsumer):
         user = self.user_or_none()
         if user is None:
             return await self.refuse(CLOSE_UNAUTHENTICATED)
-        self.user = user
+        if not await self.guard_start(user):
+            return
         self._coalescer = Coalescer(coalesce_seconds(), self.send_json)
         await self.channel_layer.group_add(realtime.DASHBOARD_GROUP, self.channel_name)
         self.joined = True
@@ -254,7 +260,16 @@ class DashboardConsumer(AuthenticatedConsumer):
         queue = [item["run"] for item in message["queue"] if self._visible(item["owner_id"])]
         await self._coalescer.offer("slots", {"type": "slots", "slots": message["slots"], "queue": queue})
 
+    async def rights_check(self, user: Any) -> None:
+        # Staff lost (or gained): what this socket already sent was cut for other rights. Close; the board
+        # reconnects and gets a snapshot for the rights the user has now.
+        if bool(user.is_staff) != bool(self.user.is_staff):
+            await self.end(CLOSE_FORBIDDEN)
+        self.user = user
+
     async def disconnect(self, code: int) -> None:
+        self.ended = True
+        await self._guard_stop()
         if self.joined:
             self._coalescer.cancel()
             await self.channel_layer.group_discard(realtime.DASHBOARD_GROUP, self.channel_name)

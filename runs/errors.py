@@ -1,4 +1,4 @@
-"""Errors the run services raise; the API maps them to HTTP answers (400 naming the field, 404, 409)."""
+"""Errors the run services raise; the API maps them to HTTP answers (400 naming the field, 403, 404, 409, 429)."""
 from __future__ import annotations
 
 
@@ -28,3 +28,15 @@ class InvalidTransition(ServiceError):
     """The run is not in a status that allows the operation (e.g. cancelling a finished run)."""
 
     status_code = 409
+
+
+class NotAllowed(ServiceError):
+    """The caller may not ask for this (e.g. a non-staff user claiming origin `schedule`)."""
+
+    status_code = 403
+
+
+class LimitExceeded(ServiceError):
+    """A per-user cap is reached (e.g. `max_queued_per_user`); `field` names the cap. Answered as 429."""
+
+    status_code = 429

@@ -12,6 +12,7 @@ from django.utils import timezone
 from runs.errors import InvalidInput, InvalidTransition, RunNotFound, ServiceError
 from runs.events import run_events_record
 from runs.models import FINISHED_STATUSES, Run, RunEvent
+from runs.retention import events_keep
 from trainer.events import EventSchemaError, validate_event
 
 MAX_BATCH = 1000
@@ -31,9 +32,11 @@ class IngestResult:
     duplicates: int  # events of this post already stored by an earlier one
     last_seq: int  # the run's platform seq after this post
     status: str  # the run's status, so the job notices `stopping` (cancel requested)
+    dropped: int = 0  # events of this post not stored by the run's event budget (runs/retention.py)
 
     def as_dict(self) -> dict[str, Any]:
-        return {"stored": self.stored, "duplicates": self.duplicates, "last_seq": self.last_seq, "status": self.status}
+        return {"stored": self.stored, "duplicates": self.duplicates, "last_seq": self.last_seq, "status": self.status,
+                "dropped": self.dropped}
 
 
 def run_for_ingest(*, run_id: int, token: str | None) -> Run:
@@ -82,17 +85,37 @@ def run_events_ingest(*, run: Run, payload: Any) -> IngestResult:
     source = f"attempt-{run.attempt}"
     now = timezone.now()
     with transaction.atomic():
-        # run_events_record locks the run row; holding the transaction open keeps the lock for the fold,
-        # so two concurrent posts cannot fold their summaries over each other.
-        stored = run_events_record(run=run, source=source, events=items)
+        # The run row lock is held to the end of the transaction: the budget check, the stored seqs and the
+        # summary fold of two concurrent posts cannot interleave.
+        count = Run.objects.select_for_update().values_list("last_seq", flat=True).get(pk=run.pk)
+        kept, dropped = events_keep(stored=count, items=items)
+        stored = run_events_record(run=run, source=source, events=kept)
         locked = Run.objects.select_for_update().only("summary", "status", "last_seq").get(pk=run.pk)
         fields: dict[str, Any] = {"heartbeat_at": now}
-        if stored:
-            fields["summary"] = summary_fold(locked.summary or {}, stored)
+        folded = _fold_order(items, stored, dropped)
+        if folded:
+            fields["summary"] = summary_fold(locked.summary or {}, folded)
         Run.objects.filter(pk=run.pk).update(**fields)
         status, last_seq = locked.status, locked.last_seq
-        if stored:
+        if folded:
             from runs.realtime import run_summary_publish  # late: realtime imports channels
 
             run_summary_publish(run_id=run.pk)
-    return IngestResult(stored=len(stored), duplicates=len(items) - len(stored), last_seq=last_seq, status=status)
+    return IngestResult(stored=len(stored), duplicates=len(kept) - len(stored), last_seq=last_seq, status=status,
+                        dropped=len(dropped))
+
+
+def _fold_order(items: list[dict[str, Any]], stored: list[RunEvent], dropped: list[dict[str, Any]]) -> list[RunEvent]:
+    """Stored rows and dropped events (unsaved rows) in posted order: a dropped event still updates the
+    summary; duplicates of earlier posts do not."""
+    from runs.events import _as_datetime
+
+    rows = {row.source_seq: row for row in stored}
+    dropped_ids = {id(item) for item in dropped}
+    out: list[RunEvent] = []
+    for item in items:
+        if id(item) in dropped_ids:
+            out.append(RunEvent(type=item["type"], data=item.get("data") or {}, ts=_as_datetime(item.get("ts"))))
+        elif item.get("source_seq") in rows:
+            out.append(rows.pop(item["source_seq"]))
+    return out

@@ -21,13 +21,16 @@ DEFAULT_KIND = "rl_train"
 
 ConfigValidator = Callable[[dict[str, Any]], dict[str, Any]]
 RunHook = Callable[["Run"], None]
+ConfigAuthorizer = Callable[[dict[str, Any], Any], None]
 
 
 @dataclass(frozen=True)
 class RunKind:
     """`validate_config` returns the config to store or raises InvalidInput naming the field (`config.<key>`);
     `launch` starts a granted run (must be idempotent: it can be called again after a lost launch);
-    `stop` asks a running job to stop (the run is `stopping` or already failed by the platform)."""
+    `stop` asks a running job to stop (the run is `stopping` or already failed by the platform);
+    `authorize(config, owner)`, if set, raises InvalidInput when the config refers to something the owner may
+    not see (answered exactly like a missing thing, so it reveals nothing)."""
 
     name: str
     validate_config: ConfigValidator
@@ -35,6 +38,7 @@ class RunKind:
     description: str = ""
     launch: RunHook | None = None
     stop: RunHook | None = None
+    authorize: ConfigAuthorizer | None = None
 
 
 _lock = threading.Lock()
@@ -82,11 +86,13 @@ def _train_config_module() -> Any:
 
 
 def _rl_train_validate(config: dict[str, Any]) -> dict[str, Any]:
+    """TrainConfig's checks (types, bounds, parameter budget) plus the platform's sandbox: no debug phase and no
+    `batch_path`, so nothing in a submitted config names a file (checkpoint and config paths are per run id)."""
     module = _train_config_module()
     if not isinstance(config, dict):
         raise InvalidInput("must be a JSON object", field="config")
     try:
-        module.TrainConfig.from_dict(config)
+        module.TrainConfig.from_dict(config, allow_debug=False)
     except module.ConfigError as exc:
         field = getattr(exc, "field", "") or ""
         message = str(exc)
@@ -97,7 +103,7 @@ def _rl_train_validate(config: dict[str, Any]) -> dict[str, Any]:
 
 
 def _rl_train_schema() -> dict[str, Any]:
-    return _train_config_module().TrainConfig.json_schema()
+    return _train_config_module().TrainConfig.json_schema(allow_debug=False)
 
 
 kind_register(

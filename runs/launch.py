@@ -62,6 +62,9 @@ def submission_id_for(run: Run) -> str:
 
 
 def run_artifacts_dir(run_id: int) -> Path:
+    """RUN_ARTIFACTS_DIR/<id>: the only place a run's job reads or writes files (config, checkpoints)."""
+    if not isinstance(run_id, int) or isinstance(run_id, bool) or run_id < 1:
+        raise ValueError(f"a run id is a positive integer, got {run_id!r}")
     return Path(settings.RUN_ARTIFACTS_DIR) / str(run_id)
 
 
@@ -86,13 +89,16 @@ def cluster_gpus(client: JobSubmissionClient) -> float:
 
 
 def rl_train_job(run: Run) -> JobSpec:
-    """`python -m trainer run`: the config is written next to the checkpoints (a shared path in production)."""
+    """`python -m trainer run`: the config is written next to the checkpoints (a shared path in production).
+
+    Every path is chosen here from the run id; `--sandboxed` makes the job refuse a config that names a file
+    (a debug phase, `batch_path`) even if one was stored before the submit check existed."""
     artifacts = run_artifacts_dir(run.pk)
     artifacts.mkdir(parents=True, exist_ok=True)
     config_path = artifacts / "config.json"
     config_path.write_text(json.dumps(run.config, indent=2, sort_keys=True))
     cmd = ["python", "-m", "trainer", "run", "--config", str(config_path), "--events", run_events_url(run),
-           "--checkpoint-dir", str(run_checkpoint_dir(run.pk))]
+           "--checkpoint-dir", str(run_checkpoint_dir(run.pk)), "--sandboxed"]
     if run.resume_requested:
         cmd.append("--resume")
     # 'local' trains inside the entrypoint process; the other modes place a learner actor that asks Ray for

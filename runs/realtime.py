@@ -204,11 +204,14 @@ class StreamOpening:
     refusal: str | None  # "not_found" | "forbidden" | "after_beyond" | None
     snapshot: dict[str, Any] | None = None  # the run JSON, summary folded up to last_seq (one row read)
     last_seq: int = 0
-    replay: list[dict[str, Any]] = field(default_factory=list)  # first page of events after `after`
+    replay: list[dict[str, Any]] = field(default_factory=list)  # first page of events after `replay_from`
+    replay_from: int = 0  # replay starts after this seq: `after`, or later when more than replay_max are behind
 
 
-def run_stream_open(*, run_id: int, user: Any, after: int | None, limit: int) -> StreamOpening:
-    """Permission check (owner or staff), snapshot and the first replay page, in one database session."""
+def run_stream_open(*, run_id: int, user: Any, after: int | None, limit: int,
+                    replay_max: int | None = None) -> StreamOpening:
+    """Permission check (owner or staff), snapshot and the first replay page, in one database session.
+    With `replay_max`, the replay covers at most the newest `replay_max` events (`replay_from` says where)."""
     run = Run.objects.select_related("owner").filter(pk=run_id).first()
     if run is None:
         return StreamOpening(refusal="not_found")
@@ -216,8 +219,12 @@ def run_stream_open(*, run_id: int, user: Any, after: int | None, limit: int) ->
         return StreamOpening(refusal="forbidden")
     if after is not None and after > run.last_seq:
         return StreamOpening(refusal="after_beyond")
-    replay = run_events_after(run_id=run_id, after=after, limit=limit) if after is not None else []
-    return StreamOpening(refusal=None, snapshot=runs_payload([run])[0], last_seq=run.last_seq, replay=replay)
+    start = after or 0
+    if after is not None and replay_max is not None:
+        start = max(after, run.last_seq - replay_max)
+    replay = run_events_after(run_id=run_id, after=start, limit=limit) if after is not None else []
+    return StreamOpening(refusal=None, snapshot=runs_payload([run])[0], last_seq=run.last_seq, replay=replay,
+                         replay_from=start)
 
 
 def runs_last_seq(*, run_ids: list[int]) -> dict[int, int]:

@@ -60,7 +60,10 @@ def _validated(fields: dict[str, Any]) -> dict[str, Any]:
 def schedule_create(*, owner: Any, name: str, cron: str, kind: str = kinds.DEFAULT_KIND,
                     config: dict[str, Any] | None = None, enabled: bool = True) -> Schedule:
     fields = _validated({"name": name, "cron": cron, "kind": kind, "config": config or {}, "enabled": enabled})
-    fields["config"] = kinds.kind_get(kind).validate_config(fields["config"])
+    run_kind = kinds.kind_get(kind)
+    fields["config"] = run_kind.validate_config(fields["config"])
+    if run_kind.authorize is not None:
+        run_kind.authorize(fields["config"], owner)
     return Schedule.objects.create(owner=owner, next_run_at=cron_next(cron, after=timezone.now()), **fields)
 
 
@@ -69,6 +72,8 @@ def schedule_update(*, schedule: Schedule, changes: dict[str, Any]) -> Schedule:
     kind = kinds.kind_get(fields.get("kind", schedule.kind))
     if "config" in fields or "kind" in fields:
         fields["config"] = kind.validate_config(fields.get("config", schedule.config))
+        if kind.authorize is not None:
+            kind.authorize(fields["config"], schedule.owner)
     for key, value in fields.items():
         setattr(schedule, key, value)
     if "cron" in fields or ("enabled" in fields and schedule.enabled):

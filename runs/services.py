@@ -12,7 +12,7 @@ from django.db import connection, transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from runs import kinds
+from runs import kinds, limits
 from runs.errors import InvalidInput, InvalidTransition
 from runs.events import PLATFORM_SOURCE, run_event_to_dict, run_events_record
 from runs.models import (
@@ -22,10 +22,10 @@ from runs.notify import slots_notify
 from runs.realtime import dashboard_publish, run_event_publish
 from runs.slots import pg as slots_pg, store
 from runs.slots.grant import Snapshot, grant
-from runs.slots.policy import PolicyError, policy_check_merged, policy_merge, policy_validate
+from runs.slots.policy import TIME_LIMIT_CEILING, PolicyError, policy_check_merged, policy_merge, policy_validate
 
 NAME_MAX = 200
-TIME_LIMIT_MAX = 10**9
+TIME_LIMIT_MAX = TIME_LIMIT_CEILING
 # Allowed moves; anything else is a bug in the caller and raises InvalidTransition.
 TRANSITIONS: dict[str, set[str]] = {
     RunStatus.QUEUED: {RunStatus.STARTING, RunStatus.CANCELLED, RunStatus.FAILED},
@@ -123,9 +123,13 @@ def slots_grant(*, reason: str = "tick") -> list[int]:
 def run_submit(
     *, owner: Any, name: str, origin: str, kind: str, config: Any,
     time_limit_seconds: int | None = None, parent: Run | None = None, auto_resume: bool = False,
+    user_caps: bool = True,
 ) -> Run:
     """Validate, create the run with a waiting slot, and grant in the same transaction. `auto_resume`: when the
-    run fails, the platform resumes it from its last checkpoint (at most RUN_AUTO_RESUME_MAX times)."""
+    run fails, the platform resumes it from its last checkpoint (at most RUN_AUTO_RESUME_MAX times).
+    `origin` is trusted here (the API derives it: runs.limits.origin_for_request). Every run gets a finite time
+    limit (the staff default when none is given; above the staff maximum is a 400). `user_caps`: refuse with
+    LimitExceeded (429) when the owner is at a per-user cap; only automatic evaluation runs pass False."""
     if origin not in Origin.values:
         raise InvalidInput(f"unknown origin {origin!r}; expected one of {', '.join(Origin.values)}", field="origin")
     if not isinstance(name, str) or not name.strip() or len(name) > NAME_MAX:
@@ -144,9 +148,15 @@ def run_submit(
     if "\\u0000" in json.dumps(config):
         raise InvalidInput("must not contain NUL characters", field="config")
     config = run_kind.validate_config(config)
+    if run_kind.authorize is not None:
+        run_kind.authorize(config, owner)
     started = time.time()
     with transaction.atomic():
         store.slots_lock()
+        user_limits = limits.limits_load()
+        time_limit_seconds = limits.time_limit_resolve(time_limit_seconds, user_limits)
+        if user_caps:
+            limits.user_caps_check(owner=owner, limits=user_limits)
         now = timezone.now()
         run = Run.objects.create(
             name=name.strip(), origin=origin, run_class=ORIGIN_TO_CLASS[origin], kind=run_kind.name, config=config,
@@ -258,9 +268,10 @@ def run_cancel(*, run: Run, by: Any) -> Run:
     raise InvalidTransition(f"run {run.pk} is already {locked.status}", field="status")
 
 
-def run_resume(*, run: Run, by: Any) -> Run:
+def run_resume(*, run: Run, by: Any, user_caps: bool = True) -> Run:
     """Re-queue a failed or cancelled run (same run, same event stream; `resume_requested` tells the launcher
-    to continue from the last checkpoint)."""
+    to continue from the last checkpoint). A resume adds a queued run, so the owner's per-user caps apply
+    (`user_caps=False` only for the platform's automatic resume of a run that just failed)."""
     started = time.time()
     with transaction.atomic():
         store.slots_lock()
@@ -268,6 +279,8 @@ def run_resume(*, run: Run, by: Any) -> Run:
         if locked.status not in (RunStatus.FAILED, RunStatus.CANCELLED):
             raise InvalidTransition(f"only failed or cancelled runs can resume; run is {locked.status}",
                                     field="status")
+        if user_caps:
+            limits.user_caps_check(owner=locked.owner_id, limits=limits.limits_load())
         locked.resume_requested = True
         # A new attempt: a new Ray submission id (the old job's id is taken) and a new event source.
         locked.attempt += 1
@@ -320,14 +333,16 @@ def runs_reclaim_stale(*, now: datetime) -> list[int]:
 
 
 def runs_enforce_time_limits(*, now: datetime) -> list[int]:
-    """Fail active runs past their time limit, counted from the grant (time queued never counts)."""
+    """Fail active runs past their time limit, counted from the grant (time queued never counts). A run stored
+    without a limit (submitted before limits were mandatory) gets the current staff default."""
+    default = limits.limits_load().default_time_limit_seconds
     over = [
-        r.pk for r in Run.objects.filter(status__in=ACTIVE_STATUSES, time_limit_seconds__isnull=False,
-                                         granted_at__isnull=False).only("pk", "granted_at", "time_limit_seconds")
-        if r.granted_at + timedelta(seconds=r.time_limit_seconds) <= now
+        r.pk for r in Run.objects.filter(status__in=ACTIVE_STATUSES, granted_at__isnull=False)
+        .only("pk", "granted_at", "time_limit_seconds")
+        if r.granted_at + timedelta(seconds=r.time_limit_seconds or default) <= now
     ]
     return _fail_active(over, reason="time_limit",
-                        error_of=lambda r: f"time limit of {r.time_limit_seconds} s exceeded")
+                        error_of=lambda r: f"time limit of {r.time_limit_seconds or default} s exceeded")
 
 
 def settings_update(*, changes: Any, partial: bool, by: Any) -> dict[str, Any]:

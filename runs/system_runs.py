@@ -38,9 +38,17 @@ def eval_config_validate(config: dict[str, Any]) -> dict[str, Any]:
     source = config.get("source_run")
     if not isinstance(source, int) or isinstance(source, bool) or source < 1:
         raise InvalidInput("must be the id (a positive integer) of an rl_train run", field="config.source_run")
-    if not Run.objects.filter(pk=source, kind=kinds.DEFAULT_KIND).exists():
+    return {"source_run": source}  # that it exists and may be seen: eval_authorize, which knows the owner
+
+
+def eval_authorize(config: dict[str, Any], owner: Any) -> None:
+    """The source run must be an rl_train run the owner may see (own runs; staff: all). One query either way,
+    so another user's run is answered exactly like a missing one (same 400, same message, same work)."""
+    from runs.selectors import run_list
+
+    source = config["source_run"]
+    if not run_list(user=owner).filter(pk=source, kind=kinds.DEFAULT_KIND).exists():
         raise InvalidInput(f"no {kinds.DEFAULT_KIND} run with id {source}", field="config.source_run")
-    return {"source_run": source}
 
 
 def eval_launch(run: Run) -> None:
@@ -69,13 +77,14 @@ def execution_register() -> None:
     kinds.kind_register(kinds.RunKind(
         name=EVAL_KIND, validate_config=eval_config_validate, json_schema=lambda: EVAL_SCHEMA,
         description="Held-out evaluation of an rl_train run's last checkpoint (python -m trainer eval)",
-        launch=eval_launch, stop=ray_job_stop,
+        launch=eval_launch, stop=ray_job_stop, authorize=eval_authorize,
     ))
     kinds.kind_attach(kinds.DEFAULT_KIND, launch=rl_train_launch, stop=ray_job_stop)
 
 
 def eval_run_submit(*, run: Run) -> Run | None:
-    """Submit the evaluation of a succeeded training run once (racing finalizers: the grant lock decides)."""
+    """Submit the evaluation of a succeeded training run once (racing finalizers: the grant lock decides).
+    Not refused by the owner's per-user caps: it replaces the training run that just finished, one for one."""
     from runs import services
     from runs.slots import store
 
@@ -84,7 +93,7 @@ def eval_run_submit(*, run: Run) -> Run | None:
         if Run.objects.filter(parent=run, origin=Origin.SYSTEM, kind=EVAL_KIND).exists():
             return None
         return services.run_submit(owner=run.owner, name=f"eval of {run.name}"[:200], origin=Origin.SYSTEM,
-                                   kind=EVAL_KIND, config={"source_run": run.pk}, parent=run)
+                                   kind=EVAL_KIND, config={"source_run": run.pk}, parent=run, user_caps=False)
 
 
 def eval_summary_record(*, run: Run) -> None:
@@ -109,7 +118,7 @@ def system_runs_after_finish(*, run: Run) -> None:
         elif run.status == RunStatus.FAILED and run.auto_resume and run.attempt < settings.RUN_AUTO_RESUME_MAX:
             from runs import services
 
-            services.run_resume(run=run, by="the platform (auto-resume)")
+            services.run_resume(run=run, by="the platform (auto-resume)", user_caps=False)
             logger.info("run %s failed: resumed automatically (attempt %s)", run.pk, run.attempt + 1)
     except ServiceError:
         logger.exception("run %s: system follow-up failed", run.pk)

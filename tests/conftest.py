@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.processes import stop_process_group
+from tests.processes import die_with_parent, stop_process_group
 
 # Ray 2.60's `ray start` turns token authentication on when ~/.ray/auth_token exists (and refuses to start with
 # RAY_AUTH_MODE=token when it does not); job API clients only send the token with RAY_AUTH_MODE=token. So pick
@@ -79,7 +79,8 @@ def ray_cluster() -> RayCluster:
     # --block keeps `ray start` in the foreground; ending it stops exactly this cluster's processes and no
     # other Ray cluster on the machine (`ray stop` would kill every one).
     log = open(Path(temp_dir) / "head.log", "w")
-    head = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    head = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                            preexec_fn=die_with_parent())
     address = f"127.0.0.1:{port}"
     cluster = RayCluster(address=address, dashboard_url=f"http://127.0.0.1:{dash_port}", temp_dir=temp_dir)
     _wait_for_job_api(cluster, head, Path(temp_dir) / "head.log")

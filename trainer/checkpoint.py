@@ -1,22 +1,29 @@
 """Checkpoint directory layout and atomic save/load.
 
     DIR/latest                  name of the newest complete checkpoint (written last, atomically)
-    DIR/step-000012/meta.json   step, version, config, sampler progress, time (readable without torch)
+    DIR/step-000012/meta.json   format, step, version, config, sampler progress, time (readable without torch)
     DIR/step-000012/state.pt    policy, optimizer, sampler and scheduler state (ready groups), RNG states
 
 A checkpoint directory is written under a temporary name and renamed, so a crash mid-save leaves the previous
-checkpoint as `latest`.
+checkpoint as `latest`. `state.pt` holds only plain data (tensors and containers of primitives; groups are
+dicts, see trainer.plain) and is read with `torch.load(weights_only=True)`: a checkpoint cannot run code.
+`latest` must name a `step-NNNNNN` directory inside DIR (no other path is followed).
 """
 from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import time
 from pathlib import Path
 from typing import Any
 
 import torch
+
+# 2: plain data only (weights_only loading). Format 1 (no "format" key) pickled groups and is not loaded.
+CHECKPOINT_FORMAT = 2
+_STEP_NAME = re.compile(r"step-\d{6,}")
 
 
 def checkpoint_save(directory: str | os.PathLike[str], *, step: int, meta: dict[str, Any],
@@ -28,7 +35,8 @@ def checkpoint_save(directory: str | os.PathLike[str], *, step: int, meta: dict[
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()
     torch.save(state, tmp / "state.pt")
-    (tmp / "meta.json").write_text(json.dumps({**meta, "step": step, "saved_at": time.time()}, indent=2))
+    (tmp / "meta.json").write_text(json.dumps({**meta, "format": CHECKPOINT_FORMAT, "step": step,
+                                               "saved_at": time.time()}, indent=2))
     final = root / name
     shutil.rmtree(final, ignore_errors=True)
     os.replace(tmp, final)
@@ -45,8 +53,11 @@ def checkpoint_latest(directory: str | os.PathLike[str]) -> Path | None:
     root = Path(directory)
     marker = root / "latest"
     if marker.exists():
-        path = root / marker.read_text().strip()
-        if (path / "state.pt").exists():
+        name = marker.read_text().strip()
+        path = root / name
+        # Only a step directory of this DIR: never an absolute path, `..` or a symlink out of it.
+        if (_STEP_NAME.fullmatch(name) and (path / "state.pt").exists()
+                and not any(p.is_symlink() for p in (path, path / "state.pt", path / "meta.json"))):
             return path
     if (root / "state.pt").exists():  # DIR may name a step directory itself
         return root
@@ -59,5 +70,8 @@ def checkpoint_load(path: str | os.PathLike[str]) -> tuple[dict[str, Any], dict[
     if found is None:
         raise FileNotFoundError(f"no checkpoint under {path}")
     meta = json.loads((found / "meta.json").read_text())
-    state = torch.load(found / "state.pt", weights_only=False)  # our own file: it holds pickled groups
+    if meta.get("format") != CHECKPOINT_FORMAT:
+        raise ValueError(f"checkpoint {found} has format {meta.get('format', 1)}, this trainer reads format "
+                         f"{CHECKPOINT_FORMAT} (older checkpoints pickled Python objects and are not loaded)")
+    state = torch.load(found / "state.pt", weights_only=True, map_location="cpu")
     return meta, state

@@ -20,8 +20,9 @@ from trainer.sinks import EventEmitter, sink_for
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_STOPPED = 0, 1, 2, 143
 
 
-def config_load(path: str) -> TrainConfig:
-    """A JSON or YAML file holding (a subset of) TrainConfig's keys."""
+def config_load(path: str, *, allow_debug: bool = True) -> TrainConfig:
+    """A JSON or YAML file holding (a subset of) TrainConfig's keys (`allow_debug=False`: no debug phase, no
+    batch_path, as the platform requires)."""
     text = Path(path).read_text()
     if path.endswith((".yaml", ".yml")):
         import yaml
@@ -32,7 +33,7 @@ def config_load(path: str) -> TrainConfig:
             data = json.loads(text)
         except json.JSONDecodeError as exc:
             raise ConfigError("config", f"{path} is not valid JSON ({exc})") from None
-    return TrainConfig.from_dict(data)
+    return TrainConfig.from_dict(data, allow_debug=allow_debug)
 
 
 class ProgressSink:
@@ -71,7 +72,7 @@ def _emitter(target: str | None, progress_total: int | None = None) -> EventEmit
 
 def cmd_run(args: argparse.Namespace) -> int:
     try:
-        cfg = config_load(args.config)
+        cfg = config_load(args.config, allow_debug=not args.sandboxed)
     except (ConfigError, OSError) as exc:
         emitter = _emitter(args.events)
         emitter.emit("status", {"status": "failed", "error": f"invalid config: {exc}"})
@@ -145,6 +146,8 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--events", help="JSONL path, or http(s) URL of the platform's ingest endpoint")
     run.add_argument("--checkpoint-dir", help="where checkpoints go (and come from with --resume)")
     run.add_argument("--resume", action="store_true", help="continue from the latest checkpoint in the dir")
+    run.add_argument("--sandboxed", action="store_true",
+                     help="refuse the debug phases and batch_path, as the platform does (it launches jobs with it)")
     run.set_defaults(fn=cmd_run)
     ev = sub.add_parser("eval", help="held-out metrics of a checkpoint")
     ev.add_argument("--checkpoint", required=True, help="checkpoint dir (a run's dir or one step-* in it)")

@@ -1,18 +1,23 @@
 """The validated training-run configuration: one dataclass, its JSON schema, and strict dict parsing.
 
-The platform validates `rl_train` run configs with `TrainConfig.json_schema()` and the CLI parses config files
-with `TrainConfig.from_dict`; both read the one-line docstring under each field.
+The platform validates `rl_train` run configs with `TrainConfig.from_dict(..., allow_debug=False)` and shows
+`TrainConfig.json_schema()`; the CLI parses config files with `TrainConfig.from_dict`; both read the one-line
+docstring under each field. Every field that scales work has an upper bound (`_BOUNDS`, shown in the schema),
+and the policy's size is capped by a parameter budget (`PARAMETER_BUDGET`, see `policy_parameters`).
 """
 from __future__ import annotations
 
 import ast
 import dataclasses
 import inspect
+import math
 import textwrap
 import typing
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Literal
+
+from trainer.tasks import VOCAB, episode_block_size
 
 TaskName = Literal["digits", "agent"]
 Mode = Literal["local", "colocated", "disaggregated"]
@@ -100,13 +105,13 @@ class TrainConfig:
     checkpoint_every: int = 0
     """Steps between checkpoints (0: only at the end and on stop)."""
     phase: Phase = "full"
-    """'full' training, or a debug phase: 'rollout_only' saves one batch, 'train_only' trains from it."""
+    """'full' training, or a local debug phase: 'rollout_only' saves one batch, 'train_only' trains from it."""
     batch_path: str = ""
-    """File the debug phases write/read the batch to/from."""
+    """File the local debug phases write/read the batch to/from (the platform accepts only '')."""
     target_exact_match: float = 0.0
     """Stop early once training exact-match reaches this (0: never)."""
     time_limit_s: float = 0.0
-    """Stop after this many seconds of training (0: no limit)."""
+    """Stop after this many seconds of training (0: none of its own; the platform's run time limit still holds)."""
     seed: int = 0
     """Seed for data split, shuffles, initialization and sampling."""
     device: Device = "auto"
@@ -127,10 +132,17 @@ class TrainConfig:
             raise ConfigError("min_valid_attempts", f"must not exceed group_size ({self.group_size})")
         if self.phase != "full" and not self.batch_path:
             raise ConfigError("batch_path", f"is required for phase {self.phase!r}")
+        params = policy_parameters(self)
+        if params > PARAMETER_BUDGET:
+            raise ConfigError("d_model", f"the policy would have {params:,} parameters (n_layer={self.n_layer}, "
+                                         f"d_model={self.d_model}); the budget is {PARAMETER_BUDGET:,}")
 
     @classmethod
-    def from_dict(cls, d: Any) -> "TrainConfig":
-        """Build a config from decoded JSON; missing keys take defaults, anything else wrong is a ConfigError."""
+    def from_dict(cls, d: Any, *, allow_debug: bool = True) -> "TrainConfig":
+        """Build a config from decoded JSON; missing keys take defaults, anything else wrong is a ConfigError.
+
+        `allow_debug=False` (the platform, and `python -m trainer run --sandboxed`) refuses the debug phases and
+        any `batch_path`: a submitted config never names a file, so it cannot write or unpickle one."""
         if not isinstance(d, dict):
             raise ConfigError("config", f"expected a JSON object, got {type(d).__name__}")
         hints = typing.get_type_hints(cls)
@@ -139,6 +151,13 @@ class TrainConfig:
             if key not in known:
                 raise ConfigError(str(key), f"unknown key (known: {', '.join(sorted(known))})")
         values = {key: _coerce(key, hints[key], value) for key, value in d.items()}
+        if not allow_debug:
+            if values.get("phase", "full") != "full":
+                raise ConfigError("phase", "only 'full' is accepted here (the debug phases are for local runs "
+                                           "of python -m trainer)")
+            if values.get("batch_path", ""):
+                raise ConfigError("batch_path", "must be empty here (the debug phases are for local runs of "
+                                                "python -m trainer)")
         return cls(**values)
 
     def to_dict(self) -> dict[str, Any]:
@@ -148,8 +167,9 @@ class TrainConfig:
         return TrainConfig.from_dict({**self.to_dict(), **changes})
 
     @classmethod
-    def json_schema(cls) -> dict[str, Any]:
-        """JSON schema (draft 2020-12) with type, default, description, enum and bounds for every field."""
+    def json_schema(cls, *, allow_debug: bool = True) -> dict[str, Any]:
+        """JSON schema (draft 2020-12) with type, default, description, enum and bounds for every field
+        (`allow_debug=False`: what the platform accepts, phase 'full' only and an empty batch_path)."""
         hints = typing.get_type_hints(cls)
         docs = field_docs()
         props: dict[str, Any] = {}
@@ -162,29 +182,48 @@ class TrainConfig:
             if hi is not None:
                 prop["maximum"] = hi
             props[f.name] = prop
+        if not allow_debug:
+            props["phase"]["enum"] = ["full"]
+            props["batch_path"]["maxLength"] = 0
         return {
             "$schema": "https://json-schema.org/draft/2020-12/schema",
             "title": "TrainConfig",
-            "description": "Configuration of an RL training run (run kind rl_train).",
+            "description": ("Configuration of an RL training run (run kind rl_train). The policy may have at most "
+                            f"{PARAMETER_BUDGET:,} parameters (embeddings, n_layer blocks of width d_model, "
+                            "head); the platform accepts only phase 'full' and an empty batch_path."),
+            "x-parameter-budget": PARAMETER_BUDGET,
             "type": "object",
             "properties": props,
             "additionalProperties": False,
         }
 
 
-# (minimum, maximum) per numeric field; None means unbounded on that side.
+# (minimum, maximum) per numeric field; None means unbounded on that side. Every field that scales work (steps,
+# batch, group, evaluation, actors, concurrency, model, dataset, waits) has a maximum sized for a small RL run
+# on a cluster: the defaults and the bench configs (bench/*.py: steps 10000 with a time limit) stay inside.
 _BOUNDS: dict[str, tuple[float | None, float | None]] = {
-    "modulus": (2, 1000), "prompt_terms_min": (2, 16), "prompt_terms_max": (2, 16), "answer_terms": (1, 16),
+    "modulus": (2, 100), "prompt_terms_min": (2, 16), "prompt_terms_max": (2, 16), "answer_terms": (1, 16),
     "held_out_fraction": (0.0, 0.9), "tool_latency_s": (0.0, 60.0),
-    "n_layer": (1, 24), "n_head": (1, 32), "d_model": (8, 2048),
-    "steps": (0, None), "prompts_per_step": (1, None), "group_size": (2, 1024), "lr": (0.0, 1.0),
-    "clip_eps": (0.0, 10.0), "ppo_epochs": (1, 100), "minibatches": (1, 1024), "entropy_coef": (0.0, 10.0),
-    "kl_coef": (0.0, 100.0), "max_grad_norm": (0.0, None), "temperature": (0.01, 100.0),
-    "min_valid_attempts": (0, None), "max_staleness": (0, 1000), "num_engines": (1, 256),
-    "num_workers": (1, 256), "worker_capacity": (1, 4096), "publish_deadline_s": (0.1, None),
-    "eval_every": (0, None), "eval_prompts": (1, None), "checkpoint_every": (0, None),
-    "target_exact_match": (0.0, 1.0), "time_limit_s": (0.0, None), "seed": (0, 2**31 - 1),
+    "n_layer": (1, 24), "n_head": (1, 32), "d_model": (8, 1024),
+    "steps": (0, 10_000), "prompts_per_step": (1, 512), "group_size": (2, 64), "lr": (0.0, 1.0),
+    "clip_eps": (0.0, 10.0), "ppo_epochs": (1, 16), "minibatches": (1, 1024), "entropy_coef": (0.0, 10.0),
+    "kl_coef": (0.0, 100.0), "max_grad_norm": (0.0, 1e6), "temperature": (0.01, 100.0),
+    "min_valid_attempts": (0, 64), "max_staleness": (0, 16), "num_engines": (1, 16),
+    "num_workers": (1, 16), "worker_capacity": (1, 256), "publish_deadline_s": (0.1, 600.0),
+    "eval_every": (0, 10_000), "eval_prompts": (1, 1024), "checkpoint_every": (0, 10_000),
+    "target_exact_match": (0.0, 1.0), "time_limit_s": (0.0, 86_400.0), "seed": (0, 2**31 - 1),
 }
+
+# Most parameters the policy may have (the default policy has ~0.1M): 25M is e.g. 8 blocks of width 448.
+PARAMETER_BUDGET = 25_000_000
+
+
+def policy_parameters(cfg: "TrainConfig") -> int:
+    """Exact parameter count of the policy `cfg` builds (trainer.policy.TinyTransformer; tested against it)."""
+    vocab, d, layers = len(VOCAB), cfg.d_model, cfg.n_layer
+    block_size = episode_block_size(cfg.modulus, cfg.prompt_terms_max, cfg.answer_terms)
+    per_block = 2 * 2 * d + (3 * d * d + 3 * d) + (d * d + d) + (4 * d * d + 4 * d) + (4 * d * d + d)
+    return vocab * d + block_size * d + layers * per_block + 2 * d + vocab * d
 
 
 def _coerce(key: str, hint: Any, value: Any) -> Any:
@@ -205,6 +244,8 @@ def _coerce(key: str, hint: Any, value: Any) -> Any:
     if hint is float:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise ConfigError(key, f"expected a number, got {value!r}")
+        if not math.isfinite(value):  # NaN would pass every bound check
+            raise ConfigError(key, f"expected a finite number, got {value!r}")
         return float(value)
     if hint is str:
         if not isinstance(value, str):

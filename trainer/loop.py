@@ -21,6 +21,7 @@ from trainer.sampler import GroupSampler
 from trainer.sinks import EventEmitter
 from trainer.tasks import task_build
 from trainer.phases import run_debug_phase
+from trainer.plain import scheduler_state_from_plain, scheduler_state_to_plain
 from trainer.topology import Runtime, build_runtime
 
 
@@ -240,7 +241,7 @@ class TrainingRun:
         if quiesce:
             rt.scheduler.pause(drain=True)  # in-flight groups finish into `ready` (gates are still open)
             self._prepare()  # seal + drain every engine: nothing is generating while we save
-            scheduler_state = rt.scheduler.state_dict()
+            scheduler_state = scheduler_state_to_plain(rt.scheduler.state_dict())
         state = {"trainer": rt.trainer_call("state_dict"), "sampler": self.sampler.state_dict(),
                  "scheduler": scheduler_state, "python_rng": random.getstate(), "torch_rng": torch.get_rng_state(),
                  "consumed": list(self.consumed)}
@@ -290,7 +291,7 @@ class TrainingRun:
         self._emit_gate()  # sealed at version 0: nothing is generated before the restored weights are in
         rt.trainer_call("load_state_dict", state["trainer"])
         if state.get("scheduler"):
-            rt.scheduler.load_state_dict(state["scheduler"])
+            rt.scheduler.load_state_dict(scheduler_state_from_plain(state["scheduler"]))
         self._gate_closed_at = time.monotonic()
         self._prepare()
         self._publish()

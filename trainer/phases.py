@@ -1,7 +1,10 @@
 """Debug phases of a disaggregated setup: generate and save one batch, or train one step from a saved batch.
 
 They reuse the run's own machinery (scheduler, engines, trainer, publication), so a batch saved by
-`rollout_only` trains under `train_only` exactly as it would have in the loop.
+`rollout_only` trains under `train_only` exactly as it would have in the loop. They are for local runs of
+`python -m trainer run`: the platform refuses them (`TrainConfig.from_dict(..., allow_debug=False)`, and the
+CLI's `--sandboxed`). The batch file holds plain data only (groups as dicts) and is read with
+`torch.load(weights_only=True)`, so loading one cannot run code.
 """
 from __future__ import annotations
 
@@ -9,6 +12,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import torch
+
+from trainer.plain import groups_from_plain, groups_to_plain
 
 if TYPE_CHECKING:
     from trainer.loop import RunResult, TrainingRun
@@ -27,7 +32,7 @@ def rollout_only(run: "TrainingRun") -> "RunResult":
     groups = run._collect_batch()
     path = Path(run.cfg.batch_path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    torch.save({"groups": groups, "version": run.version, "config": run.cfg.to_dict()}, path)
+    torch.save({"groups": groups_to_plain(groups), "version": run.version, "config": run.cfg.to_dict()}, path)
     run._emit("log", {"level": "info", "message": f"saved {len(groups)} groups to {path}"})
     run._emit("status", {"status": "succeeded", "version": run.version})
     return run._result("succeeded")
@@ -35,10 +40,11 @@ def rollout_only(run: "TrainingRun") -> "RunResult":
 
 def train_only(run: "TrainingRun") -> "RunResult":
     """Train one step from a saved batch, publish it, report, checkpoint when a directory is given."""
-    saved = torch.load(run.cfg.batch_path, weights_only=False)  # our own file: it holds pickled groups
-    stats = run._train(saved["groups"])
+    saved = torch.load(run.cfg.batch_path, weights_only=True)
+    groups = groups_from_plain(saved["groups"])
+    stats = run._train(groups)
     run._publish()
-    run._report(saved["groups"], stats)
+    run._report(groups, stats)
     if run.checkpoint_dir:
         run._checkpoint("final")
     run._emit("status", {"status": "succeeded", "version": run.version, "metrics": run.metrics})

@@ -15,6 +15,12 @@ STOI = {ch: i for i, ch in enumerate(VOCAB)}
 BOS, TURN = STOI["^"], STOI[">"]
 
 
+def episode_block_size(modulus: int, prompt_terms_max: int, answer_terms: int) -> int:
+    """Longest episode in tokens: BOS, the shown terms, '>', then per answer term the term and a tool reply."""
+    width = len(str(modulus - 1))
+    return 1 + prompt_terms_max * width + 1 + answer_terms * (2 * width + 1)
+
+
 def encode(text: str) -> list[int]:
     return [STOI[ch] for ch in text]
 
@@ -59,7 +65,7 @@ class SequenceTask:
         raise NotImplementedError
 
     def block_size(self) -> int:
-        return 1 + self.shown_range[1] * self.width + 1 + self.answer_terms * (2 * self.width + 1)
+        return episode_block_size(self.modulus, self.shown_range[1], self.answer_terms)
 
     def fmt(self, value: int) -> str:
         return str(value).zfill(self.width)

@@ -1,5 +1,6 @@
-"""Staff page for the concurrency settings: a plain HTML form (works without JavaScript) over the same
-service as PUT /api/settings/concurrency/; blank fields mean "use the default"."""
+"""Staff page for the concurrency settings (slot policy, per-user caps, run time limits): a plain HTML form
+(works without JavaScript) over the same service as PUT /api/settings/concurrency/; blank fields mean "use the
+default"."""
 from __future__ import annotations
 
 from typing import Any
@@ -14,7 +15,15 @@ from django.shortcuts import redirect, render
 from runs import selectors, services
 from runs.errors import InvalidInput
 from runs.slots import store
-from runs.slots.policy import CLASSES, policy_defaults, policy_effective
+from runs.slots.policy import CLASSES, LIMIT_KEYS, LIMIT_RULES, limits_effective, policy_defaults, policy_effective
+
+TOP_FIELDS = ("max_total", "interactive_reserve", *LIMIT_KEYS)
+LIMIT_LABELS = {
+    "max_queued_per_user": ("Queued runs per user", "A submit past it is refused (429)."),
+    "max_running_per_user": ("Active runs per user", "Starting, running or stopping; checked when a run is submitted."),
+    "default_time_limit_seconds": ("Default time limit (s)", "For runs submitted without one; at most the maximum."),
+    "max_time_limit_seconds": ("Maximum time limit (s)", "Larger time_limit_seconds on submit is refused (400)."),
+}
 
 
 def _form_name(field: str | None) -> str:
@@ -24,11 +33,11 @@ def _form_name(field: str | None) -> str:
     parts = field.split(".")
     if parts[0] == "classes" and len(parts) == 3:
         return f"{parts[1]}_{parts[2]}"
-    return parts[0] if parts[0] in ("max_total", "interactive_reserve") else "__all__"
+    return parts[0] if parts[0] in TOP_FIELDS else "__all__"
 
 
 def _initial(raw: dict[str, Any]) -> dict[str, str]:
-    values = {k: str(raw[k]) for k in ("max_total", "interactive_reserve") if isinstance(raw.get(k), int)}
+    values = {k: str(raw[k]) for k in TOP_FIELDS if isinstance(raw.get(k), int)}
     for name, item in (raw.get("classes") or {}).items():
         for key in ("limit", "priority"):
             if isinstance(item, dict) and isinstance(item.get(key), int):
@@ -41,7 +50,7 @@ def _parse(post: Any) -> tuple[dict[str, Any], dict[str, str], dict[str, str]]:
     changes: dict[str, Any] = {"classes": {}}
     values: dict[str, str] = {}
     errors: dict[str, str] = {}
-    names = ["max_total", "interactive_reserve"] + [f"{c}_{k}" for c in CLASSES for k in ("limit", "priority")]
+    names = [*TOP_FIELDS] + [f"{c}_{k}" for c in CLASSES for k in ("limit", "priority")]
     for name in names:
         text = (post.get(name) or "").strip()
         values[name] = text
@@ -52,7 +61,7 @@ def _parse(post: Any) -> tuple[dict[str, Any], dict[str, str], dict[str, str]]:
         except ValueError:
             errors[name] = "Enter a whole number, or leave blank for the default."
             continue
-        if name in ("max_total", "interactive_reserve"):
+        if name in TOP_FIELDS:
             changes[name] = number
         else:
             run_class, key = name.rsplit("_", 1)
@@ -95,7 +104,15 @@ def concurrency_settings(request: HttpRequest) -> HttpResponse:
         }
         for c in CLASSES
     ]
+    in_effect = limits_effective(raw).to_dict()
+    limit_rows = [
+        {"name": k, "label": LIMIT_LABELS[k][0], "help": LIMIT_LABELS[k][1], "low": LIMIT_RULES[k][0],
+         "high": LIMIT_RULES[k][1], "default": LIMIT_RULES[k][2], "value": values.get(k, ""),
+         "error": errors.get(k), "effective": in_effect[k]}
+        for k in LIMIT_KEYS
+    ]
     context = {
+        "limit_rows": limit_rows,
         "values": values, "errors": errors, "form_error": errors.get("__all__"), "rows": rows, "effective": effective,
         "default_max_total": django_settings.SLOTS_DEFAULT_MAX_TOTAL,
         "default_reserve": max(1, effective.max_total // 4), "total": snapshot["total"],

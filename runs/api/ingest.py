@@ -17,6 +17,7 @@ class IngestResultSerializer(serializers.Serializer):
     duplicates = serializers.IntegerField()
     last_seq = serializers.IntegerField()
     status = serializers.CharField()
+    dropped = serializers.IntegerField(help_text="events not stored by the run's event budget (docs/realtime.md)")
 
 
 class RunIngestView(APIView):

@@ -12,7 +12,7 @@ from runs.kinds import DEFAULT_KIND
 from runs.models import Origin, Run, RunStatus
 from runs.selectors import QueueInfo
 from runs.slots.grant import PENDING_REASONS
-from runs.slots.policy import CLASSES
+from runs.slots.policy import CLASSES, LIMIT_RULES
 
 
 @extend_schema_field(OpenApiTypes.BOOL)
@@ -23,10 +23,17 @@ class StrictBooleanField(serializers.JSONField):
 class RunSubmitSerializer(serializers.Serializer):
     # Plain fields: origin/kind/config are validated by the services so the 400 names the field exactly.
     name = serializers.CharField(max_length=200)
-    origin = serializers.CharField(default=Origin.API, help_text="dashboard | api | schedule | system")
+    origin = serializers.CharField(
+        required=False, allow_null=True,
+        help_text=f"{' | '.join(Origin.values)}. Omitted: earned from how the request came in (browser session: "
+                  "dashboard; API token: api). Non-staff users may only send the origin they earn (else 403); "
+                  "staff may send any.")
     kind = serializers.CharField(default=DEFAULT_KIND, help_text="a registered run kind")
     config = serializers.JSONField(default=dict, help_text="validated against the kind's schema")
-    time_limit_seconds = serializers.IntegerField(required=False, allow_null=True, min_value=1, max_value=10**9)
+    time_limit_seconds = serializers.IntegerField(
+        required=False, allow_null=True, min_value=1, max_value=10**9,
+        help_text="seconds from the grant; omitted: the staff default (default_time_limit_seconds); above "
+                  "max_time_limit_seconds: 400")
     auto_resume = StrictBooleanField(
         default=False, help_text="true: if the run fails, resume it from its last checkpoint")
 
@@ -51,7 +58,7 @@ class RunSerializer(serializers.ModelSerializer):
         model = Run
         fields = ["id", "name", "origin", "run_class", "kind", "status", "owner", "config", "created_at",
                   "granted_at", "started_at", "finished_at", "queued_seconds", "position", "pending_reason",
-                  "eta_seconds", "error", "summary", "auto_resume"]
+                  "eta_seconds", "error", "summary", "auto_resume", "time_limit_seconds"]
         read_only_fields = fields
 
     def _info(self, run: Run) -> QueueInfo | None:
@@ -109,12 +116,36 @@ def _per_class(child: serializers.Serializer) -> serializers.Serializer:
                 {k: child.__class__() for k in CLASSES})()
 
 
-class ConcurrencySettingsSerializer(serializers.Serializer):
-    """Effective concurrency settings (what the grant uses)."""
+class PolicySerializer(serializers.Serializer):
+    """Effective slot policy (what the grant uses)."""
 
     max_total = serializers.IntegerField()
     interactive_reserve = serializers.IntegerField()
     classes = _per_class(ClassPolicySerializer())
+
+
+LIMIT_HELP = {
+    "max_queued_per_user": "queued runs one user may have; a submit past it is a 429",
+    "max_running_per_user": "active (starting/running/stopping) runs one user may have when submitting; past "
+                            "it a submit is a 429",
+    "default_time_limit_seconds": "time limit of a run submitted without one (at most max_time_limit_seconds)",
+    "max_time_limit_seconds": "largest time_limit_seconds a submit may ask for",
+}
+
+
+class ConcurrencySettingsSerializer(PolicySerializer):
+    """Effective concurrency settings: the slot policy plus the per-user caps and run time limits."""
+
+    max_queued_per_user = serializers.IntegerField(help_text=LIMIT_HELP["max_queued_per_user"])
+    max_running_per_user = serializers.IntegerField(help_text=LIMIT_HELP["max_running_per_user"])
+    default_time_limit_seconds = serializers.IntegerField(help_text=LIMIT_HELP["default_time_limit_seconds"])
+    max_time_limit_seconds = serializers.IntegerField(help_text=LIMIT_HELP["max_time_limit_seconds"])
+
+
+def _limit_input(key: str) -> serializers.IntegerField:
+    low, high, default = LIMIT_RULES[key]
+    return serializers.IntegerField(required=False, allow_null=True, min_value=low, max_value=high,
+                                    help_text=f"{LIMIT_HELP[key]}; default {default}; null resets to the default")
 
 
 class ConcurrencySettingsInputSerializer(serializers.Serializer):
@@ -123,6 +154,10 @@ class ConcurrencySettingsInputSerializer(serializers.Serializer):
     max_total = serializers.IntegerField(required=False, min_value=1, max_value=1000)
     interactive_reserve = serializers.IntegerField(required=False, allow_null=True, min_value=0, max_value=1000)
     classes = serializers.DictField(child=serializers.DictField(child=serializers.IntegerField()), required=False)
+    max_queued_per_user = _limit_input("max_queued_per_user")
+    max_running_per_user = _limit_input("max_running_per_user")
+    default_time_limit_seconds = _limit_input("default_time_limit_seconds")
+    max_time_limit_seconds = _limit_input("max_time_limit_seconds")
 
 
 class ClassUsageSerializer(serializers.Serializer):
@@ -138,7 +173,7 @@ class TotalUsageSerializer(serializers.Serializer):
 
 
 class SlotsSnapshotSerializer(serializers.Serializer):
-    policy = ConcurrencySettingsSerializer()
+    policy = PolicySerializer()
     borrowable = serializers.IntegerField()
     classes = _per_class(ClassUsageSerializer())
     total = TotalUsageSerializer()

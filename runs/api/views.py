@@ -7,6 +7,7 @@ from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.views.defaults import page_not_found
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import status as http
+from rest_framework.authentication import SessionAuthentication
 from rest_framework.exceptions import ValidationError
 from rest_framework.pagination import PageNumberPagination
 from rest_framework.permissions import IsAdminUser
@@ -14,7 +15,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from runs import selectors, services
+from runs import limits, selectors, services
 from runs.api import serializers as s
 from runs.errors import InvalidInput, ServiceError
 from runs.models import RunClass, RunStatus
@@ -81,12 +82,22 @@ class RunListCreateView(ServiceView):
         page = paginator.paginate_queryset(qs, request, view=self)
         return paginator.get_paginated_response(_runs_json(list(page), request))
 
-    @extend_schema(operation_id="runs_create", request=s.RunSubmitSerializer,
-                   responses={201: s.RunSerializer, **ERRORS})
+    @extend_schema(
+        operation_id="runs_create", request=s.RunSubmitSerializer,
+        responses={201: s.RunSerializer, **ERRORS,
+                   403: OpenApiResponse(s.ErrorSerializer, description="`origin` claimed but not earned (field "
+                                        "`origin`)"),
+                   429: OpenApiResponse(s.ErrorSerializer, description="a per-user cap is reached: field "
+                                        "`max_queued_per_user` or `max_running_per_user`")},
+    )
     def post(self, request: Request) -> Response:
         body = s.RunSubmitSerializer(data=_body(request))
         body.is_valid(raise_exception=True)
-        run = services.run_submit(owner=request.user, **body.validated_data)
+        fields = dict(body.validated_data)
+        fields["origin"] = limits.origin_for_request(
+            claimed=fields.get("origin"), is_staff=request.user.is_staff,
+            via_session=isinstance(request.successful_authenticator, SessionAuthentication))
+        run = services.run_submit(owner=request.user, **fields)
         return Response(_runs_json([run], request)[0], status=http.HTTP_201_CREATED)
 
 
@@ -104,7 +115,8 @@ class RunCancelView(ServiceView):
 
 
 class RunResumeView(ServiceView):
-    @extend_schema(operation_id="runs_resume", parameters=[RUN_ID], request=None, responses={200: s.RunSerializer, **ERRORS})
+    @extend_schema(operation_id="runs_resume", parameters=[RUN_ID], request=None,
+                   responses={200: s.RunSerializer, **ERRORS, 429: s.ErrorSerializer})
     def post(self, request: Request, run_id: int) -> Response:
         run = services.run_resume(run=selectors.run_get(user=request.user, run_id=run_id), by=request.user)
         return Response(_runs_json([run], request)[0])
@@ -113,16 +125,35 @@ class RunResumeView(ServiceView):
 class RunEventsView(ServiceView):
     @extend_schema(
         operation_id="runs_events", responses={200: s.RunEventSerializer(many=True), **ERRORS},
-        parameters=[RUN_ID, OpenApiParameter("after", int, description="only events with seq greater than this")],
+        parameters=[RUN_ID, OpenApiParameter("after", int, description="only events with seq greater than this"),
+                    OpenApiParameter("limit", int, description="page size, 1..EVENTS_PAGE_MAX (default the max, 1000); "
+                                     "a full page carries a Link rel=next header: ask again with after=<last seq>")],
     )
     def get(self, request: Request, run_id: int) -> Response:
         raw = request.query_params.get("after", "0")
         # ASCII only: str.isdigit() is true for "١٢" and "²" too (and int() refuses the latter); 18 digits fit 64 bits.
         if not (raw.isascii() and raw.isdigit()) or len(raw) > 18:
             raise InvalidInput("must be a non-negative integer", field="after")
+        limit = _events_limit(request)
         run = selectors.run_get(user=request.user, run_id=run_id)
-        events = selectors.run_events_list(run=run, after=int(raw))
-        return Response(s.RunEventSerializer(events, many=True).data)
+        events = selectors.run_events_list(run=run, after=int(raw), limit=limit)
+        response = Response(s.RunEventSerializer(events, many=True).data)
+        if len(events) == limit:
+            response["Link"] = f'</api/runs/{run.pk}/events/?after={events[-1].seq}&limit={limit}>; rel="next"'
+        return response
+
+
+def _events_limit(request: Request) -> int:
+    """The events page size: at most settings.EVENTS_PAGE_MAX, so no request reads an unbounded history."""
+    from django.conf import settings
+
+    most = int(getattr(settings, "EVENTS_PAGE_MAX", 1000))
+    raw = request.query_params.get("limit")
+    if raw is None:
+        return most
+    if not (raw.isascii() and raw.isdigit()) or not 1 <= int(raw[:6]) <= most or len(raw) > 6:
+        raise InvalidInput(f"must be an integer from 1 to {most}", field="limit")
+    return int(raw)
 
 
 class SlotsView(ServiceView):
@@ -142,7 +173,7 @@ class ConcurrencySettingsView(ServiceView):
     permission_classes = [IsAdminUser]
 
     def _effective(self) -> Response:
-        return Response(store.policy_load(fresh=True).to_dict())
+        return Response({**store.policy_load(fresh=True).to_dict(), **limits.limits_load().to_dict()})
 
     @extend_schema(operation_id="settings_concurrency_retrieve", responses={200: s.ConcurrencySettingsSerializer, 403: s.ErrorSerializer})
     def get(self, request: Request) -> Response:

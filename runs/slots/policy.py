@@ -1,4 +1,6 @@
-"""Concurrency policy: validation of stored/submitted settings and the effective values computed from them.
+"""Concurrency policy: validation of stored/submitted settings and the effective values computed from them:
+the slot policy the grant uses (`Policy`) and the per-user caps and run time limits applied at submit
+(`UserLimits`). Both live in the one stored settings blob (`ConcurrencySettings.raw`).
 
 Pure: no Django imports, so grant tests and the settings form share one definition of every rule.
 """
@@ -12,7 +14,16 @@ DEFAULT_PRIORITY: dict[str, int] = {"interactive": 40, "app": 30, "schedule": 20
 LIMIT_MIN, LIMIT_MAX = 1, 1000
 RESERVE_MIN, RESERVE_MAX = 0, 1000
 PRIORITY_MIN, PRIORITY_MAX = 0, 100
-TOP_KEYS = ("max_total", "interactive_reserve", "classes")
+# Per-user caps and time limits (checked at submit, not by the grant): key -> (low, high, default).
+TIME_LIMIT_CEILING = 10**9
+LIMIT_RULES: dict[str, tuple[int, int, int]] = {
+    "max_queued_per_user": (1, 100_000, 20),
+    "max_running_per_user": (1, 1000, 8),
+    "default_time_limit_seconds": (1, TIME_LIMIT_CEILING, 24 * 3600),
+    "max_time_limit_seconds": (1, TIME_LIMIT_CEILING, 7 * 24 * 3600),
+}
+LIMIT_KEYS = tuple(LIMIT_RULES)
+TOP_KEYS = ("max_total", "interactive_reserve", "classes", *LIMIT_KEYS)
 CLASS_KEYS = ("limit", "priority")
 
 
@@ -50,6 +61,20 @@ class Policy:
             "interactive_reserve": self.interactive_reserve,
             "classes": {k: {"limit": c.limit, "priority": c.priority} for k, c in self.classes.items()},
         }
+
+
+@dataclass(frozen=True)
+class UserLimits:
+    """Effective per-user caps (queued runs; active = starting/running/stopping runs) and run time limits
+    (a submit without `time_limit_seconds` gets the default; above the maximum is refused)."""
+
+    max_queued_per_user: int
+    max_running_per_user: int
+    default_time_limit_seconds: int
+    max_time_limit_seconds: int
+
+    def to_dict(self) -> dict[str, int]:
+        return {k: getattr(self, k) for k in LIMIT_KEYS}
 
 
 def is_int(value: Any) -> bool:
@@ -102,6 +127,16 @@ def policy_effective(raw: Any, *, default_max_total: int) -> Policy:
     return Policy(max_total=base.max_total, interactive_reserve=base.interactive_reserve, classes=classes)
 
 
+def limits_effective(raw: Any) -> UserLimits:
+    """Stored settings -> effective caps and time limits; bad or missing values use defaults, and a default
+    time limit above the maximum is lowered to it (every run gets a finite limit within the maximum)."""
+    raw = raw if isinstance(raw, dict) else {}
+    values = {k: raw[k] if _in_range(raw.get(k), low, high) else default
+              for k, (low, high, default) in LIMIT_RULES.items()}
+    values["default_time_limit_seconds"] = min(values["default_time_limit_seconds"], values["max_time_limit_seconds"])
+    return UserLimits(**values)
+
+
 def _check_int(field_name: str, value: Any, low: int, high: int) -> None:
     if not is_int(value):
         raise PolicyError(field_name, f"must be an integer from {low} to {high}, got {type(value).__name__}")
@@ -120,6 +155,9 @@ def policy_validate(changes: Any) -> None:
         _check_int("max_total", changes["max_total"], LIMIT_MIN, LIMIT_MAX)
     if "interactive_reserve" in changes and changes["interactive_reserve"] is not None:
         _check_int("interactive_reserve", changes["interactive_reserve"], RESERVE_MIN, RESERVE_MAX)
+    for key, (low, high, _default) in LIMIT_RULES.items():
+        if changes.get(key) is not None:  # null resets to the default
+            _check_int(key, changes[key], low, high)
     classes = changes.get("classes", {})
     if not isinstance(classes, dict):
         raise PolicyError("classes", "must be an object keyed by class name")
@@ -143,8 +181,9 @@ def policy_merge(stored: Any, changes: dict[str, Any], *, partial: bool) -> dict
     Only explicitly given values are stored, so unset class limits keep following max_total and the reserve.
     """
     base = stored if (partial and isinstance(stored, dict)) else {}
-    out: dict[str, Any] = {k: base[k] for k in ("max_total", "interactive_reserve") if k in base}
-    for key in ("max_total", "interactive_reserve"):
+    scalars = ("max_total", "interactive_reserve", *LIMIT_KEYS)
+    out: dict[str, Any] = {k: base[k] for k in scalars if k in base}
+    for key in scalars:
         if key in changes:
             if changes[key] is None:
                 out.pop(key, None)  # null resets to the default
@@ -159,7 +198,9 @@ def policy_merge(stored: Any, changes: dict[str, Any], *, partial: bool) -> dict
 
 
 def policy_check_merged(raw: dict[str, Any], *, default_max_total: int, changes: dict[str, Any]) -> None:
-    """Cross-field rule: an explicitly set reserve must stay below max_total (when max_total > 1)."""
+    """Cross-field rules: an explicitly set reserve must stay below max_total (when max_total > 1); the default
+    time limit may not exceed the maximum (the field named is the one being changed)."""
+    _check_time_limits(raw, changes)
     if "interactive_reserve" not in changes or changes["interactive_reserve"] is None:
         return
     total = raw.get("max_total", default_max_total)
@@ -169,3 +210,19 @@ def policy_check_merged(raw: dict[str, Any], *, default_max_total: int, changes:
             "interactive_reserve",
             f"must be below max_total ({total}); a reserve of {reserve} would leave no slot for the other classes",
         )
+
+
+def _check_time_limits(raw: dict[str, Any], changes: dict[str, Any]) -> None:
+    """A stored default above the (stored or default) maximum is refused. An unset default follows the maximum
+    down (limits_effective), so lowering only the maximum is always accepted."""
+    if "default_time_limit_seconds" not in raw:
+        return
+    default = raw["default_time_limit_seconds"]
+    maximum = raw.get("max_time_limit_seconds", LIMIT_RULES["max_time_limit_seconds"][2])
+    if default <= maximum:
+        return
+    if changes.get("default_time_limit_seconds") is not None:
+        raise PolicyError("default_time_limit_seconds",
+                          f"must not exceed max_time_limit_seconds ({maximum}), got {default}")
+    raise PolicyError("max_time_limit_seconds",
+                      f"must be at least default_time_limit_seconds ({default}), got {maximum}")

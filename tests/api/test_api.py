@@ -12,13 +12,20 @@ pytestmark = pytest.mark.django_db
 
 RUN_FIELDS = {"id", "name", "origin", "run_class", "kind", "status", "owner", "config", "created_at", "granted_at",
               "started_at", "finished_at", "queued_seconds", "position", "pending_reason", "eta_seconds", "error",
-              "summary", "auto_resume"}
+              "summary", "auto_resume", "time_limit_seconds"}
 
 
 def client_for(user=None) -> APIClient:
     client = APIClient()
     if user is not None:
         client.force_authenticate(user)
+    return client
+
+
+def session_for(user) -> APIClient:
+    """A browser-like client (session cookie): its submits earn origin `dashboard`."""
+    client = APIClient()
+    client.force_login(user)
     return client
 
 
@@ -103,7 +110,7 @@ def test_missing_name_is_400(user):
 def test_list_is_paginated_filtered_and_private(user, other_user, staff, handoffs):
     services.settings_update(changes={"max_total": 1}, partial=True, by=staff)
     mine = [post_run(client_for(user)).json()["id"] for _ in range(2)]
-    theirs = post_run(client_for(other_user), origin="dashboard").json()["id"]
+    theirs = post_run(session_for(other_user), origin="dashboard").json()["id"]  # dashboard: earned by a session
     page = client_for(user).get("/api/runs/").json()
     assert set(page) == {"count", "next", "previous", "results"}
     assert [r["id"] for r in page["results"]] == sorted(mine, reverse=True)
@@ -164,7 +171,9 @@ def test_settings_are_staff_only(user, staff):
                           format="json").json()
     assert patched == {"max_total": 8, "interactive_reserve": 2, "classes": {
         "interactive": {"limit": 8, "priority": 40}, "app": {"limit": 6, "priority": 30},
-        "schedule": {"limit": 6, "priority": 20}, "system": {"limit": 2, "priority": 10}}}
+        "schedule": {"limit": 6, "priority": 20}, "system": {"limit": 2, "priority": 10}},
+        "max_queued_per_user": 20, "max_running_per_user": 8, "default_time_limit_seconds": 86400,
+        "max_time_limit_seconds": 604800}
     put = admin.put("/api/settings/concurrency/", {"max_total": 2}, format="json").json()
     assert put["classes"]["system"]["limit"] == 1 and put["interactive_reserve"] == 1
 
@@ -197,7 +206,7 @@ def test_rl_train_config_is_validated_against_trainer_schema(user, config, field
 
 
 def test_rl_train_is_the_default_kind(user, handoffs):
-    answer = client_for(user).post("/api/runs/", {"name": "r", "origin": "dashboard", "config": {"steps": 2}},
+    answer = session_for(user).post("/api/runs/", {"name": "r", "origin": "dashboard", "config": {"steps": 2}},
                                    format="json")
     assert answer.status_code == 201, answer.content
     assert answer.json()["kind"] == "rl_train"

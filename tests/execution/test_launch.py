@@ -62,7 +62,7 @@ def test_rl_train_job_spec(settings, tmp_path, django_user_model):
     assert spec.entrypoint == [
         "python", "-m", "trainer", "run", "--config", str(tmp_path / str(run.pk) / "config.json"),
         "--events", f"https://rl.example.com/api/runs/{run.pk}/ingest/",
-        "--checkpoint-dir", str(tmp_path / str(run.pk) / "checkpoints"), "--resume"]
+        "--checkpoint-dir", str(tmp_path / str(run.pk) / "checkpoints"), "--sandboxed", "--resume"]
     assert json.loads((tmp_path / str(run.pk) / "config.json").read_text()) == {"steps": 3}
     assert submission_id_for(run).endswith(f"-{run.pk}-2")
     assert not spec.wants_gpu  # colocated: the learner actor asks Ray for its GPU itself

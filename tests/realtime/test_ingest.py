@@ -22,9 +22,9 @@ def test_batch_stored_once_and_summary_folded():
              "data": {"version": 1, "published_at": 1.5, "pause_ms": 12.0}}, train(4, step=2)]
     first = post(run, batch)
     assert first.status_code == 200, first.content
-    assert first.json() == {"stored": 4, "duplicates": 0, "last_seq": 4, "status": "running"}
+    assert first.json() == {"stored": 4, "duplicates": 0, "last_seq": 4, "status": "running", "dropped": 0}
     again = post(run, {"events": batch[1:] + [gate(5, version=1)]})  # a retried post overlapping the first
-    assert again.json() == {"stored": 1, "duplicates": 3, "last_seq": 5, "status": "running"}
+    assert again.json() == {"stored": 1, "duplicates": 3, "last_seq": 5, "status": "running", "dropped": 0}
     rows = list(RunEvent.objects.filter(run=run).values_list("seq", "source", "source_seq", "type"))
     assert rows == [(1, "attempt-0", 1, "gate"), (2, "attempt-0", 2, "train"), (3, "attempt-0", 3, "version"),
                     (4, "attempt-0", 4, "train"), (5, "attempt-0", 5, "gate")]
@@ -42,13 +42,13 @@ def test_a_relaunched_attempt_restarts_its_counter_without_colliding():
     run.attempt = 1
     run.save(update_fields=["attempt"])
     assert post(run, [train(1, step=7)]).json() == {"stored": 1, "duplicates": 0, "last_seq": 2,
-                                                    "status": "running"}
+                                                    "status": "running", "dropped": 0}
 
 
 def test_empty_post_is_a_heartbeat_and_reports_a_cancel_request():
     run = run_make(user_make("carol"), status=RunStatus.STOPPING)
     response = post(run, [])
-    assert response.json() == {"stored": 0, "duplicates": 0, "last_seq": 0, "status": "stopping"}
+    assert response.json() == {"stored": 0, "duplicates": 0, "last_seq": 0, "status": "stopping", "dropped": 0}
     run.refresh_from_db()
     assert run.heartbeat_at is not None
 

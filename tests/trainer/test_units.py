@@ -123,3 +123,44 @@ def test_a_later_turn_on_the_bound_engine_feeds_only_its_new_tokens() -> None:
     assert engine.tokens_fed == 4 * P + 2 * 4 * 3
     assert group.versions == [0, 0, 0] and group.request_ids == ["s/t0", "s/t1", "s/t2"]
     assert engine.gate.snapshot()["active"] == 0 and "s" in engine.sessions
+
+
+def test_checkpoint_round_trips_ready_groups_and_optimizer_exactly_as_plain_data(tmp_path) -> None:
+    """A checkpoint holds no pickled objects (read with weights_only=True), yet restores exactly: ready groups
+    in the scheduler state, the learner (Adam), the sampler and both RNG states."""
+    import asyncio
+    import random
+
+    from rollout.types import GroupResult
+    from trainer.checkpoint import checkpoint_load, checkpoint_save
+    from trainer.engine import Engine
+    from trainer.episodes import GroupTicket, run_group
+    from trainer.learner import Learner
+    from trainer.plain import scheduler_state_from_plain, scheduler_state_to_plain
+
+    cfg = TrainConfig(task="agent", group_size=4, mode="local", device="cpu")
+    task, engine, learner = task_build(cfg), Engine(cfg, "e0"), Learner(cfg)
+    ticket = GroupTicket(7, 1, 3)
+    group = asyncio.run(run_group(task, ticket, task.train_prompts[3], group_size=4, seed=0,
+                                  generate=engine.generate, session_id="s"))
+    learner.train_step([group])  # Adam has state now
+    result = GroupResult(rewards=group.rewards, payload=group, valid=[True] * 4, attempt_ids=group.sample_ids,
+                         group_id=7, meta={"versions": group.versions})
+    scheduler = {"ready": [(5, result, ticket)], "seq": 6, "totals": {"delivered": 3}, "dropped": {}, "aborted": 0}
+    sampler = GroupSampler(len(task.train_prompts), 0)
+    sampler.get_groups(5)
+    sampler.return_groups([GroupTicket(2, 0, sampler._perm[2])])
+    state = {"trainer": learner.state_dict(), "sampler": sampler.state_dict(),
+             "scheduler": scheduler_state_to_plain(scheduler), "python_rng": random.getstate(), "consumed": [(0, 0)]}
+    checkpoint_save(tmp_path, step=1, meta={"version": 1, "config": cfg.to_dict()}, state=state)
+    meta, loaded = checkpoint_load(tmp_path)
+    assert meta["format"] == 2 and scheduler_state_from_plain(loaded["scheduler"]) == scheduler
+    assert loaded["python_rng"] == random.getstate() and loaded["sampler"] == sampler.state_dict()
+    fresh = Learner(cfg)
+    fresh.load_state_dict(loaded["trainer"])
+    for a, b in zip(fresh.model.parameters(), learner.model.parameters()):
+        assert torch.equal(a, b)
+    got, want = fresh.opt.state_dict(), learner.opt.state_dict()
+    assert got["param_groups"] == want["param_groups"] and got["state"].keys() == want["state"].keys()
+    for k, slots in want["state"].items():
+        assert all(torch.equal(got["state"][k][name], value) for name, value in slots.items())

@@ -1,7 +1,7 @@
 /** Queue board: slots per class with the reserve and borrowable share drawn, the waiting line in grant order,
  * the running runs with gate, version, sampler progress and reward; live over /ws/dashboard/. */
 import { embedded } from "./lib/api";
-import { CLASSES, CLASS_LABEL, duration, esc, eta, num, reasonText } from "./lib/format";
+import { CLASSES, CLASS_LABEL, duration, esc, eta, num, reasonText, runHref } from "./lib/format";
 import { LiveSocket, wsUrl } from "./lib/live";
 import { ACTIVE, FINISHED, ownerName, positions, Run, runView, Slots } from "./lib/model";
 import { sparkline } from "./lib/sparkline";
@@ -103,8 +103,8 @@ function renderRunning(runs: Run[]): void {
   const rows = runs.map((r) => {
     const v = runView(r);
     const hist = rewardHistory.get(r.id) ?? [];
-    return `<tr data-run="${r.id}" data-status="${esc(r.status)}"${r.id === highlight ? ' class="flash"' : ""}>
-      <td><a class="run-link" href="/runs/${r.id}/">${esc(r.name)}</a><div class="muted num" style="font-size:.8rem">#${r.id} · ${esc(ownerName(r))}</div></td>
+    return `<tr data-run="${esc(r.id)}" data-status="${esc(r.status)}"${r.id === highlight ? ' class="flash"' : ""}>
+      <td><a class="run-link" href="${runHref(r.id)}">${esc(r.name)}</a><div class="muted num" style="font-size:.8rem">#${esc(r.id)} · ${esc(ownerName(r))}</div></td>
       <td><span class="cls cls-${esc(r.run_class)}">${esc(CLASS_LABEL[r.run_class] ?? r.run_class)}</span></td>
       <td><span class="badge st-${esc(r.status)}" data-testid="status">${esc(r.status)}</span></td>
       <td>${v.gateState ? `<span class="badge gate-${esc(v.gateState)}" title="gate state">${esc(v.gateState)}</span>` : `<span class="muted">—</span>`}</td>
@@ -126,10 +126,10 @@ let waitingRuns: Run[] = [];
 function waitingRow(r: Run, now: number): string {
   const p = positions(r);
   const waited = r.created_at ? now - Date.parse(r.created_at) / 1000 : r.queued_seconds ?? null;
-  return `<tr data-run="${r.id}" data-status="${esc(r.status)}"${r.id === highlight ? ' class="flash"' : ""}>
-    <td class="num" data-testid="position">${p.overall ?? "—"}</td>
-    <td><a class="run-link" href="/runs/${r.id}/">${esc(r.name)}</a><div class="muted num" style="font-size:.8rem">#${r.id} · ${esc(ownerName(r))}</div></td>
-    <td><span class="cls cls-${esc(r.run_class)}">${esc(CLASS_LABEL[r.run_class] ?? r.run_class)}</span>${p.inClass ? `<div class="muted num" style="font-size:.8rem">#${p.inClass} in class</div>` : ""}</td>
+  return `<tr data-run="${esc(r.id)}" data-status="${esc(r.status)}"${r.id === highlight ? ' class="flash"' : ""}>
+    <td class="num" data-testid="position">${esc(p.overall ?? "—")}</td>
+    <td><a class="run-link" href="${runHref(r.id)}">${esc(r.name)}</a><div class="muted num" style="font-size:.8rem">#${esc(r.id)} · ${esc(ownerName(r))}</div></td>
+    <td><span class="cls cls-${esc(r.run_class)}">${esc(CLASS_LABEL[r.run_class] ?? r.run_class)}</span>${p.inClass ? `<div class="muted num" style="font-size:.8rem">#${esc(p.inClass)} in class</div>` : ""}</td>
     <td class="reason" data-testid="reason">${esc(reasonText(r.pending_reason))}</td>
     <td class="num">${duration(waited)}</td>
     <td class="num" data-testid="eta">${eta(r.eta_seconds)}</td>

@@ -195,6 +195,10 @@ const socket = new LiveSocket({
       // The snapshot's summary is as of its last_seq; keep what replayed events already folded in.
       run = { ...msg.run, summary: { ...(msg.run.summary ?? {}), ...(lastSeq >= (msg.last_seq ?? 0) ? run.summary : {}) } };
       panelsDirty = headerDirty = true;
+    } else if (msg.type === "truncated" && typeof msg.through === "number") {
+      // Paged replay: only the newest events come over the socket; older ones on request, from the REST API.
+      log.older(Number(msg.after) || 0, msg.through, (after) => api<RunEvent[]>("GET", `/api/runs/${run.id}/events/?after=${after}`));
+      lastSeq = Math.max(lastSeq, msg.through);
     } else if (msg.type === "events" && Array.isArray(msg.events)) {
       timed("ingest", () => { for (const ev of msg.events) ingest(ev); });
     }

@@ -18,6 +18,8 @@ export class EventLog {
   private shown = 0;
   private body: HTMLElement;
   private count: HTMLElement;
+  private olderNote: HTMLElement;
+  private olderLoad: (() => Promise<void>) | null = null;
 
   constructor(root: HTMLElement) {
     root.innerHTML = `
@@ -29,9 +31,18 @@ export class EventLog {
           <input type="search" id="log-search" placeholder="Filter text…" aria-label="Filter events by text">
         </div></div>
       <p class="muted" style="margin:.2rem 0 .5rem;font-size:.84rem" id="log-count" aria-live="polite"></p>
+      <p class="muted" style="margin:.2rem 0 .5rem;font-size:.84rem" id="log-older" hidden><span></span>
+        <button type="button" class="btn" id="log-older-btn">Load older events</button></p>
       <div class="log" tabindex="0" aria-labelledby="log-title"><table><thead><tr><th scope="col">seq</th><th scope="col">time</th><th scope="col">type</th><th scope="col">data</th></tr></thead><tbody id="log-body"></tbody></table></div>`;
     this.body = root.querySelector("#log-body")!;
     this.count = root.querySelector("#log-count")!;
+    this.olderNote = root.querySelector("#log-older")!;
+    root.querySelector<HTMLButtonElement>("#log-older-btn")!.addEventListener("click", async (e) => {
+      const button = e.currentTarget as HTMLButtonElement;
+      if (!this.olderLoad) return;
+      button.disabled = true;
+      try { await this.olderLoad(); } finally { button.disabled = false; }
+    });
     root.querySelectorAll<HTMLInputElement>(".filters input").forEach((box) => box.addEventListener("change", () => {
       if (box.checked) this.hidden.delete(box.value); else this.hidden.add(box.value);
       this.full = true; this.flush();
@@ -54,13 +65,47 @@ export class EventLog {
     this.dirty = true;
   }
 
+  /** The server streamed only the newest events (paged replay): events after+1..through are not here.
+   * `page(after)` reads one page of stored events (GET /api/runs/<id>/events/?after=) on request. */
+  older(after: number, through: number, page: (after: number) => Promise<RunEvent[]>): void {
+    let from = after;
+    const note = () => {
+      this.olderNote.hidden = from >= through;
+      this.olderNote.querySelector("span")!.textContent = `Events ${from + 1}–${through} were not streamed to this page. `;
+    };
+    this.olderLoad = async () => {
+      const got: RunEvent[] = [];
+      while (from < through) {
+        const events = (await page(from)).filter((ev) => ev.seq > from && ev.seq <= through);
+        if (!events.length) break;
+        got.push(...events);
+        from = events[events.length - 1].seq;
+      }
+      this.addOlder(got);
+      note();
+    };
+    note();
+  }
+
+  private addOlder(events: RunEvent[]): void {
+    const rows = events.map((ev) => {
+      let text = JSON.stringify(ev.data ?? {});
+      if (text.length > 300) text = text.slice(0, 300) + "…";
+      return { ev, text, hay: `${ev.type} ${text}`.toLowerCase() };
+    });
+    const seen = new Set(this.events.map((e) => e.ev.seq));
+    this.events = [...rows.filter((r) => !seen.has(r.ev.seq)), ...this.events].sort((a, b) => a.ev.seq - b.ev.seq);
+    this.full = true;
+    this.flush();
+  }
+
   private matches(e: { ev: RunEvent; hay: string }): boolean {
     return !this.hidden.has(e.ev.type) && (!this.query || e.hay.includes(this.query));
   }
 
   private row(e: { ev: RunEvent; text: string }): string {
     const ts = typeof e.ev.ts === "number" ? e.ev.ts : Date.parse(String(e.ev.ts)) / 1000;
-    return `<tr data-type="${esc(e.ev.type)}"><td class="num">${e.ev.seq}</td><td class="num">${timeOfDay(ts)}</td><td><span class="type-tag">${esc(e.ev.type)}</span></td><td class="data">${esc(e.text)}</td></tr>`;
+    return `<tr data-type="${esc(e.ev.type)}"><td class="num">${esc(e.ev.seq)}</td><td class="num">${timeOfDay(ts)}</td><td><span class="type-tag">${esc(e.ev.type)}</span></td><td class="data">${esc(e.text)}</td></tr>`;
   }
 
   /** New events are prepended to what is drawn; a filter change (or eviction) redraws from scratch. */

@@ -50,7 +50,8 @@ function showErrors(body: unknown, status: number): void {
   for (let [path, message] of flatten(body)) {
     const name = fieldOf(path, message);
     const field = name ? fieldEl(name) : null;
-    if (!field) { formLevel.push(path && path !== "config" ? `${path}: ${message}` : message); continue; }
+    // Form-level: e.g. a 429 naming the per-user cap (`max_queued_per_user: you have 20 queued runs, ...`).
+    if (!field) { formLevel.push(path && path !== "config" && !message.startsWith(`${path}:`) ? `${path}: ${message}` : message); continue; }
     field.classList.add("invalid");
     const details = field.closest("details");
     if (details) details.open = true;

@@ -1,15 +1,17 @@
-"""`manage.py platform_admin --password P`: make sure a superuser exists and print its login and API token.
+"""`manage.py platform_admin`: make sure a superuser exists and print its login and API token.
 
-Used by the embedded run command (platform/up.py). Prints one JSON line:
+Used by the embedded run command (platform/up.py). The password for a new admin comes from the environment
+(PLATFORM_ADMIN_PASSWORD), never from argv, where every user of the machine could read it. Prints one JSON line:
 `{"username", "created", "token"}` (+ `"password"` when it created the user with the given password).
 """
 from __future__ import annotations
 
 import json
+import os
 from typing import Any
 
 from django.contrib.auth import get_user_model
-from django.core.management.base import BaseCommand, CommandParser
+from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from runs.api.tokens import token_issue
 
@@ -19,13 +21,15 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--username", default="admin")
-        parser.add_argument("--password", required=True, help="password for the admin if it is created")
 
-    def handle(self, *args: Any, username: str, password: str, **options: Any) -> None:
+    def handle(self, *args: Any, username: str, **options: Any) -> None:
+        password = os.environ.get("PLATFORM_ADMIN_PASSWORD", "")
         User = get_user_model()
         admin = User.objects.filter(is_superuser=True).order_by("id").first()
         created = admin is None
         if created:
+            if not password:
+                raise CommandError("set PLATFORM_ADMIN_PASSWORD to the password for the new admin")
             admin = User.objects.create_superuser(username=username, email="", password=password)
         token = token_issue(admin)  # a fresh one if the stored one has expired
         out: dict[str, Any] = {"username": admin.get_username(), "created": created, "token": token.key}

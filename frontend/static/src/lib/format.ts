@@ -1,7 +1,18 @@
-/** Formatting and escaping shared by every page: HTML escape, durations, numbers, pending reasons in words. */
+/** Formatting and escaping shared by every page: HTML escape, durations, numbers, pending reasons in words.
+ *
+ * `esc` is THE escape helper: every value that is not a literal of this code (run names, event data, errors,
+ * config values, anything from the server) goes through it before it is put into an HTML string, in text and
+ * in attribute values alike (attributes are always double-quoted). Prefer textContent/setAttribute where a
+ * single node is set; `runHref` is the only way a link to a run is built (from its numeric id, never a name).
+ */
 
 export function esc(value: unknown): string {
-  return String(value ?? "").replace(/[&<>"']/g, (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" })[c]!);
+  return String(value ?? "").replace(/[&<>"'`]/g, (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;", "`": "&#96;" })[c]!);
+}
+
+/** The run page's URL, from the numeric id only (a non-integer id links nowhere: never a javascript: URL). */
+export function runHref(id: unknown): string {
+  return typeof id === "number" && Number.isSafeInteger(id) && id > 0 ? `/runs/${id}/` : "#";
 }
 
 export function duration(seconds: number | null | undefined): string {

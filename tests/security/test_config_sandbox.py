@@ -1,0 +1,264 @@
+"""Run configs stay inside the run's sandbox and cannot ask for unbounded work (issue 9, points 1 and 2a).
+
+Through the REST API (`POST /api/runs/`): debug phases and `batch_path` are refused, every work-scaling field
+has a maximum (just over it is a 400 naming `config.<field>`, the maximum itself is accepted), and the policy has
+a parameter budget. Through the trainer CLI the platform launches: no config can make the job write or unpickle
+a file, every `torch.load` refuses pickled objects, and the only paths a job sees are chosen from the run id.
+"""
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from django.utils import timezone
+from rest_framework.test import APIClient
+
+from runs.launch import rl_train_job
+from runs.models import Run, RunStatus
+from tests.runs.helpers import (  # noqa: F401 - fixtures
+    _fast_password_hashing, _fresh_policy_cache, handoffs, other_user, user,
+)
+
+ROOT = Path(__file__).resolve().parents[2]
+
+# The maxima a small RL run on a cluster needs (defaults and bench/ configs stay inside them).
+MAXIMA = {
+    "steps": 10_000, "prompts_per_step": 512, "group_size": 64, "eval_prompts": 1024, "num_engines": 16,
+    "num_workers": 16, "worker_capacity": 256, "eval_every": 10_000, "checkpoint_every": 10_000,
+    "time_limit_s": 86_400.0, "publish_deadline_s": 600.0, "max_staleness": 16, "modulus": 100, "ppo_epochs": 16,
+    "min_valid_attempts": 64, "n_layer": 24, "d_model": 1024, "tool_latency_s": 60.0,
+}
+# What a field's maximum needs from the others to be valid on its own (min_valid_attempts <= group_size; a
+# d_model of 1024 fits the parameter budget with one block; n_layer 24 with the default width).
+COMPANIONS = {"min_valid_attempts": {"group_size": 64}, "d_model": {"n_layer": 1}}
+PARAMETER_BUDGET = 25_000_000
+
+
+def submit(user, config: dict, kind: str = "rl_train"):
+    client = APIClient()
+    client.force_authenticate(user)
+    return client.post("/api/runs/", {"name": "r", "origin": "api", "kind": kind, "config": config}, format="json")
+
+
+def assert_refused(answer, field: str) -> None:
+    assert answer.status_code == 400, answer.content
+    body = answer.json()
+    assert body["field"] == field, body
+    assert field in body["detail"]
+
+
+def trainer_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
+    return subprocess.run([sys.executable, "-m", "trainer", *args], cwd=cwd, env=env, capture_output=True,
+                          text=True, timeout=120)
+
+
+class Touch:
+    """Unpickling this creates a file: the stand-in for arbitrary code in a pickle."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def __reduce__(self):
+        return (pathlib.Path.touch, (pathlib.Path(self.path),))
+
+
+# --- point 1: no paths, no debug phases from users -------------------------------------------------------------
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("config,field", [
+    ({"phase": "rollout_only", "batch_path": "/tmp/owned.pt"}, "config.phase"),
+    ({"phase": "train_only", "batch_path": "/tmp/owned.pt"}, "config.phase"),
+    ({"phase": "rollout_only"}, "config.phase"),
+    ({"batch_path": "/tmp/owned.pt"}, "config.batch_path"),
+    ({"phase": "full", "batch_path": "../../etc/cron.d/x"}, "config.batch_path"),
+])
+def test_debug_phases_and_batch_path_are_refused_at_submit(user, handoffs, config, field):
+    assert_refused(submit(user, config), field)
+    assert not Run.objects.exists() and not handoffs.dispatched
+
+
+@pytest.mark.django_db
+def test_full_phase_with_empty_batch_path_is_accepted(user, handoffs):
+    assert submit(user, {"phase": "full", "batch_path": ""}).status_code == 201
+
+
+@pytest.mark.django_db
+def test_every_free_string_in_the_schema_is_refused_unless_empty(user, handoffs):
+    """The class, not the instance: any string field that is not an enum could become a path; none is accepted."""
+    from runs.kinds import kind_get
+
+    props = kind_get("rl_train").json_schema()["properties"]
+    free = [name for name, prop in props.items() if prop["type"] == "string" and "enum" not in prop]
+    assert free == ["batch_path"] and props["batch_path"]["maxLength"] == 0
+    assert props["phase"]["enum"] == ["full"]
+    for name in free:
+        assert_refused(submit(user, {name: "/var/lib/anything"}), f"config.{name}")
+
+
+@pytest.mark.django_db
+def test_eval_source_run_must_be_an_id_not_a_path(user, handoffs):
+    for bad in ("../1", "/var/runs/1/checkpoints", 1.5, True, 0):
+        assert_refused(submit(user, {"source_run": bad}, kind="eval"), "config.source_run")
+    assert_refused(submit(user, {"source_run": 1, "checkpoint": "/x"}, kind="eval"), "config.checkpoint")
+
+
+@pytest.mark.django_db
+def test_launched_job_gets_only_run_id_paths_and_refuses_a_stored_debug_config(user, settings, tmp_path):
+    """A config stored before the submit check (or by any path around it) still cannot name a file: the job
+    is launched with --sandboxed and every path in its command line is under RUN_ARTIFACTS_DIR/<run id>."""
+    settings.RUN_ARTIFACTS_DIR = tmp_path / "artifacts"
+    target = tmp_path / "written-by-the-cluster.pt"
+    run = Run.objects.create(name="old", origin="api", run_class="app", kind="rl_train", owner=user,
+                             status=RunStatus.STARTING, granted_at=timezone.now(), resume_requested=True,
+                             config={"mode": "local", "steps": 1, "phase": "rollout_only", "batch_path": str(target)})
+    cmd = rl_train_job(run).entrypoint
+    run_dir = (tmp_path / "artifacts" / str(run.pk)).resolve()
+    paths = [cmd[i + 1] for i, arg in enumerate(cmd) if arg in ("--config", "--checkpoint-dir")]
+    assert len(paths) == 2 and all(Path(p).resolve().is_relative_to(run_dir) for p in paths)
+    assert "--sandboxed" in cmd and str(target) not in cmd
+    events = tmp_path / "events.jsonl"
+    args = [a for a in cmd[3:] if not a.startswith("http")]
+    args[args.index("--events")] = "--events"
+    args.insert(args.index("--events") + 1, str(events))
+    proc = trainer_cli(*args, cwd=tmp_path)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert "phase" in proc.stderr and not target.exists()
+
+
+def test_checkpoint_load_never_unpickles_objects(tmp_path):
+    """`python -m trainer eval` (what the eval kind runs) on a state.pt holding a pickled object: refused, and
+    the object's code never runs."""
+    ckpt, marker = tmp_path / "ckpt", tmp_path / "code-ran"
+    step = ckpt / "step-000001"
+    step.mkdir(parents=True)
+    (ckpt / "latest").write_text("step-000001")
+    (step / "meta.json").write_text(json.dumps({"format": 2, "step": 1, "version": 1, "config": {}}))
+    torch.save({"trainer": Touch(marker)}, step / "state.pt")
+    proc = trainer_cli("eval", "--checkpoint", str(ckpt), "--events", str(tmp_path / "e.jsonl"), cwd=tmp_path)
+    assert proc.returncode == 1
+    assert not marker.exists(), "torch.load ran code from the checkpoint"
+    assert "weights_only" in proc.stderr or "Unpickl" in proc.stderr
+
+
+def test_resume_never_unpickles_objects(tmp_path):
+    ckpt, marker = tmp_path / "ckpt", tmp_path / "code-ran"
+    step = ckpt / "step-000001"
+    step.mkdir(parents=True)
+    (ckpt / "latest").write_text("step-000001")
+    (step / "meta.json").write_text(json.dumps({"format": 2, "step": 1, "version": 1, "config": {}}))
+    torch.save({"sampler": Touch(marker)}, step / "state.pt")
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps({"mode": "local", "steps": 2, "prompts_per_step": 4, "group_size": 2,
+                                  "eval_every": 0}))
+    proc = trainer_cli("run", "--config", str(config), "--checkpoint-dir", str(ckpt), "--resume",
+                       "--events", str(tmp_path / "e.jsonl"), cwd=tmp_path)
+    assert proc.returncode != 0 and not marker.exists(), proc.stderr[-2000:]
+
+
+def test_local_train_only_never_unpickles_objects(tmp_path):
+    """Even the local debug phase (allowed without --sandboxed) loads its batch with weights_only."""
+    batch, marker = tmp_path / "batch.pt", tmp_path / "code-ran"
+    torch.save({"groups": [Touch(marker)], "version": 0, "config": {}}, batch)
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps({"mode": "local", "steps": 1, "prompts_per_step": 4, "group_size": 2,
+                                  "eval_every": 0, "phase": "train_only", "batch_path": str(batch)}))
+    proc = trainer_cli("run", "--config", str(config), "--events", str(tmp_path / "e.jsonl"), cwd=tmp_path)
+    assert proc.returncode == 1 and not marker.exists(), proc.stderr[-2000:]
+
+
+def test_latest_marker_cannot_lead_out_of_the_checkpoint_dir(tmp_path):
+    """The eval kind reads RUN_ARTIFACTS_DIR/<source_run>/checkpoints; its `latest` file may only name a step
+    directory inside it (not `..`, an absolute path or a symlink to another run's checkpoints)."""
+    outside, marker = tmp_path / "other-run", tmp_path / "code-ran"
+    (outside / "step-000001").mkdir(parents=True)
+    (outside / "step-000001" / "meta.json").write_text(json.dumps({"step": 1, "version": 1, "config": {}}))
+    torch.save({"trainer": Touch(marker)}, outside / "step-000001" / "state.pt")
+    for i, name in enumerate(["../other-run/step-000001", str(outside / "step-000001"), "step-000002"]):
+        ckpt = tmp_path / f"run{i}"
+        ckpt.mkdir()
+        if name == "step-000002":
+            (ckpt / name).symlink_to(outside / "step-000001")
+        (ckpt / "latest").write_text(name)
+        proc = trainer_cli("eval", "--checkpoint", str(ckpt), "--events", str(tmp_path / "e.jsonl"), cwd=tmp_path)
+        assert proc.returncode == 1 and "no checkpoint under" in proc.stderr, (name, proc.stderr[-2000:])
+    assert not marker.exists()
+
+
+# --- point 2a: bounded work ----------------------------------------------------------------------------------
+
+def _over(value):
+    return value + 1 if isinstance(value, int) else value + 0.5
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("field", sorted(MAXIMA))
+def test_just_over_the_maximum_is_400_naming_the_field(user, handoffs, field):
+    assert_refused(submit(user, {**COMPANIONS.get(field, {}), field: _over(MAXIMA[field])}), f"config.{field}")
+    assert not Run.objects.exists()
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("field", sorted(MAXIMA))
+def test_the_maximum_itself_is_accepted(user, handoffs, field):
+    answer = submit(user, {**COMPANIONS.get(field, {}), field: MAXIMA[field]})
+    assert answer.status_code == 201, answer.content
+
+
+@pytest.mark.django_db
+def test_schema_shows_every_maximum_and_the_budget(user):
+    from runs.kinds import kind_get
+
+    schema = kind_get("rl_train").json_schema()
+    assert {f: schema["properties"][f].get("maximum") for f in MAXIMA} == MAXIMA
+    assert schema["x-parameter-budget"] == PARAMETER_BUDGET and f"{PARAMETER_BUDGET:,}" in schema["description"]
+
+
+@pytest.mark.django_db
+def test_model_over_the_parameter_budget_is_400_naming_the_budget(user, handoffs):
+    # 2 blocks of width 1024 (~25.2M parameters): each bound alone holds, the budget does not.
+    answer = submit(user, {"n_layer": 2, "d_model": 1024})
+    assert_refused(answer, "config.d_model")
+    assert f"{PARAMETER_BUDGET:,}" in answer.json()["detail"]
+    assert_refused(submit(user, {"n_layer": 24, "d_model": 512}), "config.d_model")
+    assert submit(user, {"n_layer": 8, "d_model": 448}).status_code == 201  # ~19.4M
+
+
+def test_parameter_count_is_the_policy_that_would_be_built():
+    from trainer.config import TrainConfig, policy_parameters
+    from trainer.policy import build_policy
+    from trainer.tasks import task_build
+
+    for cfg in (TrainConfig(), TrainConfig(task="agent", n_layer=3, d_model=96, modulus=100, answer_terms=7,
+                                           prompt_terms_max=9)):
+        task = task_build(cfg)
+        model = build_policy(cfg, task.vocab_size, task.block_size())
+        assert policy_parameters(cfg) == sum(p.numel() for p in model.parameters())
+
+
+def test_defaults_and_bench_configs_fit_the_bounds():
+    from trainer.config import TrainConfig
+
+    TrainConfig.from_dict(json.loads((ROOT / "trainer" / "defaults.json").read_text()), allow_debug=False)
+    for name in ("async.json", "async_tool_latency_0.05.json", "learning.json"):
+        TrainConfig.from_dict(json.loads((ROOT / "bench" / "results" / name).read_text())["config"],
+                              allow_debug=False)
+
+
+def test_every_torch_load_in_the_repo_refuses_pickled_objects():
+    """Source guard beside the behavioural tests above: a new torch.load must pass weights_only=True."""
+    import re
+
+    offenders = []
+    for top in ("trainer", "rollout", "runs", "frontend", "config", "bench", "platform"):
+        for path in (ROOT / top).rglob("*.py"):
+            for match in re.finditer(r"torch\.load\((?:[^()]|\([^()]*\))*\)", path.read_text()):
+                if "weights_only=True" not in match.group(0):
+                    offenders.append(f"{path.relative_to(ROOT)}: {match.group(0)}")
+    assert not offenders
