@@ -5,6 +5,9 @@ from __future__ import annotations
 import pytest
 from django.test import Client
 from rest_framework.test import APIClient
+from tests.security.api_fixtures import (  # noqa: F401 (fixtures)
+    _fast_password_hashing, _fresh_policy_cache, client_for, fresh_cache, handoffs, other_user, staff, user,
+)
 
 pytestmark = pytest.mark.django_db
 

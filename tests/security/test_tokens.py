@@ -14,6 +14,9 @@ from rest_framework.test import APIClient
 
 from runs.models import Run, RunStatus
 from tests.runs.helpers import TEST_KIND
+from tests.security.api_fixtures import (  # noqa: F401 (fixtures)
+    _fast_password_hashing, _fresh_policy_cache, client_for, fresh_cache, handoffs, other_user, staff, user,
+)
 
 pytestmark = pytest.mark.django_db
 

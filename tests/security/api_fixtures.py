@@ -1,5 +1,7 @@
-"""Fixtures of the security tests: the API test kind and users, Celery hand-offs captured, and a cache
-namespace of each test's own (sign-in failure counters in the real Redis never leak between tests)."""
+"""Fixtures of the API-level security tests (tokens, sign-in limits, bad input), imported by those modules only
+(not a conftest: the browser and platform tests beside them create users for server processes, which must keep
+the real password hashers): the API test kind and users, Celery hand-offs captured, fast password hashing, and a
+cache namespace of each test's own (sign-in failure counters in the real Redis never leak between tests)."""
 from __future__ import annotations
 
 import secrets
