@@ -13,6 +13,7 @@ import argparse
 import gzip
 import json
 import os
+import secrets
 import statistics
 import subprocess
 import sys
@@ -20,6 +21,9 @@ import threading
 import time
 from pathlib import Path
 from urllib.parse import urlparse, urlunparse
+
+# Settings refuse the built-in SECRET_KEY with DEBUG off; a bench run (and every process it starts) uses its own.
+os.environ.setdefault("DJANGO_SECRET_KEY", secrets.token_urlsafe(50))
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))

@@ -14,10 +14,14 @@ import asyncio
 import json
 import multiprocessing
 import os
+import secrets
 import sys
 import time
 import uuid
 from pathlib import Path
+
+# Settings refuse the built-in SECRET_KEY with DEBUG off; a bench run (and every process it starts) uses its own.
+os.environ.setdefault("DJANGO_SECRET_KEY", secrets.token_urlsafe(50))
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))

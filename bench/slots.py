@@ -13,11 +13,15 @@ import argparse
 import json
 import multiprocessing as mp
 import os
+import secrets
 import statistics
 import sys
 import time
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
+
+# Settings refuse the built-in SECRET_KEY with DEBUG off; a bench run (and every process it starts) uses its own.
+os.environ.setdefault("DJANGO_SECRET_KEY", secrets.token_urlsafe(50))
 
 ROOT = Path(__file__).resolve().parent.parent
 DB_NAME = "bench_slots"

@@ -24,10 +24,45 @@ def env_int(name: str, default: int) -> int:
     return default if value in (None, "") else int(value)
 
 
-SECRET_KEY = os.environ.get("DJANGO_SECRET_KEY", "dev-only-insecure-key-change-me")
+INSECURE_DEFAULT_SECRET_KEY = "dev-only-insecure-key-change-me"
+SECRET_KEY = os.environ.get("DJANGO_SECRET_KEY", INSECURE_DEFAULT_SECRET_KEY)
+# Earlier keys, still accepted for signatures (sessions, ingest tokens) while a rotation settles.
+SECRET_KEY_FALLBACKS = [k for k in os.environ.get("DJANGO_SECRET_KEY_FALLBACKS", "").split(",") if k]
 DEBUG = env_bool("DJANGO_DEBUG", False)
+
+
+def secret_key_problem(key: str) -> str | None:
+    """Why `key` is unfit to sign sessions and ingest tokens (Django's own check W009 criteria), or None."""
+    if not key or key == INSECURE_DEFAULT_SECRET_KEY or key.startswith("django-insecure-"):
+        return "it is unset or the built-in development default"
+    if len(key) < 50 or len(set(key)) < 5:
+        return "it is shorter than 50 characters or has fewer than 5 distinct characters"
+    return None
+
+
+if not DEBUG and secret_key_problem(SECRET_KEY):
+    from django.core.exceptions import ImproperlyConfigured
+
+    raise ImproperlyConfigured(
+        f"DJANGO_SECRET_KEY is insecure: {secret_key_problem(SECRET_KEY)}. With DJANGO_DEBUG off, set it to a long "
+        "random string, e.g. the output of `python -c 'import secrets; print(secrets.token_urlsafe(50))'` "
+        "(`make run` generates one under var/)."
+    )
 ALLOWED_HOSTS = [h for h in os.environ.get("DJANGO_ALLOWED_HOSTS", "localhost,127.0.0.1,[::1],testserver").split(",") if h]
 CSRF_TRUSTED_ORIGINS = [o for o in os.environ.get("DJANGO_CSRF_TRUSTED_ORIGINS", "").split(",") if o]
+
+# --- HTTPS (docs/operations.md): off for the embedded http://127.0.0.1 default, on in platform/env.example ---
+SESSION_COOKIE_SECURE = env_bool("DJANGO_SESSION_COOKIE_SECURE", False)
+CSRF_COOKIE_SECURE = env_bool("DJANGO_CSRF_COOKIE_SECURE", False)
+SECURE_SSL_REDIRECT = env_bool("DJANGO_SECURE_SSL_REDIRECT", False)
+SECURE_HSTS_SECONDS = env_int("DJANGO_SECURE_HSTS_SECONDS", 0)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("DJANGO_SECURE_HSTS_INCLUDE_SUBDOMAINS", False)
+SECURE_HSTS_PRELOAD = env_bool("DJANGO_SECURE_HSTS_PRELOAD", False)
+# Behind a TLS-terminating proxy that sets X-Forwarded-Proto (and strips it from clients): trust it.
+SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https") if env_bool("DJANGO_SECURE_PROXY_SSL_HEADER", False) else None
+# Proxies in front of the web server that append to X-Forwarded-For: the client address for sign-in limits is
+# the one this many hops from the right; 0 uses the socket's peer address (a client cannot pick its own).
+NUM_PROXIES = env_int("DJANGO_NUM_PROXIES", 0)
 
 INSTALLED_APPS = [
     "daphne",
@@ -176,12 +211,32 @@ SLOTS_DEFAULT_MAX_TOTAL = env_int("SLOTS_DEFAULT_MAX_TOTAL", 4)
 SLOTS_HEARTBEAT_TIMEOUT_SECONDS = env_int("SLOTS_HEARTBEAT_TIMEOUT_SECONDS", 60)
 SLOTS_POLICY_CACHE_SECONDS = float(os.environ.get("SLOTS_POLICY_CACHE_SECONDS", "1"))
 
+# --- Cache: sign-in failure counters (runs/auth_limit.py) -------------------------------------------
+CACHES = {
+    "default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL,
+                "KEY_PREFIX": os.environ.get("CACHE_KEY_PREFIX", "rlcp")}
+    if os.environ.get("REDIS_URL") else
+    # One process only: counters are per process (tests and single-process tools).
+    {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}
+}
+
 # --- REST API -------------------------------------------------------------------------------------
+# API tokens (POST /api/auth/token/) expire this long after they were issued; DELETE revokes one at once.
+API_TOKEN_MAX_AGE_SECONDS = env_int("API_TOKEN_MAX_AGE_SECONDS", 30 * 24 * 3600)
+# Failed sign-ins (login page, token endpoint, admin) allowed per username and per client address within the
+# window; past either, sign-in answers 429 until the window (counted from the first failure) ends.
+AUTH_FAILURES_PER_USERNAME = env_int("AUTH_FAILURES_PER_USERNAME", 5)
+AUTH_FAILURES_PER_IP = env_int("AUTH_FAILURES_PER_IP", 20)
+AUTH_FAILURE_WINDOW_SECONDS = env_int("AUTH_FAILURE_WINDOW_SECONDS", 900)
+AUTHENTICATION_BACKENDS = ["runs.auth_limit.LimitedModelBackend"]
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
         "rest_framework.authentication.SessionAuthentication",
-        "rest_framework.authentication.TokenAuthentication",
+        "runs.api.tokens.ExpiringTokenAuthentication",
     ],
+    # JSON only, with a nesting limit and no lone surrogates / NUL (runs/api/parsers.py).
+    "DEFAULT_PARSER_CLASSES": ["runs.api.parsers.SafeJSONParser"],
+    "NUM_PROXIES": NUM_PROXIES,
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.PageNumberPagination",
     "PAGE_SIZE": 50,
@@ -198,7 +253,12 @@ SPECTACULAR_SETTINGS = {
 }
 
 # --- Auth, i18n, static ---------------------------------------------------------------------------
-AUTH_PASSWORD_VALIDATORS = []
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator", "OPTIONS": {"min_length": 12}},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+    {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
+]
 LOGIN_URL = "/login/"
 LOGIN_REDIRECT_URL = "/"
 LOGOUT_REDIRECT_URL = "/login/"

@@ -2,7 +2,6 @@
 runs, slots, events and the stored concurrency settings (state changes go through runs.services)."""
 from __future__ import annotations
 
-from croniter import croniter
 from django import forms
 from django.contrib import admin
 from django.http import HttpRequest
@@ -11,7 +10,7 @@ from django.utils import timezone
 from runs import kinds
 from runs.errors import ServiceError
 from runs.models import ConcurrencySettings, Run, RunEvent, Schedule, Slot
-from runs.schedules import cron_next
+from runs.schedules import cron_next, cron_problem
 
 
 class ScheduleForm(forms.ModelForm):
@@ -21,8 +20,8 @@ class ScheduleForm(forms.ModelForm):
 
     def clean_cron(self) -> str:
         cron = self.cleaned_data["cron"]
-        if not croniter.is_valid(cron):
-            raise forms.ValidationError(f"not a valid cron expression: {cron!r} (e.g. '0 3 * * *')")
+        if problem := cron_problem(cron):
+            raise forms.ValidationError(problem)
         return cron
 
     def clean(self) -> dict:
@@ -64,6 +63,8 @@ class RunAdmin(ReadOnlyAdmin):
     list_display = ("id", "name", "owner", "origin", "run_class", "kind", "status", "created_at", "granted_at")
     list_filter = ("status", "run_class", "kind")
     search_fields = ("name", "owner__username")
+    # The nonce is an input of the run's ingest token (with SECRET_KEY): no page shows it.
+    exclude = ("ingest_nonce",)
 
 
 @admin.register(Slot)

@@ -3,7 +3,6 @@ and count every accepted post as a heartbeat. The HTTP view is runs/api/ingest.p
 """
 from __future__ import annotations
 
-import secrets
 from dataclasses import dataclass
 from typing import Any
 
@@ -46,7 +45,7 @@ def run_for_ingest(*, run_id: int, token: str | None) -> Run:
     run = Run.objects.filter(pk=run_id).first()
     if run is None:
         raise RunNotFound(f"run {run_id} does not exist")
-    if not token or not secrets.compare_digest(token.encode(), run.ingest_token.encode()):
+    if not token or not run.ingest_token_matches(token):  # constant time; a new attempt's token differs
         raise IngestUnauthorized("a valid per-run ingest token is required (Authorization: Bearer <token>)")
     if run.status in FINISHED_STATUSES:
         raise InvalidTransition(f"run {run_id} is {run.status}; it accepts no more events", field="status")

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import shlex
 import time
 from dataclasses import dataclass, field
@@ -106,13 +107,30 @@ def rl_train_job(run: Run) -> JobSpec:
     return JobSpec(entrypoint=cmd, wants_gpu=wants_gpu)
 
 
+def ingest_token_file_write(run: Run) -> Path:
+    """Write the current attempt's ingest token to RUN_ARTIFACTS_DIR/<id>/ingest-token, mode 0600, atomically.
+    The job reads it from there ($RUN_INGEST_TOKEN_FILE): the Ray job API shows every job's runtime env,
+    entrypoint and metadata to anyone who can list jobs, so the token goes in none of them. Rewriting it on a
+    relaunch of the same attempt writes the same token."""
+    directory = run_artifacts_dir(run.pk)
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / "ingest-token"
+    tmp = directory / f".ingest-token.{os.getpid()}"
+    tmp.unlink(missing_ok=True)  # a leftover would keep its own mode
+    fd = os.open(tmp, os.O_WRONLY | os.O_EXCL | os.O_CREAT, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(run.ingest_token)
+    os.replace(tmp, path)
+    return path
+
+
 def job_submit(run: Run, spec: JobSpec) -> str:
     """Submit the run's job unless a job with its submission id exists; returns the submission id."""
     client = ray_client()
     submission_id = submission_id_for(run)
     env = {
         "RUN_ID": str(run.pk),
-        "RUN_INGEST_TOKEN": run.ingest_token,
+        "RUN_INGEST_TOKEN_FILE": str(ingest_token_file_write(run)),
         "RUN_ATTEMPT": str(run.attempt),
         # Cancel: Ray signals the entrypoint, waits this long for it to checkpoint and exit, then SIGKILLs it.
         "RAY_JOB_STOP_WAIT_TIME_S": str(settings.RUN_STOP_GRACE_SECONDS),

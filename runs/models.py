@@ -5,6 +5,7 @@ import secrets
 
 from django.conf import settings
 from django.db import models
+from django.utils.crypto import constant_time_compare, salted_hmac
 
 
 class RunStatus(models.TextChoices):
@@ -44,7 +45,20 @@ ORIGIN_TO_CLASS: dict[str, str] = {
 
 
 def new_ingest_token() -> str:
+    """Kept for migration 0001, which names it as the default of the (since removed) plaintext column."""
     return secrets.token_urlsafe(32)
+
+
+def new_ingest_nonce() -> str:
+    return secrets.token_hex(16)
+
+
+def ingest_token_derive(*, run_id: int, attempt: int, nonce: str, secret: str | None = None) -> str:
+    """The ingest token of one attempt of a run: HMAC-SHA256 keyed by SECRET_KEY over (run, attempt, nonce).
+    Never stored: the database holds only the nonce, so reading it (or a backup) yields no token; a new attempt
+    gives a new token, and a relaunch of the same attempt the same one (docs/execution.md)."""
+    return salted_hmac("runs.ingest_token", f"{run_id}:{attempt}:{nonce}", secret=secret,
+                       algorithm="sha256").hexdigest()
 
 
 class Run(models.Model):
@@ -69,7 +83,8 @@ class Run(models.Model):
 
     # Execution: the Ray job that runs it, the token its events authenticate with, the last stored event seq.
     ray_submission_id = models.CharField(max_length=128, blank=True, default="")
-    ingest_token = models.CharField(max_length=64, default=new_ingest_token)
+    # Per-run random input of the ingest token (see ingest_token_derive); not a secret on its own.
+    ingest_nonce = models.CharField(max_length=64, default=new_ingest_nonce)
     last_seq = models.BigIntegerField(default=0)
     attempt = models.PositiveIntegerField(default=0)
     resume_requested = models.BooleanField(default=False)
@@ -87,6 +102,22 @@ class Run(models.Model):
 
     def __str__(self) -> str:
         return f"run {self.pk} ({self.name}, {self.status})"
+
+    @property
+    def ingest_token(self) -> str:
+        """The current attempt's ingest token (derived on demand; what the launcher gives the job)."""
+        return ingest_token_derive(run_id=self.pk, attempt=self.attempt, nonce=self.ingest_nonce)
+
+    def ingest_token_matches(self, token: str) -> bool:
+        """Constant-time check of a presented token against the current attempt's, under SECRET_KEY and each of
+        SECRET_KEY_FALLBACKS (so a key rotation does not cut off running jobs)."""
+        presented = token.encode("utf-8", "replace")
+        ok = False
+        for secret in [settings.SECRET_KEY, *settings.SECRET_KEY_FALLBACKS]:
+            expected = ingest_token_derive(run_id=self.pk, attempt=self.attempt, nonce=self.ingest_nonce,
+                                           secret=secret)
+            ok |= constant_time_compare(presented, expected.encode())
+        return ok
 
 
 class RunEvent(models.Model):

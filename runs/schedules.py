@@ -10,7 +10,7 @@ import logging
 from datetime import datetime
 from typing import Any
 
-from croniter import croniter
+from croniter import CroniterError, croniter
 from django.db import transaction
 from django.utils import timezone
 
@@ -27,6 +27,20 @@ def cron_next(cron: str, *, after: datetime) -> datetime:
     return croniter(cron, after).get_next(datetime)
 
 
+def cron_problem(cron: Any) -> str | None:
+    """Why `cron` is not a usable schedule, or None: five fields (minute hour day month weekday, UTC; no seconds
+    field, no @daily), accepted by croniter, and firing at least once (`0 0 31 2 *` never does)."""
+    if not isinstance(cron, str) or len(cron.split()) != 5:
+        return f"expected five space-separated fields (minute hour day month weekday), e.g. '0 3 * * *'; got {cron!r}"
+    if not croniter.is_valid(cron):
+        return f"not a valid cron expression: {cron!r} (e.g. '0 3 * * *')"
+    try:
+        cron_next(cron, after=timezone.now())
+    except (CroniterError, ValueError, OverflowError):
+        return f"{cron!r} never fires (no such date, e.g. 31 February)"
+    return None
+
+
 def _validated(fields: dict[str, Any]) -> dict[str, Any]:
     unknown = sorted(set(fields) - set(EDITABLE_FIELDS))
     if unknown:
@@ -34,8 +48,8 @@ def _validated(fields: dict[str, Any]) -> dict[str, Any]:
     if "name" in fields and (not isinstance(fields["name"], str) or not fields["name"].strip()
                              or len(fields["name"]) > 200):
         raise InvalidInput("must be a non-empty string of at most 200 characters", field="name")
-    if "cron" in fields and (not isinstance(fields["cron"], str) or not croniter.is_valid(fields["cron"])):
-        raise InvalidInput(f"not a valid cron expression: {fields['cron']!r} (e.g. '0 3 * * *')", field="cron")
+    if "cron" in fields and (problem := cron_problem(fields["cron"])):
+        raise InvalidInput(problem, field="cron")
     if "enabled" in fields and not isinstance(fields["enabled"], bool):
         raise InvalidInput("must be true or false", field="enabled")
     if "config" in fields and not isinstance(fields["config"], dict):
@@ -83,7 +97,13 @@ def schedules_submit_due(*, now: datetime | None = None) -> list[int]:
                                                                    next_run_at__lte=now).first()
             if schedule is None:
                 continue  # another tick took it
-            schedule.next_run_at = cron_next(schedule.cron, after=now)
+            try:
+                schedule.next_run_at = cron_next(schedule.cron, after=now)
+            except (CroniterError, ValueError, OverflowError) as exc:  # stored before cron_problem existed
+                logger.warning("schedule %s disabled: its cron %r never fires again (%s)", schedule.pk, schedule.cron, exc)
+                schedule.enabled = False
+                schedule.save(update_fields=["enabled"])
+                continue
             try:
                 run = services.run_submit(owner=schedule.owner, name=f"{schedule.name} @ {now:%Y-%m-%d %H:%M}",
                                           origin=Origin.SCHEDULE, kind=schedule.kind, config=schedule.config)

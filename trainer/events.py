@@ -23,6 +23,10 @@ REQUIRED_DATA_KEYS: dict[str, frozenset[str]] = {
 }
 
 
+SEQ_MAX = 2**63 - 1  # the platform stores seq as a signed 64-bit integer
+TS_END = 253402300800.0  # 10000-01-01T00:00:00Z: the first second datetime cannot represent
+
+
 class EventSchemaError(ValueError):
     """An event that does not follow the schema; the message names the offending field."""
 
@@ -46,6 +50,8 @@ def validate_event(obj: Any) -> Event:
     seq = obj.get("seq")
     if not isinstance(seq, int) or isinstance(seq, bool) or seq < 1:
         raise EventSchemaError("seq: expected a positive integer")
+    if seq > SEQ_MAX:
+        raise EventSchemaError(f"seq: expected at most {SEQ_MAX} (a signed 64-bit integer)")
     etype = obj.get("type")
     if etype not in EVENT_TYPES:
         raise EventSchemaError(f"type: expected one of {sorted(EVENT_TYPES)}, got {etype!r}")
@@ -58,6 +64,8 @@ def validate_event(obj: Any) -> Event:
     if etype == "gate" and data["state"] not in GATE_STATES:
         raise EventSchemaError(f"data.state: expected one of {sorted(GATE_STATES)}, got {data['state']!r}")
     ts = obj.get("ts", time.time())
-    if not isinstance(ts, (int, float)) or isinstance(ts, bool):
-        raise EventSchemaError("ts: expected a number (seconds since the epoch)")
+    if not isinstance(ts, (int, float)) or isinstance(ts, bool) or not 0 <= ts < TS_END:
+        # `not 0 <= ts` is also true for NaN; the upper bound keeps datetime (years 1-9999) able to hold it.
+        raise EventSchemaError(f"ts: expected a number of seconds since the epoch, from 0 to below {TS_END:.0f} "
+                               "(the year 10000)")
     return Event(seq=seq, type=etype, data=data, ts=float(ts), run=obj.get("run"))

@@ -17,6 +17,16 @@ from typing import Any, Protocol
 from trainer.events import validate_event
 
 TOKEN_ENV = "RUN_INGEST_TOKEN"
+# The platform's launcher hands the token over in a 0600 file, not in the job's env (which the Ray job API shows).
+TOKEN_FILE_ENV = "RUN_INGEST_TOKEN_FILE"
+
+
+def ingest_token_from_env() -> str:
+    """The run's ingest token: read from $RUN_INGEST_TOKEN_FILE if set, else $RUN_INGEST_TOKEN, else ''."""
+    path = os.environ.get(TOKEN_FILE_ENV)
+    if path:
+        return Path(path).read_text(encoding="utf-8").strip()
+    return os.environ.get(TOKEN_ENV, "")
 
 
 class EventSink(Protocol):
@@ -66,7 +76,7 @@ class HttpSink:
         import requests
 
         self.url = url
-        self.token = token if token is not None else os.environ.get(TOKEN_ENV, "")
+        self.token = token if token is not None else ingest_token_from_env()
         self.max_batch, self.flush_interval_s, self.timeout_s = max_batch, flush_interval_s, timeout_s
         self.session = session or requests.Session()
         self.last_seq = 0

@@ -4,6 +4,7 @@ from drf_spectacular.views import SpectacularAPIView
 from rest_framework.permissions import IsAuthenticated
 
 from runs.api import views
+from runs.api.auth import TokenView
 from runs.api.ingest import RunIngestView
 from runs.api.schedules import ScheduleDetailView, ScheduleListCreateView
 
@@ -19,6 +20,6 @@ urlpatterns = [
     path("settings/concurrency/", views.ConcurrencySettingsView.as_view(), name="api-settings-concurrency"),
     path("schedules/", ScheduleListCreateView.as_view(), name="api-schedules"),
     path("schedules/<int:schedule_id>/", ScheduleDetailView.as_view(), name="api-schedule"),
-    path("auth/token/", views.TokenView.as_view(), name="api-token"),
+    path("auth/token/", TokenView.as_view(), name="api-token"),
     path("schema/", SpectacularAPIView.as_view(permission_classes=[IsAuthenticated]), name="api-schema"),
 ]

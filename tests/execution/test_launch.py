@@ -1,8 +1,10 @@
 """The launcher against the real Ray job API: a second launch of the same attempt is a no-op (one job), the job
-gets the run's token, event URL and stop grace, and the rl_train job spec carries --resume and GPU choices."""
+gets the run's token (in a 0600 file, not its env), event URL and stop grace, and the rl_train job spec carries
+--resume and GPU choices."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 from django.utils import timezone
@@ -22,8 +24,9 @@ def _starting_run(user, **fields) -> Run:
     return run
 
 
-def test_second_launch_is_a_no_op(ray_settings, settings, django_user_model, submission_prefix):
+def test_second_launch_is_a_no_op(ray_settings, settings, django_user_model, submission_prefix, tmp_path):
     settings.PLATFORM_PUBLIC_URL = "http://platform.example:8000"
+    settings.RUN_ARTIFACTS_DIR = tmp_path
     run = _starting_run(django_user_model.objects.create_user(username="l1"))
     spec = JobSpec(entrypoint=["sleep", "60"])
 
@@ -39,7 +42,11 @@ def test_second_launch_is_a_no_op(ray_settings, settings, django_user_model, sub
         assert [j.submission_id for j in jobs] == [f"{submission_prefix}-{run.pk}-0"] == [run.ray_submission_id]
         assert run.status == RunStatus.RUNNING
         env = jobs[0].runtime_env["env_vars"]
-        assert env["RUN_INGEST_TOKEN"] == run.ingest_token and env["RUN_ID"] == str(run.pk)
+        assert env["RUN_ID"] == str(run.pk)
+        # The token is in a 0600 file the job reads, never in what the job API shows to anyone listing jobs.
+        token_file = Path(env["RUN_INGEST_TOKEN_FILE"])
+        assert token_file.read_text() == run.ingest_token and token_file.stat().st_mode & 0o777 == 0o600
+        assert run.ingest_token not in json.dumps([jobs[0].runtime_env, jobs[0].metadata, jobs[0].entrypoint])
         assert env["RAY_JOB_STOP_WAIT_TIME_S"] == str(settings.RUN_STOP_GRACE_SECONDS)
         assert env["RAY_JOB_STOP_SIGNAL"] == "SIGINT"
     finally:

@@ -12,7 +12,8 @@ from typing import Any
 
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError, CommandParser
-from rest_framework.authtoken.models import Token
+
+from runs.api.tokens import token_issue
 
 
 class Command(BaseCommand):
@@ -30,7 +31,7 @@ class Command(BaseCommand):
             if not password:
                 raise CommandError("set PLATFORM_ADMIN_PASSWORD to the password for the new admin")
             admin = User.objects.create_superuser(username=username, email="", password=password)
-        token, _ = Token.objects.get_or_create(user=admin)
+        token = token_issue(admin)  # a fresh one if the stored one has expired
         out: dict[str, Any] = {"username": admin.get_username(), "created": created, "token": token.key}
         if created:
             out["password"] = password

@@ -1,0 +1,182 @@
+"""Secrets and tokens: ingest tokens per attempt and never stored or shown; API tokens revocable and expiring."""
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+
+import pytest
+from django.core.management import call_command, load_command_class
+from django.db import connection
+from django.test import Client
+from django.utils import timezone
+from rest_framework.authtoken.models import Token
+from rest_framework.test import APIClient
+
+from runs.models import Run, RunStatus
+from tests.runs.helpers import TEST_KIND
+from tests.security.api_fixtures import (  # noqa: F401 (fixtures)
+    _fast_password_hashing, _fresh_policy_cache, client_for, fresh_cache, handoffs, other_user, staff, user,
+)
+
+pytestmark = pytest.mark.django_db
+
+def ingest(run_id: int, token: str, seq: int = 1):
+    return APIClient().post(f"/api/runs/{run_id}/ingest/", [{"seq": seq, "type": "log"}], format="json",
+                            HTTP_AUTHORIZATION=f"Bearer {token}")
+
+
+def failed_run(owner) -> Run:
+    return Run.objects.create(name="r", origin="api", run_class="app", kind=TEST_KIND, owner=owner,
+                              status=RunStatus.FAILED)
+
+
+def test_a_resume_gives_a_new_ingest_token_and_the_old_one_stops_at_once(user, handoffs):
+    run = failed_run(user)
+    Run.objects.filter(pk=run.pk).update(status=RunStatus.RUNNING)
+    old = Run.objects.get(pk=run.pk).ingest_token
+    assert ingest(run.pk, old).status_code == 200
+    Run.objects.filter(pk=run.pk).update(status=RunStatus.FAILED)
+
+    client = APIClient()
+    client.force_authenticate(user)
+    assert client.post(f"/api/runs/{run.pk}/resume/").status_code == 200
+    run.refresh_from_db()
+    assert run.attempt == 1 and run.status in (RunStatus.QUEUED, RunStatus.STARTING)
+    new = run.ingest_token
+    assert new != old
+    assert ingest(run.pk, old, seq=2).status_code == 401  # the previous attempt's job is cut off
+    assert ingest(run.pk, new, seq=1).status_code == 200
+
+
+def test_a_relaunch_of_the_same_attempt_keeps_its_token(user, settings, tmp_path):
+    from runs.launch import ingest_token_file_write  # what the launcher calls on every launch of the attempt
+
+    settings.RUN_ARTIFACTS_DIR = tmp_path
+    run = Run.objects.create(name="r", origin="api", run_class="app", kind=TEST_KIND, owner=user,
+                             status=RunStatus.RUNNING)
+    first = ingest_token_file_write(Run.objects.get(pk=run.pk))
+    content = first.read_text()
+    again = ingest_token_file_write(Run.objects.get(pk=run.pk))  # e.g. a redelivered launch task
+    assert (again, again.read_text()) == (first, content)
+    assert first.stat().st_mode & 0o777 == 0o600
+    assert ingest(run.pk, content).status_code == 200
+    assert ingest(run.pk, content[:-1] + ("0" if content[-1] != "0" else "1")).status_code == 401
+
+
+def test_ingest_tokens_are_not_stored(user):
+    run = Run.objects.create(name="r", origin="api", run_class="app", kind=TEST_KIND, owner=user,
+                             status=RunStatus.RUNNING)
+    token = run.ingest_token
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT row_to_json(r)::text FROM runs_run r WHERE id = %s", [run.pk])
+        row = cursor.fetchone()[0]
+    assert token not in row
+    assert "ingest_token" not in row  # no column holds it, hashed or not: it is derived with SECRET_KEY
+    assert ingest(run.pk, token).status_code == 200
+
+
+def test_ingest_tokens_change_with_the_secret_key_and_fallbacks_keep_old_ones(user, settings):
+    run = Run.objects.create(name="r", origin="api", run_class="app", kind=TEST_KIND, owner=user,
+                             status=RunStatus.RUNNING)
+    token, old_key = run.ingest_token, settings.SECRET_KEY
+    settings.SECRET_KEY = "x" * 60 + "rotated"
+    assert ingest(run.pk, token).status_code == 401
+    settings.SECRET_KEY_FALLBACKS = [old_key]  # a rotation keeps running jobs' tokens valid
+    assert ingest(run.pk, token).status_code == 200
+
+
+def test_admin_does_not_show_ingest_secrets(django_user_model):
+    admin = django_user_model.objects.create_superuser("boss", password="pw-boss-long-enough")
+    run = Run.objects.create(name="r", origin="api", run_class="app", kind=TEST_KIND, owner=admin)
+    client = Client()
+    client.force_login(admin)
+    page = client.get(f"/admin/runs/run/{run.pk}/change/")
+    assert page.status_code == 200
+    text = page.content.decode()
+    assert "r" in text and run.ingest_token not in text and run.ingest_nonce not in text
+    assert "ingest" not in text.lower()
+
+
+def token_for(client: APIClient, username: str, password: str):
+    return client.post("/api/auth/token/", {"username": username, "password": password}, format="json")
+
+
+def test_api_token_revoke(user):
+    key = token_for(APIClient(), "alice", "pw-alice").json()["token"]
+    client = APIClient(HTTP_AUTHORIZATION=f"Token {key}")
+    assert client.get("/api/runs/").status_code == 200
+    assert client.delete("/api/auth/token/").status_code == 204
+    refused = client.get("/api/runs/")
+    assert refused.status_code == 401 and refused["WWW-Authenticate"] == "Token"
+    assert "revoked" in refused.json()["detail"]
+    assert not Token.objects.filter(user=user).exists()
+    fresh = token_for(APIClient(), "alice", "pw-alice").json()["token"]
+    assert fresh != key
+
+
+def test_api_token_revoke_by_session_and_anonymous(user):
+    key = token_for(APIClient(), "alice", "pw-alice").json()["token"]
+    session = Client(enforce_csrf_checks=False)
+    session.force_login(user)
+    assert session.delete("/api/auth/token/").status_code == 204
+    assert not Token.objects.filter(key=key).exists()
+    assert APIClient().delete("/api/auth/token/").status_code in (401, 403)
+
+
+def test_api_token_expires(user, settings):
+    settings.API_TOKEN_MAX_AGE_SECONDS = 3600
+    key = token_for(APIClient(), "alice", "pw-alice").json()["token"]
+    assert token_for(APIClient(), "alice", "pw-alice").json()["token"] == key  # still valid: the same one
+    Token.objects.filter(key=key).update(created=timezone.now() - timedelta(seconds=3601))
+    client = APIClient(HTTP_AUTHORIZATION=f"Token {key}")
+    expired = client.get("/api/runs/")
+    assert expired.status_code == 401, expired.content
+    assert expired["WWW-Authenticate"] == "Token"
+    assert "expired" in expired.json()["detail"]
+    assert not Token.objects.filter(key=key).exists()  # deleted when presented
+    fresh = token_for(APIClient(), "alice", "pw-alice").json()["token"]
+    assert fresh != key
+    assert APIClient(HTTP_AUTHORIZATION=f"Token {fresh}").get("/api/runs/").status_code == 200
+
+
+def test_an_expired_token_not_presented_is_replaced_on_the_next_post(user, settings):
+    settings.API_TOKEN_MAX_AGE_SECONDS = 60
+    key = token_for(APIClient(), "alice", "pw-alice").json()["token"]
+    Token.objects.filter(key=key).update(created=timezone.now() - timedelta(seconds=61))
+    fresh = token_for(APIClient(), "alice", "pw-alice").json()["token"]
+    assert fresh != key
+    assert APIClient(HTTP_AUTHORIZATION=f"Token {fresh}").get("/api/runs/").status_code == 200
+
+
+def test_platform_admin_prints_a_valid_token(django_user_model, settings, capsys):
+    settings.API_TOKEN_MAX_AGE_SECONDS = 60
+    admin = django_user_model.objects.create_superuser("admin", password="pw-admin-long-enough")
+    old = Token.objects.create(user=admin)
+    Token.objects.filter(pk=old.pk).update(created=timezone.now() - timedelta(seconds=61))
+    # The admin exists, so no password is used (passed only where this version of the command still asks).
+    parser = load_command_class("runs", "platform_admin").create_parser("manage.py", "platform_admin")
+    call_command("platform_admin", *(["--password", "unused"] if "--password" in parser.format_help() else []))
+    key = json.loads(capsys.readouterr().out.strip().splitlines()[-1])["token"]
+    assert key != old.key
+    assert APIClient(HTTP_AUTHORIZATION=f"Token {key}").get("/api/runs/").status_code == 200
+
+
+@pytest.mark.django_db(transaction=True)
+def test_migration_drops_stored_tokens_and_gives_each_run_its_own_nonce(django_user_model):
+    from django.db.migrations.executor import MigrationExecutor
+
+    executor = MigrationExecutor(connection)
+    executor.migrate([("runs", "0002_run_granted_at_index")])
+    old_apps = executor.loader.project_state([("runs", "0002_run_granted_at_index")]).apps
+    owner = django_user_model.objects.create_user("m")
+    OldRun = old_apps.get_model("runs", "Run")
+    for i in range(3):
+        OldRun.objects.create(name=f"r{i}", origin="api", run_class="app", kind=TEST_KIND, owner_id=owner.pk,
+                              ingest_token=f"plaintext-{i}")
+    executor = MigrationExecutor(connection)
+    executor.migrate(executor.loader.graph.leaf_nodes())
+    nonces = list(Run.objects.values_list("ingest_nonce", flat=True))
+    assert len(set(nonces)) == 3 and all(len(n) == 32 for n in nonces)
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT row_to_json(r)::text FROM runs_run r")
+        assert not any("plaintext-" in row for (row,) in cursor.fetchall())
