@@ -259,7 +259,7 @@ def test_real_platform_ray_is_closed_and_ctrl_c_stops_jobs_first(up):
     api_token = re.search(r"API token (\w+)", platform.log()).group(1)
     headers = {"Authorization": f"Token {api_token}"}
     run = requests.post(f"{platform.url}/api/runs/", headers=headers, timeout=30, json={
-        "name": "long", "origin": "api", "kind": "rl_train", "config": {"steps": 5000}}).json()
+        "name": "long", "origin": "api", "kind": "rl_train", "config": {"steps": 5000, "prompts_per_step": 16, "eval_every": 0}}).json()
     platform.wait_for(lambda: trainer_pids(platform.record()), 300, "the run's trainer process")
 
     def trained_a_step() -> bool:
