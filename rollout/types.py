@@ -25,7 +25,7 @@ class GroupResult:
 
 
 @dataclass
-class Batch:
+class RolloutBatch:
     """What RolloutScheduler.generate returns: exactly batch_size kept groups plus drop accounting."""
 
     batch_id: Any

@@ -110,7 +110,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     from trainer.checkpoint import checkpoint_load
     from trainer.evaluate import eval_prompts, evaluate
     from trainer.learner import Learner
-    from trainer.tasks import task_build
+    from trainer.problems import task_build
 
     emitter = _emitter(args.events)
     try:

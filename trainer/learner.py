@@ -13,7 +13,7 @@ from trainer.algorithm import batch_from_groups, ppo_loss
 from trainer.config import TrainConfig
 from trainer.episodes import Group
 from trainer.policy import build_policy
-from trainer.tasks import task_build
+from trainer.problems import task_build
 
 
 def pick_device(requested: str) -> torch.device:

@@ -19,7 +19,7 @@ from trainer.config import TrainConfig
 from trainer.episodes import Group, GroupTicket
 from trainer.sampler import GroupSampler
 from trainer.sinks import EventEmitter
-from trainer.tasks import task_build
+from trainer.problems import task_build
 from trainer.phases import run_debug_phase
 from trainer.plain import scheduler_state_from_plain, scheduler_state_to_plain
 from trainer.topology import Runtime, build_runtime

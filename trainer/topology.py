@@ -22,7 +22,7 @@ from rollout.scheduler import RolloutScheduler
 from trainer.config import TrainConfig
 from trainer.engine import Engine
 from trainer.sampler import GroupSampler
-from trainer.service import TrainerService
+from trainer.learner_actor import LearnerActor
 from trainer.worker import RolloutWorker
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -156,7 +156,7 @@ def build_runtime(cfg: TrainConfig, sampler: GroupSampler, *, engines_open: bool
         # Gates are asyncio objects: build them on the loop that will drive them.
         workers = [RolloutWorker(cfg, f"worker-{i}", engines) for i in range(cfg.num_workers)]
         channel = Channel.create(name, local=True)
-        trainer: Any = TrainerService(cfg, name)
+        trainer: Any = LearnerActor(cfg, name)
         invokables: list[Any] = [_LoopWorker(w, loop) for w in workers]
         resources: dict[str, Any] = {"device": trainer.info()["device"]}
         uses_ray = False
@@ -190,7 +190,7 @@ def _start_ray_actors(cfg: TrainConfig, name: str, engine_ids: list[str], engine
     channel = Channel.create(name, actor_options={"runtime_env": env})
     gpus = ray.cluster_resources().get("GPU", 0)
     num_gpus = 1 if cfg.device != "cpu" and gpus >= 1 else 0
-    trainer = ray.remote(TrainerService).options(num_cpus=0, num_gpus=num_gpus, runtime_env=env).remote(cfg, name)
+    trainer = ray.remote(LearnerActor).options(num_cpus=0, num_gpus=num_gpus, runtime_env=env).remote(cfg, name)
     info = ray.get(trainer.info.remote())
     ray.get([h.ping.remote() for h in engines.values()] + [w.stats.remote() for w in workers])
     return engines, workers, trainer, channel, {"device": info["device"], "num_gpus": num_gpus,
@@ -201,9 +201,3 @@ def actor_env() -> dict[str, str]:
     path = os.pathsep.join(p for p in [str(REPO_ROOT), os.environ.get("PYTHONPATH", "")] if p)
     return {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "PYTHONPATH": path}
 
-
-def run_on_loop(rt: Runtime, fn: Callable[[], Any]) -> Any:
-    """Call a plain function on the loop thread (asyncio objects such as local gates live there)."""
-    async def wrapper() -> Any:
-        return fn()
-    return rt.loop.run(wrapper())

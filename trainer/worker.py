@@ -17,7 +17,7 @@ from rollout.router import SessionAffinityRouter
 from rollout.types import GroupResult
 from trainer.config import TrainConfig
 from trainer.episodes import GroupTicket, run_group
-from trainer.tasks import VOCAB, task_build
+from trainer.problems import VOCAB, task_build
 
 
 def _engine_died(exc: BaseException) -> bool:

@@ -1,4 +1,5 @@
-"""Tasks (generated in code, no downloads): digit completion and a multi-turn agent task, pluggable by name.
+"""The problems a run trains on (`TrainConfig.task`), generated in code: digit completion and a multi-turn
+agent task, pluggable by name in `TASKS`.
 
 Both continue an arithmetic sequence a, a+d, a+2d, ... modulo N written in a character vocabulary. `digits`
 writes all answer terms in one generation; `agent` predicts one term per turn and a tool answers with the
