@@ -12,7 +12,7 @@ import signal
 import sys
 import traceback
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from trainer.config import ConfigError, TrainConfig
 from trainer.sinks import EventEmitter, sink_for
@@ -155,4 +155,5 @@ def main(argv: list[str] | None = None) -> int:
     ev.add_argument("--prompts", type=int, default=0, help="prompts per split (default: all)")
     ev.set_defaults(fn=cmd_eval)
     args = parser.parse_args(argv)
-    return args.fn(args)
+    command: Callable[[argparse.Namespace], int] = args.fn
+    return command(args)
