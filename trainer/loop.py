@@ -21,10 +21,8 @@ from trainer.problems import task_build
 from trainer.resume import apply_restore, load_for_resume, take_checkpoint
 from trainer.sampler import GroupSampler
 from trainer.sinks import EventEmitter
-from trainer.stopping import StopControl, StopRequested, finish_stopped
+from trainer.stopping import StopControl, finish_stopped
 from trainer.topology import Runtime, build_runtime
-
-__all__ = ["RunResult", "StopRequested", "TrainingRun"]
 
 
 @dataclass
