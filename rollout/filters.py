@@ -81,7 +81,8 @@ def load_filter(spec: str, **kwargs: Any) -> GroupFilter:
     if ":" not in spec:
         raise ValueError(f"unknown filter {spec!r}: use one of {sorted(_REGISTRY)} or 'module:Class'")
     module, _, attr = spec.partition(":")
-    return getattr(importlib.import_module(module), attr)(**kwargs)
+    factory: Callable[..., GroupFilter] = getattr(importlib.import_module(module), attr)
+    return factory(**kwargs)
 
 
 def apply_filters(filters: list[GroupFilter], result: GroupResult) -> FilterVerdict:

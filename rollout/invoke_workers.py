@@ -7,7 +7,7 @@ from __future__ import annotations
 import concurrent.futures as cf
 import logging
 import time
-from typing import Any
+from typing import Any, Protocol
 
 from rollout.errors import WorkerLostError
 from rollout.invoke import is_ray_actor
@@ -17,31 +17,50 @@ log = logging.getLogger(__name__)
 OK, LOST, ERROR = "ok", "lost", "error"
 
 
+class WorkerInvoker(Protocol):
+    """What the scheduler needs from its workers. A token stands for one dispatched call and is opaque to the
+    scheduler: a concurrent Future for local workers, an ObjectRef for Ray actors."""
+
+    def submit(self, worker: int, group: Any, batch_id: Any) -> Any: ...
+
+    def wait(self, tokens: list[Any], timeout: float) -> list[Any]: ...
+
+    def outcome(self, token: Any) -> tuple[str, Any]: ...
+
+    def finished(self, token: Any) -> bool: ...
+
+    def cancel(self, token: Any) -> None: ...
+
+    def kill(self, worker: int) -> None: ...
+
+    def close(self, deadline: float, alive: list[int]) -> None: ...
+
+
 class LocalInvoker:
     """In-process workers: `generate_group` returns a GroupResult, a concurrent.futures.Future, or raises."""
 
     def __init__(self, workers: list[Any]) -> None:
         self.workers = workers
 
-    def submit(self, worker: int, group: Any, batch_id: Any) -> cf.Future:
+    def submit(self, worker: int, group: Any, batch_id: Any) -> cf.Future[Any]:
         try:
             out = self.workers[worker].generate_group(group, batch_id)
         except BaseException as exc:  # noqa: BLE001 - becomes the call's outcome
-            out = cf.Future()
-            out.set_exception(exc)
-            return out
+            failed: cf.Future[Any] = cf.Future()
+            failed.set_exception(exc)
+            return failed
         if isinstance(out, cf.Future):
             return out
-        fut: cf.Future = cf.Future()
+        fut: cf.Future[Any] = cf.Future()
         fut.set_result(out)
         return fut
 
-    def wait(self, tokens: list[cf.Future], timeout: float) -> list[cf.Future]:
+    def wait(self, tokens: list[cf.Future[Any]], timeout: float) -> list[cf.Future[Any]]:
         done, _ = cf.wait(tokens, timeout=timeout, return_when=cf.FIRST_COMPLETED)
         # Keep dispatch order so outcomes are processed deterministically.
         return [t for t in tokens if t in done]
 
-    def outcome(self, token: cf.Future) -> tuple[str, Any]:
+    def outcome(self, token: cf.Future[Any]) -> tuple[str, Any]:
         try:
             return OK, token.result(timeout=0)
         except WorkerLostError as exc:
@@ -51,10 +70,10 @@ class LocalInvoker:
         except Exception as exc:  # noqa: BLE001
             return ERROR, exc
 
-    def finished(self, token: cf.Future) -> bool:
+    def finished(self, token: cf.Future[Any]) -> bool:
         return token.done()
 
-    def cancel(self, token: cf.Future) -> None:
+    def cancel(self, token: cf.Future[Any]) -> None:
         token.cancel()
 
     def kill(self, worker: int) -> None:
@@ -129,7 +148,7 @@ class RayInvoker:
                 log.warning("rollout worker close did not finish before the deadline", exc_info=True)
 
 
-def make_invoker(workers: list[Any]) -> LocalInvoker | RayInvoker:
+def make_invoker(workers: list[Any]) -> WorkerInvoker:
     kinds = {is_ray_actor(w) for w in workers}
     if kinds == {True}:
         return RayInvoker(workers)

@@ -14,7 +14,7 @@ from rollout.errors import NoWorkerLeftError, SchedulerClosedError, SchedulerSta
 from rollout.filters import KEEP, GroupFilter, apply_filters
 from rollout.invoke_workers import LOST, OK, make_invoker
 from rollout.scheduler_core import SchedulerCore
-from rollout.types import Batch
+from rollout.types import RolloutBatch
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +46,7 @@ class RolloutScheduler:
         self._starved = False  # the source gave fewer groups than asked on the last dispatch
 
     # --- trainer-facing API -------------------------------------------------------------------------------
-    def generate(self, batch_id: Any, prefetch: int = 0) -> Batch:
+    def generate(self, batch_id: Any, prefetch: int = 0) -> RolloutBatch:
         """Block until batch_size kept groups are collected; filtered groups are replaced."""
         with self._cond:
             self._raise_if_unusable()
@@ -68,7 +68,7 @@ class RolloutScheduler:
         metrics = {f"rollout/drop_{reason}": float(n) for reason, n in dropped.items()}
         metrics.update({"rollout/dropped_groups": float(n_dropped), "rollout/dropped_ratio": ratio,
                         "rollout/aborted_groups": float(aborted)})
-        return Batch(batch_id, groups, dropped, ratio, aborted, metrics)
+        return RolloutBatch(batch_id, groups, dropped, ratio, aborted, metrics)
 
     def pause(self, *, drain: bool = True) -> bool:
         """Stop dispatching; with drain, return only once every in-flight call has settled. Returns was-paused."""

@@ -143,9 +143,6 @@ class SchedulerCore:
         self.collecting = []
         self.demand = 0
 
-    def bound_holds(self) -> bool:
-        return len(self.pending) + len(self.ready) <= self.demand + self.prefetch
-
     def stats(self) -> dict[str, Any]:
         return {"pending": len(self.pending), "ready": len(self.ready), "demand": self.demand,
                 "prefetch": self.prefetch, "capacity": self.capacity, "capacities": list(self.capacities),

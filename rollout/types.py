@@ -1,6 +1,7 @@
 """Plain data passed between rollout workers, the scheduler and the trainer (picklable, no behaviour)."""
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -15,7 +16,7 @@ class GroupResult:
     """Whatever the trainer needs (tokens, behaviour log-probs, versions, request ids)."""
     valid: list[bool] | None = None
     """Per attempt: did it finish successfully (None: all valid)."""
-    attempt_ids: list[str | None] | None = None
+    attempt_ids: Sequence[str | None] | None = None
     """Per attempt id (e.g. agent session id), used to count distinct attempts (None: all missing)."""
     aborted: bool = False
     """True when generation was interrupted: the group goes back to the data source, not to the trainer."""
@@ -25,7 +26,7 @@ class GroupResult:
 
 
 @dataclass
-class Batch:
+class RolloutBatch:
     """What RolloutScheduler.generate returns: exactly batch_size kept groups plus drop accounting."""
 
     batch_id: Any

@@ -12,7 +12,7 @@ import signal
 import sys
 import traceback
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from trainer.config import ConfigError, TrainConfig
 from trainer.sinks import EventEmitter, sink_for
@@ -110,7 +110,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     from trainer.checkpoint import checkpoint_load
     from trainer.evaluate import eval_prompts, evaluate
     from trainer.learner import Learner
-    from trainer.tasks import task_build
+    from trainer.problems import task_build
 
     emitter = _emitter(args.events)
     try:
@@ -155,4 +155,5 @@ def main(argv: list[str] | None = None) -> int:
     ev.add_argument("--prompts", type=int, default=0, help="prompts per split (default: all)")
     ev.set_defaults(fn=cmd_eval)
     args = parser.parse_args(argv)
-    return args.fn(args)
+    command: Callable[[argparse.Namespace], int] = args.fn
+    return command(args)

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Literal
 
-from trainer.tasks import VOCAB, episode_block_size
+from trainer.problems import VOCAB, episode_block_size
 
 TaskName = Literal["digits", "agent"]
 Mode = Literal["local", "colocated", "disaggregated"]

@@ -16,7 +16,7 @@ import torch
 from rollout.gate import RequestGate
 from trainer.config import TrainConfig
 from trainer.policy import KVCache, build_policy, sample_tokens
-from trainer.tasks import task_build
+from trainer.problems import task_build
 
 
 @dataclass
@@ -68,10 +68,6 @@ class Engine:
 
     def end_session(self, session_id: str) -> None:
         self.sessions.pop(session_id, None)
-
-    def end_sessions(self, session_ids: list[str]) -> None:
-        for sid in session_ids:
-            self.sessions.pop(sid, None)
 
     # --- publication protocol (rollout.PublicationController) --------------------------------------------
     def seal(self) -> None:

@@ -6,7 +6,7 @@ import asyncio
 from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable
 
-from trainer.tasks import Prompt, SequenceTask
+from trainer.problems import Prompt, SequenceTask
 
 # generate(session_id, new_tokens (G rows), n, seed, request_id) -> {"tokens", "logprobs", "version", "engine"}
 GenerateFn = Callable[..., Awaitable[dict[str, Any]]]

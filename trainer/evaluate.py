@@ -6,7 +6,7 @@ from collections import defaultdict
 import torch
 
 from trainer.policy import TinyTransformer, sample_tokens
-from trainer.tasks import Prompt, SequenceTask
+from trainer.problems import Prompt, SequenceTask
 
 
 @torch.no_grad()

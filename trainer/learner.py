@@ -13,7 +13,7 @@ from trainer.algorithm import batch_from_groups, ppo_loss
 from trainer.config import TrainConfig
 from trainer.episodes import Group
 from trainer.policy import build_policy
-from trainer.tasks import task_build
+from trainer.problems import task_build
 
 
 def pick_device(requested: str) -> torch.device:
@@ -48,7 +48,7 @@ class Learner:
                 loss, stats = ppo_loss(self.model, sub, clip_eps=cfg.clip_eps, entropy_coef=cfg.entropy_coef,
                                        kl_coef=cfg.kl_coef, temperature=cfg.temperature)
                 self.opt.zero_grad(set_to_none=True)
-                loss.backward()
+                torch.autograd.backward(loss)  # loss.backward(), which torch leaves unannotated
                 grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.max_grad_norm)
                 self.opt.step()
                 stats["loss"] = loss.item()

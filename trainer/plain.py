@@ -7,7 +7,7 @@ for saving and back after loading (the round trip is exact: resume stays bit-for
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import Any, overload
 
 from rollout.types import GroupResult
 from trainer.episodes import Group, GroupTicket
@@ -53,6 +53,10 @@ def _ticket_from_plain(data: Any) -> Any:
     return data
 
 
+@overload
+def scheduler_state_to_plain(state: dict[str, Any]) -> dict[str, Any]: ...
+@overload
+def scheduler_state_to_plain(state: None) -> None: ...
 def scheduler_state_to_plain(state: dict[str, Any] | None) -> dict[str, Any] | None:
     """RolloutScheduler.state_dict() with its ready (seq, GroupResult, ticket) entries as dicts."""
     if state is None:
@@ -61,6 +65,10 @@ def scheduler_state_to_plain(state: dict[str, Any] | None) -> dict[str, Any] | N
     return {**state, "ready": ready}
 
 
+@overload
+def scheduler_state_from_plain(state: dict[str, Any]) -> dict[str, Any]: ...
+@overload
+def scheduler_state_from_plain(state: None) -> None: ...
 def scheduler_state_from_plain(state: dict[str, Any] | None) -> dict[str, Any] | None:
     if state is None:
         return None

@@ -2,10 +2,14 @@
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+
+if TYPE_CHECKING:
+    from trainer.config import TrainConfig
 
 # One (k, v) pair per layer, each (B, H, T, hd).
 KVCache = list[tuple[torch.Tensor, torch.Tensor]]
@@ -20,7 +24,8 @@ class Block(nn.Module):
         self.proj = nn.Linear(d_model, d_model)
         self.mlp = nn.Sequential(nn.Linear(d_model, 4 * d_model), nn.GELU(), nn.Linear(4 * d_model, d_model))
 
-    def forward(self, x: torch.Tensor, past: tuple[torch.Tensor, torch.Tensor] | None):
+    def forward(self, x: torch.Tensor, past: tuple[torch.Tensor, torch.Tensor] | None
+                ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
         B, T, C = x.shape
         q, k, v = self.qkv(self.ln1(x)).split(C, dim=2)
         q, k, v = (t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2) for t in (q, k, v))  # (B, H, T, hd)
@@ -72,7 +77,7 @@ class TinyTransformer(nn.Module):
         return self.head(self.ln_f(x)), new_cache  # (B, T, V)
 
 
-def build_policy(cfg, vocab_size: int, block_size: int) -> TinyTransformer:
+def build_policy(cfg: TrainConfig, vocab_size: int, block_size: int) -> TinyTransformer:
     return TinyTransformer(vocab_size=vocab_size, block_size=block_size, n_layer=cfg.n_layer,
                            n_head=cfg.n_head, d_model=cfg.d_model)
 
@@ -98,7 +103,9 @@ def sample_tokens(model: TinyTransformer, new_tokens: torch.Tensor, cache: KVCac
         out.append(tok)
         logps.append(logp.gather(1, tok))
         feed = tok
-    return torch.cat(out, 1), torch.cat(logps, 1), cache, feed
+    tokens, logprobs = torch.cat(out, 1), torch.cat(logps, 1)  # n == 0 fails here
+    assert cache is not None  # the loop ran, and the model always returns a cache
+    return tokens, logprobs, cache, feed
 
 
 def sequence_logprobs(model: TinyTransformer, tokens: torch.Tensor, temperature: float

@@ -12,7 +12,7 @@ import threading
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from rollout.channel import Channel
 from rollout.filters import MinValidAttemptsFilter, ZeroVarianceFilter
@@ -21,8 +21,8 @@ from rollout.publication import PublicationController
 from rollout.scheduler import RolloutScheduler
 from trainer.config import TrainConfig
 from trainer.engine import Engine
+from trainer.learner_actor import LearnerActor
 from trainer.sampler import GroupSampler
-from trainer.service import TrainerService
 from trainer.worker import RolloutWorker
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -36,7 +36,7 @@ class LoopThread:
         self._thread = threading.Thread(target=self.loop.run_forever, name="trainer-loop", daemon=True)
         self._thread.start()
 
-    def submit(self, coro: Any) -> cf.Future:
+    def submit(self, coro: Any) -> cf.Future[Any]:
         return asyncio.run_coroutine_threadsafe(coro, self.loop)
 
     def run(self, coro: Any, timeout: float | None = None) -> Any:
@@ -53,7 +53,7 @@ class _LoopWorker:
     def __init__(self, worker: RolloutWorker, loop: LoopThread) -> None:
         self.worker, self._loop = worker, loop
 
-    def generate_group(self, group: Any, batch_id: Any) -> cf.Future:
+    def generate_group(self, group: Any, batch_id: Any) -> cf.Future[Any]:
         return self._loop.submit(self.worker.generate_group(group, batch_id))
 
 
@@ -92,7 +92,8 @@ class Runtime:
         item = self.put_batch(groups)
         try:
             self.channel.put(item, weight=len(groups))
-            return self.trainer_call("train_from_channel", len(groups))
+            stats: dict[str, Any] = self.trainer_call("train_from_channel", len(groups))
+            return stats
         finally:
             # A failed step may leave the item in the channel: take it out so nothing keeps it alive.
             while not self.channel.empty():
@@ -156,7 +157,7 @@ def build_runtime(cfg: TrainConfig, sampler: GroupSampler, *, engines_open: bool
         # Gates are asyncio objects: build them on the loop that will drive them.
         workers = [RolloutWorker(cfg, f"worker-{i}", engines) for i in range(cfg.num_workers)]
         channel = Channel.create(name, local=True)
-        trainer: Any = TrainerService(cfg, name)
+        trainer: Any = LearnerActor(cfg, name)
         invokables: list[Any] = [_LoopWorker(w, loop) for w in workers]
         resources: dict[str, Any] = {"device": trainer.info()["device"]}
         uses_ray = False
@@ -171,7 +172,10 @@ def build_runtime(cfg: TrainConfig, sampler: GroupSampler, *, engines_open: bool
                    uses_ray=uses_ray, trainer_resources=resources)
 
 
-def _start_ray_actors(cfg: TrainConfig, name: str, engine_ids: list[str], engines_open: bool):
+def _start_ray_actors(cfg: TrainConfig, name: str, engine_ids: list[str], engines_open: bool
+                      ) -> tuple[dict[str, Any], list[Any], Any, Channel, dict[str, Any]]:
+    """Engines, workers, trainer (Ray actor handles, typed Any: Ray types a handle's methods as the plain
+    class's, without `.remote`), the channel, and the trainer's resources."""
     import ray
 
     if not ray.is_initialized():
@@ -182,15 +186,15 @@ def _start_ray_actors(cfg: TrainConfig, name: str, engine_ids: list[str], engine
     # Logical CPUs are not reserved (num_cpus=0): on a 2-core machine the actors share cores anyway, and
     # reserving them would deadlock placement on small clusters. Threads are pinned to 1 per actor instead.
     engine_cls = ray.remote(Engine)
-    engines = {e: engine_cls.options(num_cpus=0, max_concurrency=1000, runtime_env=env, name=f"{name}-{e}")
+    engines: dict[str, Any] = {e: engine_cls.options(num_cpus=0, max_concurrency=1000, runtime_env=env, name=f"{name}-{e}")
                .remote(cfg, e, initially_open=engines_open) for e in engine_ids}
     worker_cls = ray.remote(RolloutWorker)
-    workers = [worker_cls.options(num_cpus=0, max_concurrency=cfg.worker_capacity + 16, runtime_env=env)
+    workers: list[Any] = [worker_cls.options(num_cpus=0, max_concurrency=cfg.worker_capacity + 16, runtime_env=env)
                .remote(cfg, f"worker-{i}", engines) for i in range(cfg.num_workers)]
     channel = Channel.create(name, actor_options={"runtime_env": env})
-    gpus = ray.cluster_resources().get("GPU", 0)
+    gpus = ray.cluster_resources().get("GPU", 0)  # type: ignore[no-untyped-call]  # ray leaves it unannotated
     num_gpus = 1 if cfg.device != "cpu" and gpus >= 1 else 0
-    trainer = ray.remote(TrainerService).options(num_cpus=0, num_gpus=num_gpus, runtime_env=env).remote(cfg, name)
+    trainer: Any = ray.remote(LearnerActor).options(num_cpus=0, num_gpus=num_gpus, runtime_env=env).remote(cfg, name)
     info = ray.get(trainer.info.remote())
     ray.get([h.ping.remote() for h in engines.values()] + [w.stats.remote() for w in workers])
     return engines, workers, trainer, channel, {"device": info["device"], "num_gpus": num_gpus,
@@ -201,9 +205,3 @@ def actor_env() -> dict[str, str]:
     path = os.pathsep.join(p for p in [str(REPO_ROOT), os.environ.get("PYTHONPATH", "")] if p)
     return {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "PYTHONPATH": path}
 
-
-def run_on_loop(rt: Runtime, fn: Callable[[], Any]) -> Any:
-    """Call a plain function on the loop thread (asyncio objects such as local gates live there)."""
-    async def wrapper() -> Any:
-        return fn()
-    return rt.loop.run(wrapper())

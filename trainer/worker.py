@@ -17,7 +17,7 @@ from rollout.router import SessionAffinityRouter
 from rollout.types import GroupResult
 from trainer.config import TrainConfig
 from trainer.episodes import GroupTicket, run_group
-from trainer.tasks import VOCAB, task_build
+from trainer.problems import VOCAB, task_build
 
 
 def _engine_died(exc: BaseException) -> bool:
@@ -64,7 +64,9 @@ class RolloutWorker:
                         greedy: bool) -> dict[str, Any]:
         engine_id = self.router.acquire(session_id)  # SessionGoneError for a tombstoned session
         try:
-            return await call(self.engines[engine_id], "generate", session_id, new_tokens, n, seed, request_id, greedy)
+            out: dict[str, Any] = await call(self.engines[engine_id], "generate", session_id, new_tokens, n, seed,
+                                             request_id, greedy)
+            return out
         except Exception as exc:
             if _engine_died(exc):
                 self.engine_lost(engine_id, reason=f"died: {type(exc).__name__}")

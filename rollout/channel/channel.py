@@ -7,7 +7,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from rollout.channel import ops
-from rollout.channel.state import DEFAULT_KEY, ChannelState, check_weight
+from rollout.channel.state import DEFAULT_KEY, ChannelState, Entry, check_weight
 from rollout.channel.writer import WriteBehind
 from rollout.errors import ChannelError, QueueEmpty, QueueFull
 
@@ -54,7 +54,8 @@ class Channel:
         if namespace is not None:
             options["namespace"] = namespace
         options.update(actor_options or {})
-        actor = ray.remote(ChannelActor).options(**options).remote(name, kwargs)
+        # Any: Ray types a handle's methods as the plain class's, which have no `.remote`.
+        actor: Any = ray.remote(ChannelActor).options(**options).remote(name, kwargs)
         ray.get(actor.qsize.remote(DEFAULT_KEY, None))  # surface hook/config errors now, not on first put
         return cls(name, actor=actor, linger_ms=linger_ms)
 
@@ -68,6 +69,7 @@ class Channel:
             return cls(name, state=state)
         import ray
 
+        actor: Any  # a Ray actor handle (see create)
         try:
             actor = ray.get_actor(_ACTOR_PREFIX + name, namespace=namespace)
         except ValueError as exc:
@@ -127,7 +129,7 @@ class Channel:
                              key: str = DEFAULT_KEY, timeout: float | None = None) -> None:
         await self._put_async(_entries(items, weights), key, timeout)
 
-    def _put_sync(self, entries: list, key: str, timeout: float | None, nowait: bool) -> None:
+    def _put_sync(self, entries: list[Entry], key: str, timeout: float | None, nowait: bool) -> None:
         if self._linger_ms:
             self._write_behind().add(entries, key)  # unbounded: never full, never waits
             return
@@ -139,7 +141,7 @@ class Channel:
             code = ray.get(self._actor.put.remote(entries, key, timeout, nowait))
         _raise_put(code, self.name, key, timeout)
 
-    async def _put_async(self, entries: list, key: str, timeout: float | None) -> None:
+    async def _put_async(self, entries: list[Entry], key: str, timeout: float | None) -> None:
         if self._linger_ms:
             self._write_behind().add(entries, key)
             return
@@ -182,7 +184,7 @@ class Channel:
         if self._writer is None:
             actor = self._actor
 
-            def send(runs: list) -> None:
+            def send(runs: list[tuple[str, list[Entry]]]) -> None:
                 import ray
 
                 # Actor calls from one caller run in submission order, so put order is kept.
@@ -224,7 +226,8 @@ class Channel:
         self.flush()
         import ray
 
-        return ray.get(self._actor.qsize.remote(key, consumer))
+        size: int = ray.get(self._actor.qsize.remote(key, consumer))
+        return size
 
     def empty(self, key: str = DEFAULT_KEY, consumer: str | None = None) -> bool:
         return self.qsize(key, consumer) == 0
@@ -234,7 +237,8 @@ class Channel:
             return self._state.full(key)
         import ray
 
-        return ray.get(self._actor.full.remote(key))
+        full: bool = ray.get(self._actor.full.remote(key))
+        return full
 
     def __repr__(self) -> str:
         if self._state is not None:
@@ -242,7 +246,8 @@ class Channel:
         try:
             import ray
 
-            return ray.get(self._actor.describe.remote(), timeout=5).replace("Channel(", "Channel[ray](", 1)
+            described: str = ray.get(self._actor.describe.remote(), timeout=5)
+            return described.replace("Channel(", "Channel[ray](", 1)
         except Exception as exc:  # noqa: BLE001 - repr must not raise
             return f"Channel[ray]({self.name!r}, unreachable: {exc!r})"
 
@@ -255,7 +260,7 @@ def _check_linger(linger_ms: float, maxsize: int, local: bool) -> None:
                            "fullness and a local put is already cheap")
 
 
-def _entries(items: Iterable[Any], weights: Iterable[float] | None) -> list:
+def _entries(items: Iterable[Any], weights: Iterable[float] | None) -> list[Entry]:
     items = list(items)
     if weights is None:
         return [(item, 0.0) for item in items]

@@ -25,7 +25,7 @@ class Collector:
     def setup(self, ctx: ChannelContext) -> None:
         self.ctx = ctx
 
-    def collect(self, item: Any, key: str) -> Iterable[tuple]:
+    def collect(self, item: Any, key: str) -> Iterable[tuple[Any, ...]]:
         """Yield (key, item) or (key, item, weight): nothing drops the item, several fan it out."""
         yield key, item
 
@@ -76,7 +76,7 @@ class IdentityCollector(Collector):
 class SplitCollector(Collector):
     """Fans a list/tuple out into its elements (each queued on its own, same key)."""
 
-    def collect(self, item: Any, key: str) -> Iterable[tuple]:
+    def collect(self, item: Any, key: str) -> Iterable[tuple[Any, ...]]:
         if isinstance(item, (list, tuple)):
             for element in item:
                 yield key, element

@@ -45,7 +45,7 @@ class ChannelState:
         self._lock = threading.Lock()
         self.cond = threading.Condition(self._lock)
         self._version = 0
-        self._async_waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Future, int]] = []
+        self._async_waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None], int]] = []
         self.closed = False
 
     # --- put ----------------------------------------------------------------------------------------------
@@ -106,7 +106,7 @@ class ChannelState:
         queue = self._pick_queue_locked(key, queues, consumer, rebalance)
         if queue is None:
             return None
-        items = []
+        items: list[Any] = []
         total = 0.0
         while queue and len(items) < max_items:
             weight = queue[0][1]
@@ -183,6 +183,6 @@ class ChannelState:
         await fut
 
 
-def _wake(fut: asyncio.Future) -> None:
+def _wake(fut: asyncio.Future[None]) -> None:
     if not fut.done():
         fut.set_result(None)

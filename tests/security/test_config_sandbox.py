@@ -233,7 +233,7 @@ def test_model_over_the_parameter_budget_is_400_naming_the_budget(user, handoffs
 def test_parameter_count_is_the_policy_that_would_be_built():
     from trainer.config import TrainConfig, policy_parameters
     from trainer.policy import build_policy
-    from trainer.tasks import task_build
+    from trainer.problems import task_build
 
     for cfg in (TrainConfig(), TrainConfig(task="agent", n_layer=3, d_model=96, modulus=100, answer_terms=7,
                                            prompt_terms_max=9)):

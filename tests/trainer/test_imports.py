@@ -22,3 +22,15 @@ def test_no_trainer_module_imports_the_web_stack() -> None:
                          env={"PYTHONPATH": str(REPO), "PATH": "", "OMP_NUM_THREADS": "1"}, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
     assert json.loads(out.stdout.strip().splitlines()[-1]) == []
+
+
+def test_debug_phases_checkpointing_and_stopping_use_only_public_members_of_the_run() -> None:
+    """phases, resume and stopping drive a TrainingRun from outside: through its public steps only."""
+    import ast
+
+    for module in ("phases", "resume", "stopping"):
+        tree = ast.parse((REPO / "trainer" / f"{module}.py").read_text())
+        private = sorted({node.attr for node in ast.walk(tree) if isinstance(node, ast.Attribute)
+                          and isinstance(node.value, ast.Name) and node.value.id == "run"
+                          and node.attr.startswith("_")})
+        assert private == [], f"trainer/{module}.py uses private members of the run: {private}"

@@ -6,11 +6,11 @@ import pytest
 import torch
 
 from trainer.config import TrainConfig
+from trainer.learner_actor import InjectedFailure
 from trainer.loop import TrainingRun
+from trainer.problems import task_build
 from trainer.sampler import GroupSampler
-from trainer.service import InjectedFailure
 from trainer.sinks import EventEmitter
-from trainer.tasks import task_build
 from trainer.topology import build_runtime
 
 pytestmark = pytest.mark.slow

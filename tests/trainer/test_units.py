@@ -7,8 +7,8 @@ import torch
 from trainer.algorithm import group_advantages
 from trainer.config import TrainConfig
 from trainer.policy import build_policy, sample_tokens
+from trainer.problems import AgentTask, DigitTask, Prompt, decode, encode, task_build
 from trainer.sampler import GroupSampler
-from trainer.tasks import AgentTask, DigitTask, Prompt, decode, encode, task_build
 
 TASK_KW = dict(modulus=10, prompt_terms_min=3, prompt_terms_max=5, answer_terms=3, held_out_fraction=0.2, seed=0)
 

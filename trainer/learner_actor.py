@@ -1,6 +1,7 @@
-"""The trainer as a service: a Learner that takes its batches from the Channel and evaluates its own policy.
+"""The learner actor: a Learner that takes its batches from the Channel and evaluates its own policy.
 
-Deployed as a Ray actor (a GPU when the cluster has one) or used in-process in local mode.
+Deployed as a Ray actor (a GPU when the cluster has one) or used in-process in local mode; the driver
+(`trainer.topology.Runtime`) calls it the same way in both.
 """
 from __future__ import annotations
 
@@ -12,14 +13,14 @@ from rollout.channel import Channel
 from trainer.config import TrainConfig
 from trainer.evaluate import eval_prompts, evaluate
 from trainer.learner import Learner
-from trainer.tasks import task_build
+from trainer.problems import task_build
 
 
 class InjectedFailure(RuntimeError):
     """A training step failed on purpose (tests of failure cleanup)."""
 
 
-class TrainerService(Learner):
+class LearnerActor(Learner):
     def __init__(self, cfg: TrainConfig, channel_name: str) -> None:
         torch.set_num_threads(1)
         super().__init__(cfg)
@@ -55,9 +56,6 @@ class TrainerService(Learner):
         held = evaluate(self.model, self.task, eval_prompts(self.task.held_out_prompts, n_prompts))
         return {"train_exact_match": train["exact_match"], "train_reward": train["reward"],
                 "held_out_exact_match": held["exact_match"], "held_out_reward": held["reward"]}
-
-    def weights_version(self) -> tuple[int, dict[str, torch.Tensor]]:
-        return self.version, self.weights()
 
 
 def _materialize(item: Any) -> list[Any]:

@@ -1,4 +1,5 @@
-"""Tasks (generated in code, no downloads): digit completion and a multi-turn agent task, pluggable by name.
+"""The problems a run trains on (`TrainConfig.task`), generated in code: digit completion and a multi-turn
+agent task, pluggable by name in `TASKS`.
 
 Both continue an arithmetic sequence a, a+d, a+2d, ... modulo N written in a character vocabulary. `digits`
 writes all answer terms in one generation; `agent` predicts one term per turn and a tool answers with the
@@ -8,7 +9,10 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass
-from typing import Callable
+from typing import TYPE_CHECKING, Any, Callable
+
+if TYPE_CHECKING:
+    from trainer.config import TrainConfig
 
 VOCAB = "0123456789>^"
 STOI = {ch: i for i, ch in enumerate(VOCAB)}
@@ -109,7 +113,7 @@ class AgentTask(SequenceTask):
 
     name = "agent"
 
-    def __init__(self, **kw) -> None:
+    def __init__(self, **kw: Any) -> None:
         super().__init__(**kw)
         self.turns = self.answer_terms
 
@@ -131,7 +135,7 @@ class AgentTask(SequenceTask):
 TASKS: dict[str, Callable[..., SequenceTask]] = {"digits": DigitTask, "agent": AgentTask}
 
 
-def task_build(cfg) -> SequenceTask:
+def task_build(cfg: TrainConfig) -> SequenceTask:
     """The task a TrainConfig names (plugins: add a class to TASKS)."""
     try:
         cls = TASKS[cfg.task]
