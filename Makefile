@@ -1,4 +1,5 @@
-# Two commands on a fresh machine:  `make run` (platform on embedded defaults) and `make test` (whole suite).
+# Two commands on a fresh machine:  `make run` (platform on embedded defaults) and `make test` (lint, then the
+# whole suite).
 PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
@@ -8,7 +9,7 @@ export PATH := $(CURDIR)/$(BIN):$(PATH)
 TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/postgres
 TEST_REDIS_URL ?= redis://127.0.0.1:6379/1
 
-.PHONY: setup frontend run test bench bench-slots bench-rollout bench-learning bench-async bench-events bench-dashboard clean
+.PHONY: setup frontend run lint test bench bench-slots bench-rollout bench-learning bench-async bench-events bench-dashboard clean
 
 $(BIN)/.installed: requirements.txt
 	$(PY) -m venv $(VENV)
@@ -26,10 +27,19 @@ node_modules/.installed: package.json package-lock.json
 frontend: node_modules/.installed
 	node frontend/build.mjs
 
+# Quiet by default (children's chatter goes to var/logs/); `make run ARGS=--verbose` or `VERBOSE=1 make run` shows all.
 run: setup
-	$(BIN)/python platform/up.py
+	$(BIN)/python platform/up.py $(ARGS)
 
-test: setup
+# The tools that keep the design (configured in pyproject.toml, mypy-django.ini, tsconfig.json).
+lint: $(BIN)/.installed node_modules/.installed
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/lint-imports
+	DJANGO_DEBUG=1 $(BIN)/python -m mypy --config-file mypy-django.ini
+	node_modules/.bin/tsc --noEmit -p tsconfig.json
+
+test: setup lint
 	DATABASE_URL=$(TEST_DATABASE_URL) REDIS_URL=$(TEST_REDIS_URL) $(BIN)/python -m pytest $(PYTEST_ARGS)
 
 bench-slots: setup

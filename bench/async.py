@@ -66,7 +66,8 @@ def main() -> None:
         modes[name] = {"samples_per_s": last["samples_per_s"], "seconds_to_threshold": reached,
                        "gate_closed_share": last["gate_closed_share"], "steps": last["step"],
                        "final_reward": last["reward_mean"],
-                       "final_success_rate": sum(d["exact_match"] for d in sink.train[-5:]) / len(sink.train[-5:]), "staleness_max": max(d["staleness_max"] for d in sink.train),
+                       "final_success_rate": sum(d["exact_match"] for d in sink.train[-5:]) / len(sink.train[-5:]),
+                       "staleness_max": max(d["staleness_max"] for d in sink.train),
                        "mode": mode, "max_staleness": staleness, "wall_s": round(wall, 1),
                        "load_1m": [round(load0, 1), round(os.getloadavg()[0], 1)]}
         print(name, json.dumps(modes[name]), flush=True)
@@ -74,7 +75,8 @@ def main() -> None:
     best = max(modes[m]["samples_per_s"] for m in ("staleness_0", "staleness_1", "staleness_4"))
     out = {"modes": modes, "best_speedup": best / base_rate if base_rate else None,
            "threshold": args.threshold,
-           "random_policy": {"reward": 1 / base.modulus, "success_rate": (1 / base.modulus) ** base.answer_terms}, "budget_s": budget, "tool_latency_s": args.tool_latency_s,
+           "random_policy": {"reward": 1 / base.modulus, "success_rate": (1 / base.modulus) ** base.answer_terms},
+           "budget_s": budget, "tool_latency_s": args.tool_latency_s,
            "config": base.to_dict(), "quick": args.quick,
            "machine": {"cpus": os.cpu_count(), "gpu": False,
                        "uptime": subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()}}

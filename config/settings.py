@@ -295,9 +295,16 @@ CONTENT_SECURITY_POLICY = {
     },
 }
 
+# Loggers that speak on every tick or at every start, not when something happens: Celery beat's "Sending due
+# task", the worker's "Task ... received/succeeded" and its start-up lines, daphne's start-up lines. Their level
+# is LOG_LEVEL_CHATTER (INFO unless set; `make run` sets WARNING unless --verbose); their warnings and errors
+# still show. What a tick did is logged by runs.tasks, at INFO.
+CHATTER_LOGGERS = ("celery.beat", "celery.worker.strategy", "celery.app.trace", "celery.worker.consumer",
+                   "celery.apps.worker", "daphne")
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "handlers": {"console": {"class": "logging.StreamHandler"}},
     "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO")},
+    "loggers": {name: {"level": os.environ.get("LOG_LEVEL_CHATTER", "INFO")} for name in CHATTER_LOGGERS},
 }

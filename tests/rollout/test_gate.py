@@ -229,7 +229,7 @@ def test_duplicate_request_id_rejected_and_recent_failures_bounded():
         await gate.acquire("s", request_id="r")
         with pytest.raises(GateStateError, match="already holds"):
             await gate.acquire("s", request_id="r")
-        for i in range(10):
+        for _ in range(10):
             lease = gate._active.get("r") or await gate.acquire("s")
             gate.settle(lease, SettlementReceipt.unknown(lease, "lost"))
             gate.reset()
@@ -246,7 +246,7 @@ def test_concurrent_requests_through_three_publications_lose_nothing():
         seen: list[tuple[int, int]] = []
 
         async def client(i: int):
-            for turn in range(6):
+            for _turn in range(6):
                 async with gate.lease(f"s{i}", timeout=5.0) as lease:
                     await asyncio.sleep(0.001 * (i % 3))
                     seen.append((i, lease.version))

@@ -23,7 +23,7 @@ def test_every_rollout_module_imports_without_django():
     assert {"rollout.gate", "rollout.scheduler", "rollout.channel.channel", "rollout.filters"} <= set(modules)
     # One interpreter per module, so one module cannot hide another's import.
     probe = ("import importlib, json, sys; importlib.import_module(sys.argv[1]); "
-             "print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] in %r)))" % (FORBIDDEN,))
+             f"print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] in {FORBIDDEN!r})))")
     procs = {m: subprocess.Popen([sys.executable, "-c", probe, m], cwd=REPO, stdout=subprocess.PIPE,
                                  stderr=subprocess.PIPE, text=True, env={"PYTHONPATH": str(REPO), "PATH": ""})
              for m in modules}

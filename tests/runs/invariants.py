@@ -27,8 +27,9 @@ SELECT
 
 
 def invariant_violations() -> list[str]:
-    """Read one committed state. Limits hold for every grant made under the current settings (lowering a limit never preempts, so
-    runs granted earlier may exceed it); slots and statuses agree; no waiting run is grantable right now."""
+    """Read one committed state. Limits hold for every grant made under the current settings (lowering a limit
+    never preempts, so runs granted earlier may exceed it); slots and statuses agree; no waiting run is grantable
+    right now."""
     problems: list[str] = []
     with transaction.atomic():
         if connection.vendor == "postgresql":

@@ -2,12 +2,15 @@
 from __future__ import annotations
 
 import dataclasses
+import logging
+from datetime import timedelta
 
 import pytest
+from django.utils import timezone
 
 from runs import kinds, services, tasks
 from runs.kinds import kind_attach, kind_get
-from runs.models import RunStatus, Slot
+from runs.models import Run, RunStatus, Slot
 from tests.runs.helpers import TEST_KIND
 
 pytestmark = pytest.mark.django_db
@@ -52,3 +55,16 @@ def test_stop_uses_hook_or_finalizes(user, handoffs, launcher):
     assert tasks.stop_run(run.pk) == "cancelled"
     run.refresh_from_db()
     assert run.status == RunStatus.CANCELLED
+
+
+def test_tick_logs_only_when_it_did_something(user, handoffs, caplog):
+    """One tick runs every 2 s: an idle one logs nothing; one that reclaims a run says so, at INFO."""
+    caplog.set_level(logging.DEBUG, logger="runs")
+    run = submit(user)
+    assert tasks.tick()["reclaimed"] == []
+    assert [r.getMessage() for r in caplog.records if r.name == "runs.tasks"] == []
+
+    Run.objects.filter(pk=run.pk).update(granted_at=timezone.now() - timedelta(hours=1))  # never heartbeated
+    assert tasks.tick()["reclaimed"] == [run.pk]
+    logged = [(r.levelno, r.getMessage()) for r in caplog.records if r.name == "runs.tasks"]
+    assert logged == [(logging.INFO, f"tick: reclaimed [{run.pk}]")]

@@ -32,8 +32,8 @@ INJECTED = """() => {
   for (const el of document.querySelectorAll("*")) {
     for (const a of el.attributes) if (/^on/i.test(a.name)) bad.push(`${el.tagName} ${a.name}=${a.value}`);
   }
-  for (const el of document.querySelectorAll('img[src="x"], svg[onload], script:not([src]):not([type="application/json"])'))
-    bad.push(el.outerHTML.slice(0, 120));
+  const injected = 'img[src="x"], svg[onload], script:not([src]):not([type="application/json"])';
+  for (const el of document.querySelectorAll(injected)) bad.push(el.outerHTML.slice(0, 120));
   for (const el of document.querySelectorAll("a[href], [src], [action], [formaction]")) {
     for (const attr of ["href", "src", "action", "formaction"]) {
       const v = el.getAttribute(attr);
@@ -55,7 +55,8 @@ def api_post(page: Page, url: str, body: dict) -> tuple[int, dict]:
     """POST as the logged-in browser user, with the page's CSRF token (as lib/api.ts does)."""
     status, text = page.evaluate("""async ([url, body]) => {
       const r = await fetch(url, {method: "POST", credentials: "same-origin", body: JSON.stringify(body),
-        headers: {"Content-Type": "application/json", "X-CSRFToken": document.querySelector('meta[name="csrf-token"]').content}});
+        headers: {"Content-Type": "application/json",
+                  "X-CSRFToken": document.querySelector('meta[name="csrf-token"]').content}});
       return [r.status, await r.text()];
     }""", [url, body])
     return status, json.loads(text or "null")

@@ -127,8 +127,9 @@ def up(tmp_path):
 
 
 def start_without_ray(up) -> UpProcess:
-    """up.py with Redis, web, worker and tick (Ray pointed at a closed port: launches just wait)."""
-    platform = up(RAY_ADDRESS=f"http://127.0.0.1:{free_port()}")
+    """up.py with Redis, web, worker and tick (Ray pointed at a closed port: launches just wait), verbose: its
+    terminal shows every tick."""
+    platform = up(RAY_ADDRESS=f"http://127.0.0.1:{free_port()}", VERBOSE="1")
     platform.wait_for(lambda: requests.get(f"{platform.url}/admin/login/", timeout=2).ok, 180, "the web server")
     # The worker's prefork pool and the tick are up once beat has sent a tick and the worker ran it.
     platform.wait_for(lambda: "Task runs.tasks.tick" in platform.log(), 120, "the first tick")

@@ -17,7 +17,7 @@ def test_no_trainer_module_imports_the_web_stack() -> None:
     assert {"trainer.loop", "trainer.topology", "trainer.engine", "trainer.worker", "trainer.cli"} <= set(modules)
     # A fresh interpreter: whatever any of them imports shows up in sys.modules.
     probe = ("import importlib, json, sys\nfor m in sys.argv[1:]: importlib.import_module(m)\n"
-             "print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] in %r)))" % (FORBIDDEN,))
+             f"print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] in {FORBIDDEN!r})))")
     out = subprocess.run([sys.executable, "-c", probe, *modules], cwd=REPO, capture_output=True, text=True,
                          env={"PYTHONPATH": str(REPO), "PATH": "", "OMP_NUM_THREADS": "1"}, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]

@@ -127,7 +127,7 @@ def test_failed_training_steps_release_their_batch_references(ray_driver) -> Non
                 try:
                     rt.train_step(groups)
                 except ray_driver.exceptions.RayTaskError as exc:
-                    raise exc.as_instanceof_cause()
+                    raise exc.as_instanceof_cause() from exc
         assert _driver_refs(ray_driver) <= before  # nothing accumulates across failures
         assert rt.channel.empty()
         stats = rt.train_step(groups)  # and the next step trains normally

@@ -1,0 +1,92 @@
+"""The terminal of `make run` (platform/up.py, platform/terminal.py) is quiet: an idle platform prints nothing
+after its banner, so the banner stays the last thing on screen; a tick that does something says so; what the
+terminal does not show is in var/logs/. Ray's job API is a stand-in that answers 404 to everything (a job API
+not there yet): the platform counts it as serving, and launches wait for it."""
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+import requests
+
+from tests.security.test_platform import up  # noqa: F401 - the fixture that starts and cleans up up.py
+
+BANNER_END = "=" * 80
+IDLE_SECONDS = 20
+
+
+class NotThere(BaseHTTPRequestHandler):
+    def do_GET(self) -> None:
+        self.send_response(404)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    do_POST = do_GET
+
+    def log_message(self, *args) -> None:
+        pass
+
+
+@pytest.fixture
+def ray_stand_in():
+    server = ThreadingHTTPServer(("127.0.0.1", 0), NotThere)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+
+
+def wait_until(check, timeout: float, what: str, platform) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert platform.proc.poll() is None, f"up.py exited while waiting for {what}:\n{platform.log()[-4000:]}"
+        assert time.monotonic() < deadline, f"timed out waiting for {what}:\n{platform.log()[-4000:]}"
+        time.sleep(0.5)
+
+
+def ends_with_banner(text: str) -> bool:
+    return text.rstrip().endswith(BANNER_END) and "Ctrl-C stops everything." in text.rstrip().split("\n")[-2]
+
+
+@pytest.mark.slow
+def test_idle_platform_prints_nothing_after_its_banner_and_a_tick_that_acts_says_so(up, ray_stand_in):  # noqa: F811
+    platform = up(RAY_ADDRESS=ray_stand_in)
+    wait_until(lambda: "The platform is up" in platform.log(), 180, "the banner", platform)
+    # Start-up has settled (a late start-up line gets the banner printed again after it): nothing new for 5 s.
+    seen, stable_since, deadline = platform.log(), time.monotonic(), time.monotonic() + 90
+    while time.monotonic() - stable_since < 5:
+        assert time.monotonic() < deadline, f"the terminal never settled:\n{seen[-3000:]}"
+        time.sleep(0.5)
+        if platform.log() != seen:
+            seen, stable_since = platform.log(), time.monotonic()
+    assert ends_with_banner(seen), seen[-3000:]
+
+    time.sleep(IDLE_SECONDS)  # about ten ticks of the beat
+    after = platform.log()[len(seen):]
+    assert after == "", f"an idle platform printed after its banner:\n{after[:3000]}"
+    assert ends_with_banner(platform.log())
+    # Hidden, not lost: Redis's start-up notices are in var/logs/redis.log, not on the terminal.
+    assert "Ready to accept connections" in (platform.var_dir / "logs" / "redis.log").read_text()
+    assert "Ready to accept connections" not in seen
+    assert "Task runs.tasks.tick" not in seen and "Sending due task" not in seen
+
+    # The ticks did run all along: one that acts (a run past its time limit; its launch waits for Ray) says so.
+    token = re.search(r"API token (\w+)", seen).group(1)
+    response = requests.post(f"{platform.url}/api/runs/", headers={"Authorization": f"Token {token}"}, timeout=30,
+                             json={"name": "limit", "origin": "api", "kind": "rl_train", "config": {"steps": 5},
+                                   "time_limit_seconds": 1})
+    assert response.status_code == 201, response.text
+    run_id = response.json()["id"]
+    wait_until(lambda: re.search(rf"tick: timed_out \[{run_id}\]", platform.log()), 60, "the tick's line", platform)
+
+
+def test_torch_finds_numpy_so_ray_actors_do_not_warn():
+    """torch warns "Failed to initialize NumPy" at import when numpy is missing; every Ray actor imports it."""
+    result = subprocess.run([sys.executable, "-W", "default", "-c", "import torch; print(torch.zeros(2).numpy())"],
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert "NumPy" not in result.stderr, result.stderr
