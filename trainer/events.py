@@ -47,6 +47,16 @@ class StoredEvent(TypedDict):
     data: dict[str, Any]
 
 
+class IngestReply(TypedDict):
+    """The platform's answer to an accepted post (POST /api/runs/<id>/ingest/, docs/realtime.md)."""
+
+    stored: int
+    duplicates: int
+    last_seq: int
+    status: str
+    dropped: int
+
+
 class EventSchemaError(ValueError):
     """An event that does not follow the schema; the message names the offending field."""
 
