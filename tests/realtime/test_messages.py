@@ -38,3 +38,17 @@ def test_message_modules_import_without_django():
 def test_emitter_event_has_the_stored_event_fields():
     event = Event(seq=1, type="log", data={"text": "x"}, ts=1.0, run=7).to_dict()
     assert set(event) == set(get_type_hints(StoredEvent))
+
+
+def test_nothing_in_runs_imports_the_api_layer():
+    import ast
+
+    offenders = []
+    for path in (ROOT / "runs").rglob("*.py"):
+        if "api" in path.relative_to(ROOT / "runs").parts[:1]:
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else (
+                [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            offenders += [f"{path.relative_to(ROOT)}: {n}" for n in names if n == "runs.api" or n.startswith("runs.api.")]
+    assert offenders == []

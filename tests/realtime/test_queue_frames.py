@@ -15,7 +15,12 @@ from django.utils import timezone
 from runs import realtime, services
 from runs.models import Run, RunStatus, Slot
 from tests.realtime.conftest import communicator, run_async, user_make
-from tests.runs.helpers import TEST_KIND, _fresh_policy_cache, handoffs, register_test_kind  # noqa: F401
+from tests.runs.helpers import (  # noqa: F401
+    TEST_KIND,
+    _fresh_policy_cache,
+    handoffs,
+    register_test_kind,
+)
 
 pytestmark = pytest.mark.django_db(transaction=True)
 WAIT = 30
