@@ -1,14 +1,14 @@
 """Websocket consumers: one run's exact event stream (`/ws/runs/<id>/`) and the dashboard (`/ws/dashboard/`).
 
 Each authenticates, checks permission, joins its group, sends a snapshot, then forwards live messages; the
-wire formats and the no-gap/no-duplicate rules are in docs/realtime.md. Reads go through runs.realtime.
+message types are runs/messages.py, the no-gap/no-duplicate rules docs/realtime.md. Reads go through
+runs.selectors and runs.dashboard; the dashboard's rate limit is the publisher's (runs.realtime), not ours.
 """
 from __future__ import annotations
 
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable
 from typing import Any
 from urllib.parse import parse_qs
 
@@ -17,9 +17,23 @@ from django.conf import settings
 
 from frontend import ws_guard
 from frontend.ws_guard import (
-    CLOSE_BAD_REQUEST, CLOSE_FORBIDDEN, CLOSE_NOT_FOUND, CLOSE_UNAUTHENTICATED, AuthenticatedConsumer,
+    CLOSE_BAD_REQUEST,
+    CLOSE_FORBIDDEN,
+    CLOSE_NOT_FOUND,
+    CLOSE_UNAUTHENTICATED,
+    AuthenticatedConsumer,
 )
-from runs import realtime
+from runs import dashboard, realtime, selectors
+from runs.messages import (
+    DashboardRunMsg,
+    DashboardSlotsMsg,
+    EventsMsg,
+    RunEventsLayer,
+    RunSnapshotMsg,
+    RunUpdateLayer,
+    SlotsUpdateLayer,
+    TruncatedMsg,
+)
 
 logger = logging.getLogger(__name__)
 REPLAY_PAGE = 500
@@ -32,45 +46,6 @@ def replay_max() -> int:
 
 def resync_seconds() -> float:
     return float(getattr(settings, "REALTIME_RESYNC_SECONDS", 2.0))
-
-
-def coalesce_seconds() -> float:
-    return float(getattr(settings, "REALTIME_COALESCE_SECONDS", 0.1))
-
-
-class Coalescer:
-    """Per-key rate limit with a trailing send: at most one payload per key per `interval`, and the latest
-    payload offered within a window is always sent at the window's end (so the browser ends up current)."""
-
-    def __init__(self, interval: float, send: Callable[[dict[str, Any]], Awaitable[None]]) -> None:
-        self.interval = interval
-        self._send = send
-        self._last_sent: dict[Any, float] = {}
-        self._pending: dict[Any, dict[str, Any]] = {}
-        self._timers: dict[Any, asyncio.Task] = {}
-
-    async def offer(self, key: Any, payload: dict[str, Any]) -> None:
-        wait = self._last_sent.get(key, -1e9) + self.interval - time.monotonic()
-        if wait <= 0 and key not in self._timers:
-            self._last_sent[key] = time.monotonic()
-            await self._send(payload)
-            return
-        self._pending[key] = payload
-        if key not in self._timers:
-            self._timers[key] = asyncio.create_task(self._flush_later(key, max(wait, 0.0)))
-
-    async def _flush_later(self, key: Any, wait: float) -> None:
-        await asyncio.sleep(wait)
-        self._timers.pop(key, None)
-        payload = self._pending.pop(key, None)
-        if payload is not None:
-            self._last_sent[key] = time.monotonic()
-            await self._send(payload)
-
-    def cancel(self) -> None:
-        for task in self._timers.values():
-            task.cancel()
-        self._timers.clear()
 
 
 class RunConsumer(AuthenticatedConsumer):
@@ -99,22 +74,23 @@ class RunConsumer(AuthenticatedConsumer):
         self.group = realtime.run_group(self.run_id)
         await self.channel_layer.group_add(self.group, self.channel_name)
         # One database call (one connection) for check, snapshot and first replay page: connects are bursty.
-        opening = await database_sync_to_async(realtime.run_stream_open)(
+        opening = await database_sync_to_async(selectors.run_stream_open)(
             run_id=self.run_id, user=user, after=after, limit=REPLAY_PAGE, replay_max=replay_max()
         )
         if opening.refusal is not None:
             return await self.refuse(REFUSAL_CODES[opening.refusal])
         self._last_live = time.monotonic()
         await self.accept()
-        await self.send_json({"type": "snapshot", "run": opening.snapshot, "last_seq": opening.last_seq})
+        assert opening.snapshot is not None
+        await self.send_json(RunSnapshotMsg(type="snapshot", run=opening.snapshot, last_seq=opening.last_seq))
         self.last_sent = opening.last_seq if after is None else after
         if after is not None and opening.replay_from > after:
             # Paged replay: at most WS_REPLAY_MAX events on connect; the client reads older ones from
             # GET /api/runs/<id>/events/?after=<after> (paged) if it wants them.
-            await self.send_json({"type": "truncated", "after": after, "through": opening.replay_from})
+            await self.send_json(TruncatedMsg(type="truncated", after=after, through=opening.replay_from))
             self.last_sent = opening.replay_from
         if opening.replay:
-            await self.send_json({"type": "events", "events": opening.replay})
+            await self.send_json(EventsMsg(type="events", events=opening.replay))
             self.last_sent = opening.replay[-1]["seq"]
         await self._send_stored(upto=opening.last_seq)
         self.streaming = True
@@ -134,17 +110,17 @@ class RunConsumer(AuthenticatedConsumer):
     async def _send_stored(self, upto: int | None = None) -> None:
         """Send stored events after last_sent (up to `upto`) in pages; caller holds the order."""
         while upto is None or self.last_sent < upto:
-            page = await database_sync_to_async(realtime.run_events_after)(
+            page = await database_sync_to_async(selectors.run_events_after)(
                 run_id=self.run_id, after=self.last_sent, limit=REPLAY_PAGE
             )
             if not page:
                 return
-            await self.send_json({"type": "events", "events": page})
+            await self.send_json(EventsMsg(type="events", events=page))
             self.last_sent = page[-1]["seq"]
             if len(page) < REPLAY_PAGE:
                 return
 
-    async def run_events(self, message: dict[str, Any]) -> None:
+    async def run_events(self, message: RunEventsLayer) -> None:
         """Layer message from runs.realtime: a committed batch, seqs contiguous and ascending."""
         if not self.streaming:
             return
@@ -159,7 +135,7 @@ class RunConsumer(AuthenticatedConsumer):
                 # database, not this message, fills the gap.
                 await self._send_stored(upto=events[-1]["seq"])
                 return
-            await self.send_json({"type": "events", "events": events})
+            await self.send_json(EventsMsg(type="events", events=events))
             self.last_sent = events[-1]["seq"]
 
     async def catch_up(self, last_seq: int, idle_for: float) -> None:
@@ -209,7 +185,7 @@ class StreamWatch:
             interval = resync_seconds()
             await asyncio.sleep(interval)
             try:
-                seqs = await database_sync_to_async(realtime.runs_last_seq)(run_ids=list(self.consumers))
+                seqs = await database_sync_to_async(selectors.runs_last_seq)(run_ids=list(self.consumers))
             except Exception:  # noqa: BLE001 - the database may be briefly away; try again next round
                 logger.warning("stream watch could not read last seqs", exc_info=True)
                 continue
@@ -225,7 +201,8 @@ REFUSAL_CODES = {"not_found": CLOSE_NOT_FOUND, "forbidden": CLOSE_FORBIDDEN, "af
 
 
 class DashboardConsumer(AuthenticatedConsumer):
-    """Slots, queue and run changes, coalesced per run; non-staff users only see their own runs."""
+    """Slots, queue changes and run rows; non-staff users only see their own runs. Messages come coalesced
+    from runs.realtime's publisher (at most one per run, and one slots message, per 100 ms per process)."""
 
     joined = False
 
@@ -235,17 +212,20 @@ class DashboardConsumer(AuthenticatedConsumer):
             return await self.refuse(CLOSE_UNAUTHENTICATED)
         if not await self.guard_start(user):
             return
-        self._coalescer = Coalescer(coalesce_seconds(), self.send_json)
         await self.channel_layer.group_add(realtime.DASHBOARD_GROUP, self.channel_name)
         self.joined = True
-        snapshot, self._run_seqs = await database_sync_to_async(realtime.dashboard_snapshot)(user=user)
         await self.accept()
-        await self.send_json({"type": "snapshot", **snapshot})
+        await self._send_snapshot()
+
+    async def _send_snapshot(self) -> None:
+        self._snapshot_at = time.time()  # queue moves committed before this are in the snapshot
+        snapshot, self._run_seqs = await database_sync_to_async(dashboard.dashboard_snapshot)(user=self.user)
+        await self.send_json(snapshot)
 
     def _visible(self, owner_id: int) -> bool:
         return bool(self.user.is_staff or owner_id == self.user.id)
 
-    async def run_update(self, message: dict[str, Any]) -> None:
+    async def run_update(self, message: RunUpdateLayer) -> None:
         if not self._visible(message["owner_id"]):
             return
         run_id, seq = message["run"]["id"], message["last_seq"]
@@ -254,11 +234,15 @@ class DashboardConsumer(AuthenticatedConsumer):
         if seq < self._run_seqs.get(run_id, 0):
             return
         self._run_seqs[run_id] = seq
-        await self._coalescer.offer(("run", run_id), {"type": "run", "run": message["run"]})
+        await self.send_json(DashboardRunMsg(type="run", run=message["run"]))
 
-    async def slots_update(self, message: dict[str, Any]) -> None:
-        queue = [item["run"] for item in message["queue"] if self._visible(item["owner_id"])]
-        await self._coalescer.offer("slots", {"type": "slots", "slots": message["slots"], "queue": queue})
+    async def slots_update(self, message: SlotsUpdateLayer) -> None:
+        if message.get("resync"):  # the policy changed: positions and reasons start over from a snapshot
+            return await self._send_snapshot()
+        queue = dict(message["queue"])
+        for side in ("joined", "left"):
+            queue[side] = [key for key in message["queue"][side] if key["at"] > self._snapshot_at]
+        await self.send_json(DashboardSlotsMsg(type="slots", slots=message["slots"], queue=queue))  # type: ignore[typeddict-item]
 
     async def rights_check(self, user: Any) -> None:
         # Staff lost (or gained): what this socket already sent was cut for other rights. Close; the board
@@ -271,5 +255,4 @@ class DashboardConsumer(AuthenticatedConsumer):
         self.ended = True
         await self._guard_stop()
         if self.joined:
-            self._coalescer.cancel()
             await self.channel_layer.group_discard(realtime.DASHBOARD_GROUP, self.channel_name)

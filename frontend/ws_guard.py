@@ -27,6 +27,8 @@ from django.contrib.auth.signals import user_logged_out
 from django.db import transaction
 from django.db.models.signals import post_delete, post_save
 
+from runs.messages import SessionEndedLayer, UserChangedLayer
+
 logger = logging.getLogger(__name__)
 CLOSE_BAD_REQUEST = 4400
 CLOSE_UNAUTHENTICATED = 4401
@@ -185,12 +187,12 @@ class AuthenticatedConsumer(AsyncJsonWebsocketConsumer):
         """Subclasses: close (end) when `user`, as it is now, may no longer see this stream."""
         self.user = user
 
-    async def session_ended(self, message: dict[str, Any]) -> None:
+    async def session_ended(self, message: SessionEndedLayer) -> None:
         """Layer message from ws_guard on logout: close the sockets of that session."""
         if message.get("session") == session_digest(self._session_key):
             await self.end(CLOSE_UNAUTHENTICATED)
 
-    async def user_changed(self, message: dict[str, Any]) -> None:
+    async def user_changed(self, message: UserChangedLayer) -> None:
         await self.recheck()
 
     async def _guard_stop(self) -> None:
@@ -209,7 +211,7 @@ class AuthenticatedConsumer(AsyncJsonWebsocketConsumer):
 
 # --- signals: close at once instead of at the next re-check ---------------------------------------------
 
-def _send(user_id: int, message: dict[str, Any]) -> None:
+def _send(user_id: int, message: SessionEndedLayer | UserChangedLayer) -> None:
     from runs.realtime import group_send_now
 
     group_send_now(user_group(user_id), message)
@@ -218,15 +220,14 @@ def _send(user_id: int, message: dict[str, Any]) -> None:
 def _on_logout(sender: Any, request: Any, user: Any, **kwargs: Any) -> None:
     if user is None or request is None or not hasattr(request, "session"):
         return
-    message = {"type": "session.ended", "session": session_digest(request.session.session_key)}
-    _send(user.pk, message)
+    _send(user.pk, SessionEndedLayer(type="session.ended", session=session_digest(request.session.session_key)))
 
 
 def _on_user_change(sender: Any, instance: Any, created: bool = False, **kwargs: Any) -> None:
     if created:
         return
     user_id = instance.pk
-    transaction.on_commit(lambda: _send(user_id, {"type": "user.changed"}))
+    transaction.on_commit(lambda: _send(user_id, UserChangedLayer(type="user.changed")))
 
 
 def signals_connect() -> None:

@@ -6,13 +6,15 @@ stored event is published to the run's Channels group after commit.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from datetime import datetime, timezone as dt_timezone
+from datetime import datetime
+from datetime import timezone as dt_timezone
 from typing import Any
 
 from django.db import transaction
 from django.utils import timezone
 
 from runs.models import Run, RunEvent
+from trainer.events import StoredEvent
 
 PLATFORM_SOURCE = "platform"
 
@@ -25,9 +27,9 @@ def _as_datetime(ts: Any) -> datetime:
     return timezone.now()
 
 
-def run_event_to_dict(event: RunEvent) -> dict[str, Any]:
+def run_event_to_dict(event: RunEvent) -> StoredEvent:
     """The wire shape of an event: {run, seq, ts (seconds since the epoch), type, data}."""
-    return {"run": event.run_id, "seq": event.seq, "ts": event.ts.timestamp(), "type": event.type, "data": event.data}
+    return StoredEvent(run=event.run_id, seq=event.seq, ts=event.ts.timestamp(), type=event.type, data=event.data)
 
 
 def run_events_record(*, run: Run, source: str, events: Iterable[dict[str, Any]]) -> list[RunEvent]:

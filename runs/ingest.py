@@ -13,7 +13,7 @@ from runs.errors import InvalidInput, InvalidTransition, RunNotFound, ServiceErr
 from runs.events import run_events_record
 from runs.models import FINISHED_STATUSES, Run, RunEvent
 from runs.retention import events_keep
-from trainer.events import EventSchemaError, validate_event
+from trainer.events import EventSchemaError, IngestReply, validate_event
 
 MAX_BATCH = 1000
 # Event types whose latest `data` the run summary keeps, under the same key.
@@ -34,9 +34,9 @@ class IngestResult:
     status: str  # the run's status, so the job notices `stopping` (cancel requested)
     dropped: int = 0  # events of this post not stored by the run's event budget (runs/retention.py)
 
-    def as_dict(self) -> dict[str, Any]:
-        return {"stored": self.stored, "duplicates": self.duplicates, "last_seq": self.last_seq, "status": self.status,
-                "dropped": self.dropped}
+    def as_dict(self) -> IngestReply:
+        return IngestReply(stored=self.stored, duplicates=self.duplicates, last_seq=self.last_seq,
+                           status=self.status, dropped=self.dropped)
 
 
 def run_for_ingest(*, run_id: int, token: str | None) -> Run:

@@ -1,7 +1,8 @@
-"""Reads: runs visible to a user, queue position / pending reason / ETA of queued runs, slot snapshot, dry-run."""
+"""Reads: runs visible to a user, the run JSON (REST and websockets), queue position / pending reason / ETA of
+queued runs, slot snapshot, dry-run."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -9,10 +10,28 @@ from django.db.models import Q, QuerySet
 from django.utils import timezone
 
 from runs.errors import InvalidInput, RunNotFound
-from runs.models import ORIGIN_TO_CLASS, Origin, Run, RunClass, RunEvent, RunStatus, Slot, SlotState
+from runs.events import run_event_to_dict
+from runs.messages import RunJson, SlotsJson
+from runs.models import (
+    ORIGIN_TO_CLASS,
+    Origin,
+    Run,
+    RunClass,
+    RunEvent,
+    RunStatus,
+    Slot,
+    SlotState,
+)
 from runs.slots import store
-from runs.slots.grant import HIGHER_PRIORITY_WAITING, Snapshot, WaitingSlot, blocking_reason, grant
+from runs.slots.grant import (
+    HIGHER_PRIORITY_WAITING,
+    Snapshot,
+    WaitingSlot,
+    blocking_reason,
+    grant,
+)
 from runs.slots.policy import CLASSES, Policy
+from trainer.events import StoredEvent
 
 # ETA: grant rate over the most recent grants within this window.
 ETA_WINDOW = timedelta(minutes=30)
@@ -133,12 +152,43 @@ def runs_queue_info(*, runs: list[Run]) -> dict[int, QueueInfo]:
     return out
 
 
-def slots_snapshot() -> dict[str, Any]:
+def iso(value: datetime | None) -> str | None:
+    """A timestamp as the API writes it (ISO 8601 in UTC, `Z` suffix), None stays None."""
+    if value is None:
+        return None
+    text = timezone.localtime(value, timezone.get_current_timezone()).isoformat()
+    return text[:-6] + "Z" if text.endswith("+00:00") else text
+
+
+def run_json(run: Run, info: QueueInfo | None = None) -> RunJson:
+    """The run JSON of GET /api/runs/<id>/ and of the websocket snapshots; `position`, `pending_reason` and
+    `eta_seconds` come from `info` (runs_queue_info) and are null unless the run is queued."""
+    end = run.granted_at or run.finished_at or timezone.now()
+    if run.status == RunStatus.QUEUED:
+        end = timezone.now()
+    return RunJson(
+        id=run.pk, name=run.name, origin=run.origin, run_class=run.run_class, kind=run.kind, status=run.status,
+        owner=run.owner.username, config=run.config, created_at=iso(run.created_at) or "",
+        granted_at=iso(run.granted_at), started_at=iso(run.started_at), finished_at=iso(run.finished_at),
+        queued_seconds=round(max(0.0, (end - run.created_at).total_seconds()), 3),
+        position={"in_class": info.position_in_class, "overall": info.position_overall} if info else None,
+        pending_reason=info.pending_reason if info else None, eta_seconds=info.eta_seconds if info else None,
+        error=run.error, summary=run.summary, auto_resume=run.auto_resume, time_limit_seconds=run.time_limit_seconds,
+    )
+
+
+def runs_json(runs: list[Run]) -> list[RunJson]:
+    """run_json of several runs, queue info read once for all of them."""
+    info = runs_queue_info(runs=runs)
+    return [run_json(run, info.get(run.pk)) for run in runs]
+
+
+def slots_snapshot() -> SlotsJson:
     """{policy, borrowable, classes: {<class>: {running, waiting, limit, priority}}, total: {running, max_total}}."""
     policy = store.policy_load()
     counts = store.slot_counts()
     held, waiting = counts[SlotState.HELD], counts[SlotState.WAITING]
-    return {
+    return {  # type: ignore[return-value]  # policy.to_dict() is a SlotPolicy
         "policy": policy.to_dict(),
         "borrowable": policy.borrowable,
         "classes": {
@@ -169,3 +219,44 @@ def slot_dry_run(*, origin: Any) -> dict[str, Any]:
             after[d.run_class] = after.get(d.run_class, 0) + 1
         reason = blocking_reason(policy, after, run_class) or HIGHER_PRIORITY_WAITING
     return {"origin": origin, "run_class": run_class, "granted": granted, "pending_reason": reason}
+
+
+# --- what a /ws/runs/<id>/ connection reads ------------------------------------------------------------
+
+@dataclass(frozen=True)
+class StreamOpening:
+    """What a /ws/runs/<id>/ connection starts with, or why it is refused."""
+
+    refusal: str | None  # "not_found" | "forbidden" | "after_beyond" | None
+    snapshot: RunJson | None = None  # the run JSON, summary folded up to last_seq (one row read)
+    last_seq: int = 0
+    replay: list[StoredEvent] = field(default_factory=list)  # first page of events after `replay_from`
+    replay_from: int = 0  # replay starts after this seq: `after`, or later when more than replay_max are behind
+
+
+def run_stream_open(*, run_id: int, user: Any, after: int | None, limit: int,
+                    replay_max: int | None = None) -> StreamOpening:
+    """Permission check (owner or staff), snapshot and the first replay page, in one database session.
+    With `replay_max`, the replay covers at most the newest `replay_max` events (`replay_from` says where)."""
+    run = Run.objects.select_related("owner").filter(pk=run_id).first()
+    if run is None:
+        return StreamOpening(refusal="not_found")
+    if not (user.is_staff or run.owner_id == user.pk):
+        return StreamOpening(refusal="forbidden")
+    if after is not None and after > run.last_seq:
+        return StreamOpening(refusal="after_beyond")
+    start = after or 0
+    if after is not None and replay_max is not None:
+        start = max(after, run.last_seq - replay_max)
+    replay = run_events_after(run_id=run_id, after=start, limit=limit) if after is not None else []
+    return StreamOpening(refusal=None, snapshot=runs_json([run])[0], last_seq=run.last_seq, replay=replay,
+                         replay_from=start)
+
+
+def runs_last_seq(*, run_ids: list[int]) -> dict[int, int]:
+    return dict(Run.objects.filter(pk__in=run_ids).values_list("pk", "last_seq"))
+
+
+def run_events_after(*, run_id: int, after: int, limit: int) -> list[StoredEvent]:
+    rows = RunEvent.objects.filter(run_id=run_id, seq__gt=after).order_by("seq")[:limit]
+    return [run_event_to_dict(row) for row in rows]

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, TypedDict, cast
 
 EVENT_TYPES: frozenset[str] = frozenset(
     {"status", "gate", "version", "sampler", "rollout", "train", "worker", "checkpoint", "log"}
@@ -27,6 +27,36 @@ SEQ_MAX = 2**63 - 1  # the platform stores seq as a signed 64-bit integer
 TS_END = 253402300800.0  # 10000-01-01T00:00:00Z: the first second datetime cannot represent
 
 
+class EventDict(TypedDict, total=False):
+    """An event as the trainer posts it (`seq`, `type` required; `data`, `ts`, `run` optional)."""
+
+    seq: int
+    type: str
+    data: dict[str, Any]
+    ts: float
+    run: str | int | None
+
+
+class StoredEvent(TypedDict):
+    """An event as the platform stores and streams it: `seq` is the platform's per-run seq (1, 2, 3, ...)."""
+
+    run: int
+    seq: int
+    ts: float
+    type: str
+    data: dict[str, Any]
+
+
+class IngestReply(TypedDict):
+    """The platform's answer to an accepted post (POST /api/runs/<id>/ingest/, docs/realtime.md)."""
+
+    stored: int
+    duplicates: int
+    last_seq: int
+    status: str
+    dropped: int
+
+
 class EventSchemaError(ValueError):
     """An event that does not follow the schema; the message names the offending field."""
 
@@ -39,8 +69,8 @@ class Event:
     ts: float = field(default_factory=time.time)
     run: str | int | None = None
 
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+    def to_dict(self) -> EventDict:
+        return cast(EventDict, asdict(self))
 
 
 def validate_event(obj: Any) -> Event:

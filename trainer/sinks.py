@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 from typing import Any, Protocol
 
-from trainer.events import validate_event
+from trainer.events import EventDict, validate_event
 
 TOKEN_ENV = "RUN_INGEST_TOKEN"
 # The platform's launcher hands the token over in a 0600 file, not in the job's env (which the Ray job API shows).
@@ -32,7 +32,7 @@ def ingest_token_from_env() -> str:
 class EventSink(Protocol):
     stop_requested: bool
 
-    def write(self, event: dict[str, Any]) -> None: ...
+    def write(self, event: EventDict) -> None: ...
 
     def close(self, timeout_s: float = 10.0) -> None: ...
 
@@ -47,7 +47,7 @@ class JsonlSink:
         self._file = open(self.path, "a", encoding="utf-8")
         self.stop_requested = False
 
-    def write(self, event: dict[str, Any]) -> None:
+    def write(self, event: EventDict) -> None:
         self._file.write(json.dumps(event, separators=(",", ":")) + "\n")
         self._file.flush()
 
@@ -90,7 +90,7 @@ class HttpSink:
         self._thread = threading.Thread(target=self._run, name="event-post", daemon=True)
         self._thread.start()
 
-    def write(self, event: dict[str, Any]) -> None:
+    def write(self, event: EventDict) -> None:
         with self._cond:
             self._buf.append(event)
             if len(self._buf) >= self.max_batch:
@@ -156,10 +156,10 @@ class EventEmitter:
         self._lock = threading.Lock()
         self.last_emit = time.monotonic()
 
-    def emit(self, type_: str, data: dict[str, Any]) -> dict[str, Any]:
+    def emit(self, type_: str, data: dict[str, Any]) -> EventDict:
         with self._lock:
             self.seq += 1
-            event = {"run": self.run, "seq": self.seq, "ts": time.time(), "type": type_, "data": data}
+            event = EventDict(run=self.run, seq=self.seq, ts=time.time(), type=type_, data=data)
             validate_event(event)  # a schema bug fails here, loudly, not in the platform
             for sink in self.sinks:
                 sink.write(event)

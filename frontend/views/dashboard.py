@@ -1,5 +1,5 @@
 """Dashboard pages: queue board, run page and run submit form. Thin: each page embeds the same JSON the
-REST API / websockets serve (runs.selectors, runs.realtime) and the browser code in frontend/static draws it."""
+REST API / websockets serve (runs.selectors, runs.dashboard) and the browser code in frontend/static draws it."""
 from __future__ import annotations
 
 import json
@@ -9,9 +9,8 @@ from django.contrib.auth.decorators import login_required
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import render
 
-from frontend.selectors import board_snapshot
 from runs import selectors
-from runs.api.serializers import RunSerializer
+from runs.dashboard import dashboard_snapshot
 from runs.errors import RunNotFound
 from runs.kinds import DEFAULT_KIND, kind_get
 
@@ -26,8 +25,8 @@ LABELS = {"lr": "Learning rate", "kl_coef": "KL coefficient", "clip_eps": "PPO c
 @login_required
 def board(request: HttpRequest) -> HttpResponse:
     """Queue board. The page carries the same {slots, queue, active} that /ws/dashboard/ sends on connect
-    (queue rows compacted), so the first paint needs no extra request."""
-    snapshot = board_snapshot(user=request.user)
+    (one builder: runs.dashboard), so the first paint needs no extra request."""
+    snapshot, _seqs = dashboard_snapshot(user=request.user)
     return render(request, "frontend/board.html", {"board_data": snapshot, "nav": "board"})
 
 
@@ -37,8 +36,7 @@ def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
         run = selectors.run_get(user=request.user, run_id=run_id)
     except RunNotFound as exc:
         raise Http404(str(exc)) from exc
-    info = selectors.runs_queue_info(runs=[run])
-    data = RunSerializer(run, context={"request": request, "queue_info": info}).data
+    data = selectors.runs_json([run])[0]
     return render(request, "frontend/run.html", {
         "run": run, "run_data": data, "config_json": json.dumps(run.config, indent=2, sort_keys=True), "nav": "run",
     })

@@ -13,6 +13,8 @@ from runs.ingest import run_events_ingest, run_for_ingest
 
 
 class IngestResultSerializer(serializers.Serializer):
+    """Documents trainer.events.IngestReply (what runs.ingest.IngestResult.as_dict returns)."""
+
     stored = serializers.IntegerField()
     duplicates = serializers.IntegerField()
     last_seq = serializers.IntegerField()

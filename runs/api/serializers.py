@@ -3,14 +3,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.utils import timezone
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from runs.kinds import DEFAULT_KIND
-from runs.models import Origin, Run, RunStatus
-from runs.selectors import QueueInfo
+from runs.models import Origin, Run
+from runs.selectors import QueueInfo, run_json
 from runs.slots.grant import PENDING_REASONS
 from runs.slots.policy import CLASSES, LIMIT_RULES
 
@@ -44,13 +43,16 @@ class PositionSerializer(serializers.Serializer):
 
 
 class RunSerializer(serializers.ModelSerializer):
-    """Run JSON; `position`, `pending_reason` and `eta_seconds` are null unless the run is queued."""
+    """Run JSON; `position`, `pending_reason` and `eta_seconds` are null unless the run is queued.
+
+    The fields document the schema; the JSON itself is runs.selectors.run_json, the one builder the
+    websockets use too."""
 
     owner = serializers.CharField(source="owner.username", read_only=True)
-    queued_seconds = serializers.SerializerMethodField()
-    position = serializers.SerializerMethodField()
-    pending_reason = serializers.SerializerMethodField()
-    eta_seconds = serializers.SerializerMethodField()
+    queued_seconds = serializers.FloatField()
+    position = PositionSerializer(allow_null=True)
+    pending_reason = serializers.ChoiceField(choices=PENDING_REASONS, allow_null=True)
+    eta_seconds = serializers.FloatField(allow_null=True)
     config = serializers.JSONField()
     summary = serializers.JSONField()
 
@@ -61,30 +63,9 @@ class RunSerializer(serializers.ModelSerializer):
                   "eta_seconds", "error", "summary", "auto_resume", "time_limit_seconds"]
         read_only_fields = fields
 
-    def _info(self, run: Run) -> QueueInfo | None:
-        return (self.context.get("queue_info") or {}).get(run.pk)
-
-    @extend_schema_field(serializers.FloatField())
-    def get_queued_seconds(self, run: Run) -> float:
-        end = run.granted_at or run.finished_at or timezone.now()
-        if run.status == RunStatus.QUEUED:
-            end = timezone.now()
-        return round(max(0.0, (end - run.created_at).total_seconds()), 3)
-
-    @extend_schema_field(PositionSerializer(allow_null=True))
-    def get_position(self, run: Run) -> dict[str, int] | None:
-        info = self._info(run)
-        return {"in_class": info.position_in_class, "overall": info.position_overall} if info else None
-
-    @extend_schema_field(serializers.ChoiceField(choices=PENDING_REASONS, allow_null=True))
-    def get_pending_reason(self, run: Run) -> str | None:
-        info = self._info(run)
-        return info.pending_reason if info else None
-
-    @extend_schema_field(serializers.FloatField(allow_null=True))
-    def get_eta_seconds(self, run: Run) -> float | None:
-        info = self._info(run)
-        return info.eta_seconds if info else None
+    def to_representation(self, run: Run) -> dict[str, Any]:
+        info: QueueInfo | None = (self.context.get("queue_info") or {}).get(run.pk)
+        return dict(run_json(run, info))
 
 
 class RunPageSerializer(serializers.Serializer):

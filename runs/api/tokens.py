@@ -1,5 +1,5 @@
 """API token lifetime: tokens expire API_TOKEN_MAX_AGE_SECONDS after they were issued (and are deleted when
-presented after that), `token_issue` replaces an expired one. Loaded by DRF's settings (the authentication class),
+presented after that), `token_issue` replaces an expired one (both in runs/tokens.py). Loaded by DRF's settings (the authentication class),
 so this module must not import rest_framework.views.
 
 A token presented in `Authorization: Token <key>` that is unknown, revoked or expired answers 401 with
@@ -8,14 +8,14 @@ A token presented in `Authorization: Token <key>` that is unknown, revoked or ex
 """
 from __future__ import annotations
 
-from datetime import timedelta
 from typing import Any
 
-from django.conf import settings
-from django.db import transaction
-from django.utils import timezone
 from rest_framework.authentication import TokenAuthentication
 from rest_framework.exceptions import APIException, AuthenticationFailed
+
+from runs.tokens import token_expired, token_issue
+
+__all__ = ["ExpiringTokenAuthentication", "TokenRefused", "token_expired", "token_issue"]
 
 
 class TokenRefused(APIException):
@@ -27,22 +27,6 @@ class TokenRefused(APIException):
 
     def __init__(self, message: str) -> None:
         super().__init__(detail={"detail": message, "field": None})
-
-
-def token_expired(token: Any) -> bool:
-    return token.created + timedelta(seconds=settings.API_TOKEN_MAX_AGE_SECONDS) <= timezone.now()
-
-
-def token_issue(user: Any) -> Any:
-    """The user's valid token: the current one, or a fresh one when there is none or it has expired."""
-    from rest_framework.authtoken.models import Token  # late: DRF loads this module before apps are ready
-
-    with transaction.atomic():
-        token = Token.objects.select_for_update().filter(user=user).first()
-        if token is not None and token_expired(token):
-            token.delete()
-            token = None
-        return token or Token.objects.create(user=user)
 
 
 class ExpiringTokenAuthentication(TokenAuthentication):

@@ -87,6 +87,29 @@ def test_queued_run_shows_position_reason_and_eta(server, users, context) -> Non
     assert_not_reloaded(page)
 
 
+def test_waiting_line_moves_live_by_queue_changes(server, users, context) -> None:
+    """`slots` messages carry queue moves, not the queue: alice's row moves up when staff's run ahead of hers
+    (which she cannot see) leaves the line, and her new run joins behind it, all without a reload."""
+    alice, boss = users["alice"], users["boss"]
+    svc.settings_update(changes={"max_total": 2, "interactive_reserve": 1}, partial=True, by=boss)
+    svc.run_submit(owner=boss, name="app-a", origin="api", kind="rl_train", config=TINY)  # holds the app slot
+    theirs = svc.run_submit(owner=boss, name="app-b", origin="api", kind="rl_train", config=TINY)
+    mine = svc.run_submit(owner=alice, name="app-c", origin="api", kind="rl_train", config=TINY)
+    page = context.new_page()
+    login(page, server, "alice")
+    row = page.locator(f'#waiting tr[data-run="{mine.pk}"]')
+    expect(row.get_by_test_id("position")).to_have_text("2")
+    expect(page.locator(f'#waiting tr[data-run="{theirs.pk}"]')).to_have_count(0)  # not alice's business
+    mark_page(page)
+    svc.run_cancel(run=theirs, by=boss)
+    expect(row.get_by_test_id("position")).to_have_text("1")
+    expect(row.get_by_test_id("reason")).to_have_text("Its class is at its concurrency limit")
+    later = svc.run_submit(owner=alice, name="app-d", origin="api", kind="rl_train", config=TINY)
+    expect(page.locator(f'#waiting tr[data-run="{later.pk}"]').get_by_test_id("position")).to_have_text("2")
+    expect(row.get_by_test_id("position")).to_have_text("1")
+    assert_not_reloaded(page)
+
+
 def test_run_page_follows_versions_sampler_and_gate_and_catches_up(server, users, context) -> None:
     alice = users["alice"]
     run = svc.run_submit(owner=alice, name="live-run", origin="dashboard", kind="rl_train", config=TINY)

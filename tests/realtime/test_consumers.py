@@ -219,7 +219,9 @@ def test_dashboard_gets_status_changes_with_slots_and_queue_after_commit():
     runs = [m["run"] for m in got if m["type"] == "run"]
     slots = [m for m in got if m["type"] == "slots"]
     assert [(r["name"], r["status"]) for r in runs] == [("mine", "queued")]  # bob's run is not shown to alice
-    assert [r["name"] for r in slots[-1]["queue"]] == ["mine"] and len(slots) <= 2  # coalesced burst
+    # The queue travels as moves (tests/realtime/test_queue_frames.py), never as a list of runs.
+    assert set(slots[-1]["queue"]) == {"joined", "left", "reasons", "rate"} and len(slots) <= 2  # coalesced burst
+    assert "theirs" not in str(slots)
     assert set(slots[-1]["slots"]) >= {"classes", "total"}
     assert [m["run"]["status"] for m in later if m["type"] == "run"] == ["starting"]
-    assert [m for m in later if m["type"] == "slots"][-1]["queue"] == []
+    assert [m for m in later if m["type"] == "slots"][-1]["queue"]["joined"] == []

@@ -5,14 +5,15 @@ import { CLASSES, CLASS_LABEL, duration, esc, eta, num, reasonText, runHref } fr
 import { LiveSocket, wsUrl } from "./lib/live";
 import { ACTIVE, FINISHED, ownerName, positions, Run, runView, Slots } from "./lib/model";
 import { sparkline } from "./lib/sparkline";
-import { applyDashboardMessage, BoardState } from "./board_state";
+import { applyDashboardMessage, BoardState, DashboardMsg } from "./board_state";
+import type { DashboardSnapshotMsg } from "./lib/messages";
 
 performance.mark("board-start");
 const MAX_CELLS = 64; // beyond this many slots the capacity bar draws proportional spans instead of cells
 
-const initial = embedded<any>("board-data");
+const initial = embedded<DashboardSnapshotMsg>("board-data");
 const state: BoardState = { slots: null, queued: [], running: [] };
-if (initial) applyDashboardMessage(state, { type: "snapshot", ...initial }, FINISHED);
+if (initial) applyDashboardMessage(state, { ...initial, type: "snapshot" }, FINISHED);
 const rewardHistory = new Map<number, number[]>();
 const highlight = Number(new URLSearchParams(location.search).get("submitted")) || null;
 let lastQueueKey = "";
@@ -202,5 +203,5 @@ requestAnimationFrame(() => setTimeout(() => performance.mark("board-rendered"),
 
 new LiveSocket({
   url: () => wsUrl("/ws/dashboard/"),
-  onMessage: (msg) => { if (applyDashboardMessage(state, msg, FINISHED)) schedule(); },
+  onMessage: (msg) => { if (applyDashboardMessage(state, msg as DashboardMsg, FINISHED)) schedule(); },
 });

@@ -1,30 +1,62 @@
-/** Folds /ws/dashboard/ messages (docs/realtime.md) into the board's state; pure, so it is easy to follow.
- * snapshot {slots, queue, active} replaces everything; run {run} moves one run between the lists;
- * slots {slots, queue} replaces the counts and the waiting line (positions and ETAs move together). */
+/** Folds /ws/dashboard/ messages (types: lib/messages.ts, generated from runs/messages.py; rules:
+ * docs/realtime.md) into the board's state; pure, so it is easy to follow.
+ * snapshot {slots, queue, active} replaces everything; run {run} moves one run between the lists (a queued
+ * run's row carries its exact position); slots {slots, queue: {joined, left, reasons, rate}} replaces the counts
+ * and moves the waiting rows behind each slot that joined or left the line, whatever the queue length. */
+import type { DashboardRunMsg, DashboardSlotsMsg, DashboardSnapshotMsg, QueueChange, QueueKey } from "./lib/messages";
 import type { Run, Slots } from "./lib/model";
 
 export interface BoardState { slots: Slots | null; queued: Run[]; running: Run[] }
+export type DashboardMsg = DashboardSnapshotMsg | DashboardRunMsg | DashboardSlotsMsg;
+
+/** Whether the waiting slot `key` comes before `run` in grant order (priority, then request time). */
+function ahead(key: QueueKey, run: Run, priority: (cls: string) => number): boolean {
+  const pk = priority(key.run_class), pr = priority(run.run_class);
+  if (pk !== pr) return pk > pr;
+  return run.requested_at != null && key.requested_at < run.requested_at;
+}
+
+/** Positions, reasons and ETAs of the waiting rows after `change` (the server computes the same numbers for
+ * a snapshot: runs.selectors.runs_queue_info). */
+export function applyQueueChange(state: BoardState, change: QueueChange): void {
+  const classes = state.slots?.classes ?? {};
+  const priority = (cls: string) => classes[cls]?.priority ?? 0;
+  const moves: [QueueKey[], number][] = [[change.joined ?? [], 1], [change.left ?? [], -1]];
+  state.queued = state.queued.map((run) => {
+    const p = run.position;
+    if (!p) return run;
+    let overall = p.overall, inClass = p.in_class;
+    for (const [keys, step] of moves) {
+      for (const key of keys) {
+        if (!ahead(key, run, priority)) continue;
+        overall += step;
+        if (key.run_class === run.run_class) inClass += step;
+      }
+    }
+    overall = Math.max(1, overall);
+    return {
+      ...run, position: { overall, in_class: Math.max(1, inClass) },
+      pending_reason: change.reasons?.[run.run_class] ?? run.pending_reason,
+      eta_seconds: change.rate ? Math.round((overall / change.rate) * 10) / 10 : null,
+    };
+  });
+}
 
 /** Apply one message; returns whether anything changed. */
-export function applyDashboardMessage(state: BoardState, msg: any, finished: Set<string>): boolean {
+export function applyDashboardMessage(state: BoardState, msg: DashboardMsg | null, finished: Set<string>): boolean {
   if (!msg || typeof msg !== "object") return false;
   switch (msg.type) {
     case "snapshot":
       if (msg.slots) state.slots = msg.slots;
-      state.queued = Array.isArray(msg.queue) ? msg.queue : [];
-      state.running = Array.isArray(msg.active) ? msg.active : [];
+      state.queued = Array.isArray(msg.queue) ? (msg.queue as Run[]) : [];
+      state.running = Array.isArray(msg.active) ? (msg.active as Run[]) : [];
       return true;
     case "slots":
       if (msg.slots) state.slots = msg.slots;
-      if (Array.isArray(msg.queue)) {
-        state.queued = msg.queue;
-        // A run that left the queue for a slot shows up in `active` through its own `run` message.
-        const waiting = new Set(state.queued.map((r) => r.id));
-        state.running = state.running.filter((r) => !waiting.has(r.id));
-      }
+      if (msg.queue) applyQueueChange(state, msg.queue);
       return true;
     case "run": {
-      const run: Run | undefined = msg.run;
+      const run = msg.run as Run | undefined;
       if (!run || typeof run.id !== "number") return false;
       const prev = state.queued.find((r) => r.id === run.id) ?? state.running.find((r) => r.id === run.id);
       const merged: Run = prev ? { ...prev, ...run } : run;

@@ -1,37 +1,23 @@
 /** Shapes of the platform's JSON (ARCHITECTURE.md section 4) and tolerant readers of a run's summary. */
 
-export interface ClassSlots { running: number; waiting: number; limit: number; priority: number }
-export interface Slots {
-  policy?: { max_total?: number; interactive_reserve?: number; classes?: Record<string, { limit: number; priority: number }> };
-  borrowable: number;
-  classes: Record<string, ClassSlots>;
-  total: { running: number; max_total: number };
-}
+import type { BoardRun, RunJson, SlotsJson, StoredEvent } from "./messages";
 
-export interface Run {
-  id: number; name: string; origin: string; run_class: string; kind: string; status: string;
-  owner: string | number | { username?: string } | null; config?: Record<string, unknown>;
-  created_at?: string; granted_at?: string | null; started_at?: string | null; finished_at?: string | null;
-  queued_seconds?: number | null; position?: number | { overall?: number; in_class?: number; class?: number } | null;
-  pending_reason?: string | null; eta_seconds?: number | null; error?: string; summary?: Record<string, any>;
-}
-
-export interface RunEvent { run?: number | string; seq: number; ts: number | string; type: string; data: Record<string, any> }
+export type { ClassSlots } from "./messages";
+export type Slots = SlotsJson;
+/** A run as a page holds it: the REST run JSON (run page) or a board row (board), both generated types. */
+export type Run = BoardRun & Partial<RunJson> & Pick<RunJson, "id" | "name" | "run_class" | "status">;
+export type RunEvent = StoredEvent;
 
 export const ACTIVE = new Set(["starting", "running", "stopping"]);
 export const FINISHED = new Set(["succeeded", "failed", "cancelled"]);
 
 export function ownerName(run: Run): string {
-  const o = run.owner;
-  if (o && typeof o === "object") return o.username ?? "";
-  return o === null || o === undefined ? "" : String(o);
+  return run.owner ?? "";
 }
 
 export function positions(run: Run): { overall: number | null; inClass: number | null } {
   const p = run.position;
-  if (typeof p === "number") return { overall: p, inClass: null };
-  if (p && typeof p === "object") return { overall: p.overall ?? null, inClass: p.in_class ?? p.class ?? null };
-  return { overall: null, inClass: null };
+  return p ? { overall: p.overall, inClass: p.in_class } : { overall: null, inClass: null };
 }
 
 function pick(obj: any, ...paths: string[]): any {

@@ -1,0 +1,202 @@
+"""The real-time message types, declared once: channel-layer messages (publishers in runs.realtime ->
+consumers in frontend/) and websocket messages (consumers -> the dashboard's TypeScript). Django-free.
+
+Events themselves are `trainer.events.StoredEvent` (the emitter's module). The TypeScript twin of this
+module is generated: `python -m runs.messages_ts > frontend/static/src/lib/messages.ts` (a test compares).
+Wire formats and rules: docs/realtime.md.
+"""
+from __future__ import annotations
+
+from typing import Any, Literal, TypedDict
+
+from trainer.events import StoredEvent
+
+# --- shared shapes -------------------------------------------------------------------------------------
+
+
+class ClassSlots(TypedDict):
+    running: int
+    waiting: int
+    limit: int
+    priority: int
+
+
+class ClassPolicy(TypedDict):
+    limit: int
+    priority: int
+
+
+class SlotPolicy(TypedDict):
+    max_total: int
+    interactive_reserve: int
+    classes: dict[str, ClassPolicy]
+
+
+class SlotTotal(TypedDict):
+    running: int
+    max_total: int
+
+
+class SlotsJson(TypedDict):
+    """GET /api/slots/ and the `slots` of every dashboard message."""
+
+    policy: SlotPolicy
+    borrowable: int
+    classes: dict[str, ClassSlots]
+    total: SlotTotal
+
+
+class Position(TypedDict):
+    in_class: int
+    overall: int
+
+
+class RunJson(TypedDict):
+    """The REST run JSON (GET /api/runs/<id>/), built by runs.selectors.run_json."""
+
+    id: int
+    name: str
+    origin: str
+    run_class: str
+    kind: str
+    status: str
+    owner: str
+    config: dict[str, Any]
+    created_at: str
+    granted_at: str | None
+    started_at: str | None
+    finished_at: str | None
+    queued_seconds: float
+    position: Position | None
+    pending_reason: str | None
+    eta_seconds: float | None
+    error: str
+    summary: dict[str, Any]
+    auto_resume: bool
+    time_limit_seconds: int | None
+
+
+class BoardRun(TypedDict, total=False):
+    """A run as the board draws it: the run JSON without config, the summary cut to what a row shows,
+    `requested_at` (seconds) of a queued run's slot (its place in grant order), the active runs' reward
+    history."""
+
+    id: int
+    name: str
+    origin: str
+    run_class: str
+    kind: str
+    status: str
+    owner: str
+    created_at: str
+    granted_at: str | None
+    started_at: str | None
+    finished_at: str | None
+    queued_seconds: float
+    position: Position | None
+    pending_reason: str | None
+    eta_seconds: float | None
+    error: str
+    summary: dict[str, Any]
+    requested_at: float | None
+    reward_history: list[float]
+
+
+class QueueKey(TypedDict):
+    """A waiting slot's place in grant order, without naming the run: class, then `requested_at`; `at`: when
+    the move was committed (seconds), so a consumer skips moves its snapshot already shows."""
+
+    run_class: str
+    requested_at: float
+    at: float
+
+
+class QueueChange(TypedDict):
+    """What moved in the waiting line since the previous `slots` message, whatever the queue length:
+    slots that joined and left (grant or cancel), each class's pending reason and the grant rate (per
+    second; null when nothing was granted lately) the ETAs divide by."""
+
+    joined: list[QueueKey]
+    left: list[QueueKey]
+    reasons: dict[str, str]
+    rate: float | None
+
+
+# --- channel-layer messages (runs.realtime -> frontend consumers) ---------------------------------------
+
+
+class RunEventsLayer(TypedDict):
+    type: Literal["run.events"]
+    events: list[StoredEvent]
+
+
+class RunUpdateLayer(TypedDict):
+    type: Literal["run.update"]
+    run: BoardRun
+    owner_id: int
+    last_seq: int
+
+
+class SlotsUpdateLayer(TypedDict):
+    type: Literal["slots.update"]
+    slots: SlotsJson
+    queue: QueueChange
+    resync: bool  # the policy changed: positions are recomputed, so consumers send a fresh snapshot
+
+
+class SessionEndedLayer(TypedDict):
+    type: Literal["session.ended"]
+    session: str  # SHA-256 of the session key
+
+
+class UserChangedLayer(TypedDict):
+    type: Literal["user.changed"]
+
+
+# --- websocket messages: /ws/runs/<id>/ -----------------------------------------------------------------
+
+
+class RunSnapshotMsg(TypedDict):
+    type: Literal["snapshot"]
+    run: RunJson
+    last_seq: int
+
+
+class EventsMsg(TypedDict):
+    type: Literal["events"]
+    events: list[StoredEvent]
+
+
+class TruncatedMsg(TypedDict):
+    type: Literal["truncated"]
+    after: int
+    through: int
+
+
+# --- websocket messages: /ws/dashboard/ -----------------------------------------------------------------
+
+
+class DashboardSnapshotMsg(TypedDict):
+    type: Literal["snapshot"]
+    slots: SlotsJson
+    queue: list[BoardRun]
+    active: list[BoardRun]
+
+
+class DashboardRunMsg(TypedDict):
+    type: Literal["run"]
+    run: BoardRun
+
+
+class DashboardSlotsMsg(TypedDict):
+    type: Literal["slots"]
+    slots: SlotsJson
+    queue: QueueChange
+
+
+# Exported to TypeScript in this order (runs.messages_ts).
+TS_EXPORTS: tuple[type, ...] = (
+    StoredEvent, ClassSlots, ClassPolicy, SlotPolicy, SlotTotal, SlotsJson, Position, RunJson, BoardRun,
+    QueueKey, QueueChange, RunSnapshotMsg, EventsMsg, TruncatedMsg, DashboardSnapshotMsg, DashboardRunMsg,
+    DashboardSlotsMsg,
+)
