@@ -36,8 +36,10 @@ class UpProcess:
         self.port = free_port()
         env = {k: v for k, v in os.environ.items()
                if k not in {"DATABASE_URL", "REDIS_URL", "RAY_ADDRESS", "RAY_AUTH_MODE", "DJANGO_SECRET_KEY"}}
+        # These tests are about closing and stopping, not liveness: on a loaded 2-core machine a job's first
+        # heartbeat can come after the default 60 s, and a reclaimed run would end the test early.
         env.update({"PLATFORM_VAR_DIR": str(self.var_dir), "PORT": str(self.port), "PYTHONUNBUFFERED": "1",
-                    **extra_env})
+                    "SLOTS_HEARTBEAT_TIMEOUT_SECONDS": "600", **extra_env})
         self.log_path = tmp_path / "up.log"
         self.proc = subprocess.Popen([sys.executable, str(UP)], cwd=REPO_ROOT, env=env, start_new_session=True,
                                      stdout=open(self.log_path, "wb"), stderr=subprocess.STDOUT)
