@@ -101,7 +101,7 @@ def test_replay_racing_a_live_stream_has_no_gap_and_no_duplicate():
                 # Each burst of commits starts once the reader has opened one more connection: every burst races
                 # a fresh join + replay, however loaded the machine (a fixed pace could finish before the first).
                 needed = 1 + (seq - 1) // burst
-                wait_until(lambda: len(connections) >= needed, timeout=WAIT, what=f"reader connection {needed}")
+                wait_until(lambda n=needed: len(connections) >= n, timeout=WAIT, what=f"reader connection {needed}")
                 ingest(run, [train(seq, seq)])
         except BaseException as exc:  # noqa: BLE001 - reported by the test's assertion
             writer_errors.append(exc)

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from trainer.events import EventSchemaError, validate_event
 from tests.wait import wait_until
+from trainer.events import EventSchemaError, validate_event
 from trainer.sinks import EventEmitter, HttpSink, JsonlSink
 
 
