@@ -13,6 +13,7 @@ from runs.ingest import run_events_ingest
 from runs.models import Run, RunEvent
 from runs.realtime import run_group
 from tests.realtime.conftest import communicator, gate, run_async, run_make, train, user_make
+from tests.wait import wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
 WAIT = 30  # seconds; generous because the shared 2-core machine is sometimes far overloaded
@@ -87,17 +88,26 @@ def test_snapshot_then_live_events_then_exact_replay_on_reconnect():
 def test_replay_racing_a_live_stream_has_no_gap_and_no_duplicate():
     owner = user_make("o")
     run = run_make(owner)
-    total = 120
+    total, burst = 120, 12
     done = threading.Event()
+    connections: list[int] = []  # the last seq each connection asked for, appended once its snapshot came
+    writer_errors: list[BaseException] = []
 
     def writer():
         from django.db import connection
 
-        for seq in range(1, total + 1):
-            ingest(run, [train(seq, seq)])
-            time.sleep(0.004)
-        connection.close()
-        done.set()
+        try:
+            for seq in range(1, total + 1):
+                # Each burst of commits starts once the reader has opened one more connection: every burst races
+                # a fresh join + replay, however loaded the machine (a fixed pace could finish before the first).
+                needed = 1 + (seq - 1) // burst
+                wait_until(lambda n=needed: len(connections) >= n, timeout=WAIT, what=f"reader connection {needed}")
+                ingest(run, [train(seq, seq)])
+        except BaseException as exc:  # noqa: BLE001 - reported by the test's assertion
+            writer_errors.append(exc)
+        finally:
+            connection.close()
+            done.set()
 
     async def scenario():
         thread = threading.Thread(target=writer)
@@ -109,6 +119,7 @@ def test_replay_racing_a_live_stream_has_no_gap_and_no_duplicate():
             comm = communicator(f"/ws/runs/{run.pk}/?after={seen[-1] if seen else 0}", owner)
             assert (await comm.connect(timeout=WAIT))[0]
             assert (await comm.receive_json_from(timeout=WAIT))["type"] == "snapshot"
+            connections.append(seen[-1] if seen else 0)
             window = time.monotonic() + 0.15
             while time.monotonic() < window:
                 if not await comm.receive_nothing(timeout=0.02):
@@ -117,7 +128,10 @@ def test_replay_racing_a_live_stream_has_no_gap_and_no_duplicate():
         await asyncio.to_thread(thread.join)
         return seen
 
-    assert run_async(scenario) == list(range(1, total + 1))
+    assert run_async(scenario) == list(range(1, total + 1)), writer_errors
+    assert not writer_errors, writer_errors
+    # The race happened: connections that resumed mid-stream (0 < after < total), one per burst at least.
+    assert len([after for after in connections if 0 < after < total]) >= total // burst // 2, connections
 
 
 def test_lost_live_message_is_filled_from_the_database():

@@ -15,9 +15,10 @@ import requests
 from django.db import connection
 
 from runs import services
-from runs.models import Run, Slot, SlotState
+from runs.models import Run, RunEvent, Slot, SlotState
 from tests.realtime.conftest import run_async, run_make, train, user_make
 from tests.realtime.servers import CeleryWorker, Daphne, RedisServer, StreamClient, free_port, server_env
+from tests.wait import wait_until
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
@@ -39,39 +40,75 @@ def post_events(base: str, run: Run, first: int, last: int, *, rate: float, on_s
     session = requests.Session()
     session.headers["Authorization"] = f"Bearer {run.ingest_token}"
     for seq in range(first, last + 1):
+        started = time.monotonic()
         response = session.post(f"{base}/api/runs/{run.pk}/ingest/", json=[train(seq, seq)], timeout=60)
         assert response.status_code == 200, response.text
         if on_seq is not None:
-            on_seq(seq)
+            on_seq(seq, started)
         time.sleep(1 / rate)
 
 
 def test_redis_restart_during_a_stream_leaves_clients_exact(redis_server):
     owner = user_make("owner")
     run = run_make(owner)
-    # No idle resync here: after the restart only live messages (and the gap fills they trigger) can
-    # complete the stream, so finishing proves the layer resubscribed. The idle resync has its own test.
+    # No idle resync here: after the restart only live messages (and the gap fills they trigger) can complete the
+    # stream, so finishing proves the layer resubscribed and the clients' gaps were filled from the database.
+    # The idle resync has its own test.
     web = Daphne(env_for(redis_server, REALTIME_RESYNC_SECONDS="600"))
-    total = 120
+    total, kill_after, during_wanted = 120, 40, 5
+    posted: dict[int, tuple[float, float]] = {}  # seq -> (request sent, answered 200), monotonic
+    outage: dict[str, float] = {}
+    restarter_errors: list[BaseException] = []
+
+    def on_posted(seq: int, started: float) -> None:
+        posted[seq] = (started, time.monotonic())
+
+    def made_while_down() -> list[int]:
+        return [seq for seq, (sent, _) in list(posted.items()) if sent >= outage["down"]]
+
+    def restart_while_posting() -> None:
+        # Its own thread: the posting thread goes on at its pace while Redis is down and while it comes back.
+        try:
+            wait_until(lambda: kill_after in posted, timeout=120, what=f"post {kill_after}")
+            outage["down"] = time.monotonic()
+            redis_server.kill()
+            try:
+                # Down until several posts were sent and answered inside the outage (at least 1 s).
+                wait_until(lambda: len(made_while_down()) >= during_wanted, timeout=60,
+                           what=f"{during_wanted} posts answered while Redis is down")
+                wait_until(lambda: time.monotonic() - outage["down"] >= 1.0, timeout=5, what="1 s of outage")
+            finally:
+                outage["during"] = made_while_down()
+                redis_server.start()
+                outage["up"] = time.monotonic()
+        except BaseException as exc:  # noqa: BLE001 - reported by the test's assertion
+            restarter_errors.append(exc)
+
     try:
         clients = [StreamClient(web.ws, run.pk, owner.cookie) for _ in range(3)]
-
-        def on_posted(seq: int) -> None:
-            if seq == 40:
-                redis_server.restart(down_seconds=1.0)  # events 41.. keep being posted meanwhile
 
         async def scenario():
             tasks = [asyncio.create_task(c.run_until(total, timeout=120)) for c in clients]
             await asyncio.gather(*(c.connected.wait() for c in clients))
+            restarter = threading.Thread(target=restart_while_posting)
+            restarter.start()
             await asyncio.to_thread(post_events, web.http, run, 1, total, rate=50, on_seq=on_posted)
+            await asyncio.to_thread(restarter.join)
             await asyncio.gather(*tasks)
 
         run_async(scenario)
     finally:
         web.close()
-    for client in clients:
+    assert not restarter_errors, restarter_errors
+    during = outage["during"]
+    assert len(during) >= during_wanted and min(during) > kill_after, during  # posted while Redis was down
+    stored = set(RunEvent.objects.filter(run_id=run.pk, source_seq__in=during).values_list("source_seq", flat=True))
+    assert stored == set(during)  # each post made during the outage was stored
+    assert [s for s, (sent, _) in posted.items() if sent > outage["up"]], "no post after Redis came back"
+    for client in clients:  # the gap the outage left in the live stream was filled: every seq once, in order
         assert client.seqs == list(range(1, total + 1)), (client.errors, client.seqs)
     assert Run.objects.get(pk=run.pk).last_seq == total
+    print(f"Redis down {outage['up'] - outage['down']:.1f} s; posts {min(during)}..{max(during)} made meanwhile")
 
 
 def test_two_asgi_processes_and_two_celery_workers_share_events_and_slot_limits(redis_server):

@@ -150,8 +150,8 @@ def test_channel_get_batch_weights_and_fifo(items, target, max_items):
         with state.cond:
             got = state.try_take_locked("default", None, float(target), max_items or 1 << 30, rebalance=False)
         if not got:
+            assert len(out) == len(items), "an empty batch while items remain"
             break
-        assert got  # never an empty batch while items remain
         total = sum(items[i][1] for i, _ in got)
         first_weight = items[got[0][0]][1]
         assert total <= target or len(got) == 1 and first_weight > target

@@ -1,10 +1,10 @@
 """WriteBehind: buffered single-item puts are sent in order, in batches, and a failed send is not swallowed."""
 import threading
-import time
 
 import pytest
 
 from rollout.channel.writer import WriteBehind
+from tests.wait import wait_until
 
 
 def test_puts_are_batched_in_order_and_flush_waits():
@@ -40,16 +40,34 @@ def test_background_thread_sends_after_linger_and_at_max_items():
 
 
 def test_failed_send_is_raised_to_the_producer():
+    failing = threading.Event()
+    failing.set()
+
     def send(runs):
-        raise ConnectionError("channel actor gone")
+        if failing.is_set():
+            raise ConnectionError("channel actor gone")
 
     w = WriteBehind(send, linger_s=0.01)
     w.add([(1, 0.0)], "k")
-    time.sleep(0.2)  # the background send fails
+
+    def next_put_raises() -> bool:  # each put that does not raise ran before the background send failed
+        try:
+            w.add([(2, 0.0)], "k")
+        except ConnectionError as exc:
+            assert "actor gone" in str(exc)
+            return True
+        return False
+
+    wait_until(next_put_raises, timeout=10, what="a put to raise the background send's failure")
+    # Puts buffered while waiting may be in a batch failing right now: let the channel recover and settle them.
+    failing.clear()
+    try:
+        w.flush()
+    except ConnectionError:
+        w.flush()  # that batch's failure is raised once; after it nothing is pending
+    failing.set()
+    w.add([(3, 0.0)], "k")  # no failure pending: the put is buffered
     with pytest.raises(ConnectionError, match="actor gone"):
-        w.add([(2, 0.0)], "k")
-    w.add([(3, 0.0)], "k")
-    with pytest.raises(ConnectionError):
         w.flush()
     with pytest.raises(ValueError):
         WriteBehind(send, linger_s=0)

@@ -41,11 +41,13 @@ def stress(database_url: str, *, processes: int, ops_each: int) -> None:
         results.append(json.loads(lines[-1]))
     assert all(r["ok"] for r in results), results
     total = sum(sum(r["counts"].values()) for r in results)
-    assert total >= processes * ops_each
+    assert [sum(r["counts"].values()) for r in results] == [ops_each] * processes  # every worker did all its ops
     for op in ("submit", "finish", "cancel", "heartbeat_loss", "settings"):
         assert sum(r["counts"].get(op, 0) for r in results) > 0, op
+    submitted = sum(r["counts"]["submit"] for r in results)
     drained = run_worker(env, "drain")
     assert drained["ok"] and drained["never_granted"] == 0, drained
+    assert drained["runs"] == submitted, drained  # each submit stored exactly one run, whatever raced it
     print(f"{total} ops in {time.monotonic() - started:.1f}s over {processes} processes; drain: {drained}")
 
 

@@ -6,9 +6,9 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
+from tests.wait import wait_until
 from trainer.events import REQUIRED_DATA_KEYS, validate_event
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -81,11 +81,10 @@ def test_sigterm_checkpoints_emits_a_final_status_and_resume_continues(tmp_path:
     proc = subprocess.Popen([sys.executable, "-m", "trainer", "run", "--config", str(config), "--events",
                              str(events_path), "--checkpoint-dir", str(ckpt)], cwd=ROOT, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 90
-    while time.monotonic() < deadline:
-        if events_path.exists() and sum(e["type"] == "train" for e in read_events(events_path)) >= 2:
-            break
-        time.sleep(0.1)
+    wait_until(lambda: proc.poll() is not None or events_path.exists()
+               and sum(e["type"] == "train" for e in read_events(events_path)) >= 2,
+               timeout=90, what="two train events", interval=0.1)
+    assert proc.poll() is None, proc.stderr.read()[-2000:]  # stopped mid-run, not after the end
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=30) == 143
     events = read_events(events_path)

@@ -6,16 +6,19 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
+
+from tests.wait import wait_until
 
 pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[2]
 N, M = 2, 2
-CONFIG = {"mode": "colocated", "max_staleness": 0, "task": "agent", "tool_latency_s": 0.1, "steps": N + M,
+# Tool calls of 1.5 s make a batch last several seconds (0.1 s made it 0.5-0.8 s): longer than the trainer's 2 s
+# heartbeat, whose `sampler` event is what shows the test that batch N+1 is in flight before it kills.
+CONFIG = {"mode": "colocated", "max_staleness": 0, "task": "agent", "tool_latency_s": 1.5, "steps": N + M,
           "prompts_per_step": 6, "group_size": 4, "num_engines": 2, "num_workers": 2, "worker_capacity": 3,
           "checkpoint_every": N, "eval_every": 0, "seed": 11}
 
@@ -33,6 +36,21 @@ def _events(path: Path) -> list[dict]:
 def _consumed(events: list[dict]) -> list[tuple[int, int, int]]:
     return [(e["data"]["step"], gid, ep) for e in events if e["type"] == "train"
             for gid, ep in zip(e["data"]["group_ids"], e["data"]["epochs"])]
+
+
+def _batch_in_flight(events: list[dict], proc: subprocess.Popen) -> dict | None:
+    """The first event proving batch N+1 in flight: a `sampler` event after the checkpoint at N whose group count
+    passed the one reported at step N (between batches nothing is handed out: no prefetch at max_staleness 0,
+    and the checkpoint quiesces), while no rollout/train event of step N+1 exists. Fails if the run got past it.
+    The heartbeat emits that event when the loop has been silent for 2 s, i.e. inside the batch."""
+    assert proc.poll() is None, f"the run ended (rc {proc.returncode}) before batch {N + 1} was seen in flight"
+    assert not any(e["type"] in ("rollout", "train") and e["data"]["step"] > N for e in events), \
+        f"batch {N + 1} completed before it was seen in flight"
+    at = next((i for i, e in enumerate(events) if e["type"] == "checkpoint" and e["data"]["step"] == N), None)
+    if at is None:
+        return None
+    reported = [e["data"]["group_count"] for e in events[:at] if e["type"] == "sampler"][-1]
+    return next((e for e in events[at + 1:] if e["type"] == "sampler" and e["data"]["group_count"] > reported), None)
 
 
 def _start(tmp: Path, name: str, ray_address: str, *extra: str) -> tuple[subprocess.Popen, Path]:
@@ -58,20 +76,16 @@ def test_killed_during_an_in_flight_batch_then_resumed_consumes_exactly_the_same
     # The uninterrupted run and the one to be killed run side by side (they share nothing but the cluster).
     straight, straight_events = _start(tmp_path, "straight", ray_cluster.address)
     killed, events = _start(tmp_path, "resumed", ray_cluster.address, "--checkpoint-dir", str(ckpt))
-    deadline = time.monotonic() + 240
-    while time.monotonic() < deadline and killed.poll() is None:
-        evs = _events(events)
-        if any(e["type"] == "checkpoint" and e["data"]["step"] == N for e in evs):
-            # Batch N+1 is being generated now (the checkpoint is taken at the step boundary).
-            time.sleep(0.05)
-            break
-        time.sleep(0.05)
+    in_flight = wait_until(lambda: _batch_in_flight(_events(events), killed), timeout=240,
+                           what=f"batch {N + 1} to be in flight", interval=0.02)
     killed.send_signal(signal.SIGKILL)
     killed.wait(timeout=30)
     _finish(straight)
     before = _events(events)
-    # Killed after batch N+1 started and before it was complete (its rollout event comes when it is).
+    # The kill landed while batch N+1 was in flight: it had started (groups handed out after the checkpoint at
+    # N) and was not complete (its rollout event comes when it is; the sink flushes every line).
     assert not any(e["type"] in ("rollout", "train") and e["data"]["step"] > N for e in before), "killed too late"
+    print(f"killed in batch {N + 1}: group count {in_flight['data']['group_count']}, last event {before[-1]['type']}")
 
     resumed, _ = _start(tmp_path, "resumed", ray_cluster.address, "--checkpoint-dir", str(ckpt), "--resume")
     _finish(resumed)
