@@ -1,32 +1,28 @@
 """The driver loop of a training run: collect a batch -> train -> publish v+1 -> report -> checkpoint.
 
-Reads top to bottom like the algorithm; everything about where things run is in `trainer.topology`, and
-everything it reports goes through the injected `EventEmitter`.
+Reads top to bottom like the algorithm. Each step is a public method, so the debug phases
+(`trainer.phases`) run the same steps one at a time. Where things run is `trainer.topology`; checkpoint and
+restore are `trainer.resume`; stop requests are `trainer.stopping`; everything the run reports goes through
+the injected `EventEmitter`.
 """
 from __future__ import annotations
 
-import random
 import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-import torch
-
 from rollout.errors import PublicationError
-from trainer.checkpoint import checkpoint_latest, checkpoint_load, checkpoint_save
+from rollout.scheduler import RolloutScheduler
 from trainer.config import TrainConfig
 from trainer.episodes import Group, GroupTicket
+from trainer.phases import run_debug_phase
+from trainer.problems import task_build
+from trainer.resume import apply_restore, load_for_resume, take_checkpoint
 from trainer.sampler import GroupSampler
 from trainer.sinks import EventEmitter
-from trainer.tasks import task_build
-from trainer.phases import run_debug_phase
-from trainer.plain import scheduler_state_from_plain, scheduler_state_to_plain
+from trainer.stopping import StopControl, finish_stopped
 from trainer.topology import Runtime, build_runtime
-
-
-class StopRequested(Exception):
-    """The job was asked to stop (SIGTERM from `ray job stop`, or the platform answered 409)."""
 
 
 @dataclass
@@ -40,7 +36,7 @@ class RunResult:
 
 class TrainingRun:
     def __init__(self, cfg: TrainConfig, *, emitter: EventEmitter | None = None, checkpoint_dir: str | None = None,
-                 resume: bool = False, on_step: Callable[["TrainingRun", list[Group]], None] | None = None) -> None:
+                 resume: bool = False, on_step: Callable[[TrainingRun, list[Group]], None] | None = None) -> None:
         self.cfg = cfg
         self.emitter = emitter or EventEmitter([])
         self.checkpoint_dir = checkpoint_dir
@@ -51,77 +47,80 @@ class TrainingRun:
         self.version = 0
         self.consumed: list[tuple[int, int]] = []
         self.metrics: dict[str, Any] = {}
-        self.stop_event = threading.Event()
+        self.stop_control = StopControl(self.emit, self._scheduler_if_started)
         self.gate_closed_s = 0.0
+        self.gate_closed_at = time.monotonic()  # when the engines were last sealed (the pause clock)
         self.samples = 0
         self.last_checkpoint: str | None = None
-        self.rt: Runtime | None = None
-        self._stopper: threading.Thread | None = None
-        self._checkpointed_version = -1
+        self.checkpointed_version = -1
+        self._rt: Runtime | None = None
         self._t0 = time.monotonic()
+
+    @property
+    def rt(self) -> Runtime:
+        """Engines, workers, trainer, channel, publication and scheduler (started by `run`)."""
+        if self._rt is None:
+            raise RuntimeError("the run has not started its runtime yet")
+        return self._rt
+
+    @property
+    def started(self) -> bool:
+        return self._rt is not None
 
     # --- the algorithm ------------------------------------------------------------------------------------
     def run(self) -> RunResult:
         cfg = self.cfg
-        restored = self._restore_state()
-        self.rt = rt = build_runtime(cfg, self.sampler, engines_open=restored is None)
+        restored = load_for_resume(self)
+        self._rt = rt = build_runtime(cfg, self.sampler, engines_open=restored is None)
         heartbeat = threading.Thread(target=self._heartbeat, name="heartbeat", daemon=True)
         try:
-            self._emit("status", {"status": "running", "version": self.version})
+            self.emit("status", {"status": "running", "version": self.version})
             if restored is not None:
-                self._apply_restore(restored)
-            self._emit("worker", {"event": "started", "engines": sorted(rt.engines), "workers": len(rt.workers),
-                                  "mode": cfg.mode, **rt.trainer_resources})
-            self._emit_gate()
+                apply_restore(self, restored)
+            self.emit("worker", {"event": "started", "engines": sorted(rt.engines), "workers": len(rt.workers),
+                                 "mode": cfg.mode, **rt.trainer_resources})
+            self.emit_gate()
             heartbeat.start()
             if cfg.phase != "full":
                 return run_debug_phase(self)
             self._t0 = time.monotonic()
             while self.version < cfg.steps:
-                self._check_stop()
-                groups = self._collect_batch()                # rollout: G samples per prompt, filtered
+                self.stop_control.check(platform_says_finished=self.emitter.stop_requested)
+                groups = self.collect_batch()                 # rollout: G samples per prompt, filtered
                 self._seal_if_colocated()                     # colocated: generation pauses while training
-                stats = self._train(groups)                   # GRPO step -> version + 1
-                self._publish()                               # seal -> drain -> install v+1 -> reopen
-                self._report(groups, stats)
+                stats = self.train_step(groups)               # GRPO step -> version + 1
+                self.publish()                                # seal -> drain -> install v+1 -> reopen
+                self.report(groups, stats)
                 if self.on_step is not None:
                     self.on_step(self, groups)
                 if cfg.checkpoint_every and self.version % cfg.checkpoint_every == 0:
-                    self._checkpoint("periodic")
+                    self.checkpoint("periodic")
                 if self._target_reached():
                     break
-            if self.checkpoint_dir and self._checkpointed_version != self.version:
-                self._checkpoint("final")
-            self._emit("status", {"status": "succeeded", "version": self.version, "metrics": self.metrics})
-            return self._result("succeeded")
+            if self.checkpoint_dir and self.checkpointed_version != self.version:
+                self.checkpoint("final")
+            self.emit("status", {"status": "succeeded", "version": self.version, "metrics": self.metrics})
+            return self.result("succeeded")
         except Exception:
             # Closing the scheduler to stop may surface as any error of the step in progress.
-            if not self.stop_event.is_set():
+            if not self.stop_control.is_set():
                 self._emit_gate_quietly()  # e.g. a poisoned gate: the dashboard shows why the run failed
                 raise
-            return self._stop()
+            return finish_stopped(self)
         finally:
-            self.stop_event.set()
+            self.stop_control.event.set()
             rt.close()
 
     def request_stop(self, reason: str = "stop requested") -> None:
         """Safe from a signal handler: stop at the next safe point; dispatched, untrained groups go back."""
-        if self.stop_event.is_set():
-            return
-        self.stop_event.set()
-        # Work happens on a thread: the handler may have interrupted the main thread inside emit().
-        self._stopper = threading.Thread(target=self._close_for_stop, args=(reason,), daemon=True)
-        self._stopper.start()
+        self.stop_control.request(reason)
 
-    def _close_for_stop(self, reason: str) -> None:
-        self._emit("log", {"level": "warning", "message": f"stopping: {reason}"})
-        if self.rt is not None:
-            # Closing the scheduler wakes a driver blocked in generate() and returns every group that was
-            # dispatched but not trained on to the sampler, so the stop checkpoint loses none of them.
-            self.rt.scheduler.close(timeout_s=10)
+    def _scheduler_if_started(self) -> RolloutScheduler | None:
+        return self._rt.scheduler if self._rt is not None else None
 
     # --- steps --------------------------------------------------------------------------------------------
-    def _collect_batch(self) -> list[Group]:
+    def collect_batch(self) -> list[Group]:
+        """Step 1: generate a batch at the current version (G samples per prompt, filtered, none too stale)."""
         rt, cfg = self.rt, self.cfg
         t0 = time.monotonic()
         prefetch = cfg.max_staleness * cfg.prompts_per_step
@@ -137,7 +136,7 @@ class TrainingRun:
             self._find_dead_engines()
         n_dropped = sum(batch.dropped.values())
         rewards = [r for g in groups for r in g.rewards]
-        self._emit("rollout", {
+        self.emit("rollout", {
             "step": self.version + 1, "groups": len(groups), "samples": len(rewards),
             "group_ids": [g.group_id for g in groups], "epochs": [g.epoch for g in groups],
             "dropped": batch.dropped, "filtered_rate": n_dropped / max(1, n_dropped + len(batch.groups)),
@@ -149,7 +148,8 @@ class TrainingRun:
         self.metrics["filtered_rate"] = n_dropped / max(1, n_dropped + len(batch.groups))
         return groups
 
-    def _train(self, groups: list[Group]) -> dict[str, Any]:
+    def train_step(self, groups: list[Group]) -> dict[str, Any]:
+        """Step 2: one GRPO step on the trainer; the run's version becomes the trainer's (v + 1)."""
         stats = self.rt.train_step(groups)
         self.version = stats["version"]
         self.consumed += [(g.group_id, g.epoch) for g in groups]
@@ -158,15 +158,16 @@ class TrainingRun:
 
     def _seal_if_colocated(self) -> None:
         if self.cfg.mode == "colocated":
-            self._gate_closed_at = time.monotonic()
-            self._prepare()
-            self._emit_gate()
+            self.gate_closed_at = time.monotonic()
+            self.seal_engines()
+            self.emit_gate()
 
-    def _publish(self) -> None:
+    def publish(self) -> None:
+        """Step 3: seal and drain every engine (unless already sealed), install the trainer's weights, reopen."""
         rt = self.rt
         if not rt.publication.prepared:
-            self._gate_closed_at = time.monotonic()
-            self._prepare()
+            self.gate_closed_at = time.monotonic()
+            self.seal_engines()
         for attempt in range(3):
             weights = rt.trainer.weights.remote() if rt.uses_ray else rt.trainer.weights()
             try:
@@ -176,13 +177,14 @@ class TrainingRun:
             except PublicationError:
                 if not self._find_dead_engines() or attempt == 2:
                     raise
-                self._prepare()  # the engine set changed: freeze the survivors again
-        pause = time.monotonic() - self._gate_closed_at
+                self.seal_engines()  # the engine set changed: freeze the survivors again
+        pause = time.monotonic() - self.gate_closed_at
         self.gate_closed_s += pause
-        self._emit("version", {"version": self.version, "published_at": time.time(), "pause_ms": pause * 1000})
-        self._emit_gate()
+        self.emit("version", {"version": self.version, "published_at": time.time(), "pause_ms": pause * 1000})
+        self.emit_gate()
 
-    def _prepare(self) -> None:
+    def seal_engines(self) -> None:
+        """Seal and drain every engine (dead ones are dropped and the survivors sealed again)."""
         rt = self.rt
         try:
             rt.loop.run(rt.publication.prepare(timeout_s=self.cfg.publish_deadline_s))
@@ -191,7 +193,8 @@ class TrainingRun:
                 raise
             rt.loop.run(rt.publication.prepare(timeout_s=self.cfg.publish_deadline_s))
 
-    def _report(self, groups: list[Group], stats: dict[str, Any]) -> None:
+    def report(self, groups: list[Group], stats: dict[str, Any]) -> None:
+        """Step 4: the train event (with an evaluation when due) and the sampler's progress."""
         cfg = self.cfg
         elapsed = time.monotonic() - self._t0
         data = {
@@ -207,8 +210,12 @@ class TrainingRun:
         if cfg.eval_every and (self.version % cfg.eval_every == 0 or self.version == cfg.steps):
             data.update(self.rt.trainer_call("evaluate", cfg.eval_prompts))
         self.metrics.update({k: v for k, v in data.items() if k not in ("group_ids", "epochs")})
-        self._emit("train", data)
-        self._emit("sampler", self.sampler.progress())
+        self.emit("train", data)
+        self.emit("sampler", self.sampler.progress())
+
+    def checkpoint(self, reason: str, *, quiesce: bool = True) -> None:
+        """Step 5: save the run's state (nothing without a checkpoint directory); see `trainer.resume`."""
+        take_checkpoint(self, reason, quiesce=quiesce)
 
     def _target_reached(self) -> bool:
         cfg = self.cfg
@@ -226,101 +233,35 @@ class TrainingRun:
             del rt.engines[engine_id]
             rt.workers_call("engine_lost", engine_id, "engine actor died")
             tombstones = sum(s["router"]["tombstones"] for s in rt.workers_call("stats"))
-            self._emit("worker", {"event": "engine_lost", "engine": engine_id, "engines": sorted(rt.engines),
-                                  "tombstoned_sessions": tombstones})
+            self.emit("worker", {"event": "engine_lost", "engine": engine_id, "engines": sorted(rt.engines),
+                                 "tombstoned_sessions": tombstones})
         if dead and not rt.engines:
             raise RuntimeError("every engine died")
         return dead
 
-    # --- checkpoints, stop, restore -----------------------------------------------------------------------
-    def _checkpoint(self, reason: str, quiesce: bool = True) -> None:
-        if not self.checkpoint_dir:
-            return
-        rt, t0 = self.rt, time.monotonic()
-        scheduler_state = None
-        if quiesce:
-            rt.scheduler.pause(drain=True)  # in-flight groups finish into `ready` (gates are still open)
-            self._prepare()  # seal + drain every engine: nothing is generating while we save
-            scheduler_state = scheduler_state_to_plain(rt.scheduler.state_dict())
-        state = {"trainer": rt.trainer_call("state_dict"), "sampler": self.sampler.state_dict(),
-                 "scheduler": scheduler_state, "python_rng": random.getstate(), "torch_rng": torch.get_rng_state(),
-                 "consumed": list(self.consumed)}
-        meta = {"version": self.version, "config": self.cfg.to_dict(), "sampler": self.sampler.progress(),
-                "reason": reason}
-        path = checkpoint_save(self.checkpoint_dir, step=self.version, meta=meta, state=state)
-        if quiesce:
-            rt.loop.run(rt.publication.resume())
-            rt.scheduler.resume()
-        self.last_checkpoint = str(path)
-        self._checkpointed_version = self.version
-        self._emit("checkpoint", {"step": self.version, "version": self.version, "path": str(path),
-                                  "reason": reason, "seconds": time.monotonic() - t0})
-
-    def _stop(self) -> RunResult:
-        self._emit("status", {"status": "stopping", "version": self.version})
-        if self._stopper is not None:
-            self._stopper.join(timeout=15)
-        if self.rt is not None:
-            self.rt.scheduler.close(timeout_s=10)  # idempotent: every untrained group is back in the sampler
-        if self.checkpoint_dir and self.version > 0:
-            # The scheduler is closed: every untrained group is back in the sampler, so its state suffices.
-            self._checkpoint("stop", quiesce=False)
-        self._emit("status", {"status": "cancelled", "version": self.version, "metrics": self.metrics})
-        return self._result("cancelled")
-
-    def _check_stop(self) -> None:
-        if self.emitter.stop_requested:
-            self.request_stop("the platform says the run is finished (HTTP 409)")
-        if self.stop_event.is_set():
-            raise StopRequested()
-
-    def _restore_state(self) -> tuple[dict[str, Any], dict[str, Any]] | None:
-        if not (self.resume and self.checkpoint_dir and checkpoint_latest(self.checkpoint_dir)):
-            return None
-        meta, state = checkpoint_load(self.checkpoint_dir)
-        self.sampler.load_state_dict(state["sampler"])
-        self.version = meta["version"]
-        self.consumed = [tuple(c) for c in state.get("consumed", [])]
-        random.setstate(state["python_rng"])
-        return meta, state
-
-    def _apply_restore(self, restored: tuple[dict[str, Any], dict[str, Any]]) -> None:
-        """Engines were started closed: load the trainer, then install the restored weights, then reopen."""
-        meta, state = restored
-        rt = self.rt
-        self._emit_gate()  # sealed at version 0: nothing is generated before the restored weights are in
-        rt.trainer_call("load_state_dict", state["trainer"])
-        if state.get("scheduler"):
-            rt.scheduler.load_state_dict(scheduler_state_from_plain(state["scheduler"]))
-        self._gate_closed_at = time.monotonic()
-        self._prepare()
-        self._publish()
-        self._emit("checkpoint", {"step": self.version, "version": self.version, "reason": "restored",
-                                  "path": str(checkpoint_latest(self.checkpoint_dir))})
-        self._emit("sampler", self.sampler.progress())
-
     # --- reporting ----------------------------------------------------------------------------------------
-    def _emit(self, type_: str, data: dict[str, Any]) -> None:
+    def emit(self, type_: str, data: dict[str, Any]) -> None:
         self.emitter.emit(type_, data)
 
-    def _emit_gate(self) -> None:
+    def emit_gate(self) -> None:
         snap = self.rt.loop.run(self.rt.publication.snapshot())
         engines = [{k: e.get(k) for k in ("engine", "state", "version", "active", "waiting", "sessions")}
                    for e in snap["engines"]]
-        self._emit("gate", {**snap, "engines": engines})
+        self.emit("gate", {**snap, "engines": engines})
 
     def _emit_gate_quietly(self) -> None:
         try:
-            self._emit_gate()
+            self.emit_gate()
         except Exception:  # noqa: BLE001 - reporting must not mask the run's own error
             pass
 
     def _heartbeat(self) -> None:
         """The platform treats any event as a heartbeat: say something at least every 2 s."""
-        while not self.stop_event.wait(0.5):
+        while not self.stop_control.event.wait(0.5):
             if time.monotonic() - self.emitter.last_emit >= 2.0:
-                self._emit("sampler", self.sampler.progress())
+                self.emit("sampler", self.sampler.progress())
 
-    def _result(self, status: str) -> RunResult:
+    def result(self, status: str) -> RunResult:
+        """What `run` returns: the status, version, metrics, consumed groups and last checkpoint."""
         return RunResult(status=status, version=self.version, metrics=dict(self.metrics),
                          consumed=list(self.consumed), checkpoint=self.last_checkpoint)
