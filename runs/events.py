@@ -13,11 +13,12 @@ from django.db import transaction
 from django.utils import timezone
 
 from runs.models import Run, RunEvent
+from runs.realtime import run_event_publish
 
 PLATFORM_SOURCE = "platform"
 
 
-def _as_datetime(ts: Any) -> datetime:
+def event_ts(ts: Any) -> datetime:
     if isinstance(ts, datetime):
         return ts
     if isinstance(ts, (int, float)) and not isinstance(ts, bool):
@@ -61,7 +62,7 @@ def run_events_record(*, run: Run, source: str, events: Iterable[dict[str, Any]]
             rows.append(
                 RunEvent(
                     run_id=run.pk, seq=last_seq, source=source, source_seq=source_seq,
-                    ts=_as_datetime(item.get("ts")), type=item["type"], data=item.get("data") or {},
+                    ts=event_ts(item.get("ts")), type=item["type"], data=item.get("data") or {},
                 )
             )
         if not rows:
@@ -69,8 +70,6 @@ def run_events_record(*, run: Run, source: str, events: Iterable[dict[str, Any]]
         RunEvent.objects.bulk_create(rows)
         Run.objects.filter(pk=run.pk).update(last_seq=last_seq)
         run.last_seq = last_seq
-        from runs.realtime import run_event_publish  # late: realtime imports channels
-
         for row in rows:
             run_event_publish(run_event_to_dict(row))
     return rows
