@@ -70,9 +70,17 @@ def stamp(status: str, now: datetime) -> dict[str, datetime | None]:
     return {}
 
 
+def task_named(name: str) -> Any:
+    """A Celery task by name. A process that is not a worker (web, scripts) has not yet run the autodiscovery a
+    worker runs at start-up; the first lookup runs it."""
+    if name not in current_app.tasks:
+        current_app.loader.import_default_modules()
+    return current_app.tasks[name]
+
+
 def task_after_commit(name: str, *args: Any) -> None:
     """Hand a task to Celery once the current transaction commits (nothing is sent if it rolls back)."""
-    transaction.on_commit(lambda: current_app.tasks[name].delay(*args))
+    transaction.on_commit(lambda: task_named(name).delay(*args))
 
 
 def run_status_change(*, run: Run, status: str, error: str | None = None, now: datetime | None = None) -> Run:
@@ -131,7 +139,7 @@ def run_transition(*, run: Run, status: str, error: str | None = None) -> Run:
 
 def _followups_run(run_id: int, attempt: int) -> None:
     """Run the follow-ups task here and now; if that fails, hand it to a worker, which retries it."""
-    task = current_app.tasks[TASK_FOLLOWUPS]
+    task = task_named(TASK_FOLLOWUPS)
     try:
         task.apply(args=(run_id, attempt), throw=True)
     except Exception:  # noqa: BLE001 - the finish is committed; the follow-up must not be lost with this error
