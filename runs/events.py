@@ -1,19 +1,19 @@
 """Recording run events: the platform's per-run stream order (`seq`) and per-source idempotency.
 
-`run_events_record` is the one writer of RunEvent rows (status changes and trainer batches alike); each
-stored event is published to the run's Channels group after commit.
+`run_events_record` is the one writer of RunEvent rows (status changes and trainer batches alike); its
+callers publish what it stored (runs.stores.run_events_publish), so this module imports no publisher.
 """
 from __future__ import annotations
 
 from collections.abc import Iterable
-from datetime import datetime, timezone as dt_timezone
+from datetime import datetime
+from datetime import timezone as dt_timezone
 from typing import Any
 
 from django.db import transaction
 from django.utils import timezone
 
 from runs.models import Run, RunEvent
-from runs.realtime import run_event_publish
 
 PLATFORM_SOURCE = "platform"
 
@@ -70,6 +70,4 @@ def run_events_record(*, run: Run, source: str, events: Iterable[dict[str, Any]]
         RunEvent.objects.bulk_create(rows)
         Run.objects.filter(pk=run.pk).update(last_seq=last_seq)
         run.last_seq = last_seq
-        for row in rows:
-            run_event_publish(run_event_to_dict(row))
     return rows

@@ -17,6 +17,7 @@ from runs.execution.outcome import event_outcome, run_job_finished
 from runs.models import FINISHED_STATUSES, Run, RunEvent
 from runs.realtime import run_summary_publish
 from runs.retention import events_keep
+from runs.stores import run_events_publish
 from trainer.events import EventSchemaError, validate_event
 
 MAX_BATCH = 1000
@@ -94,6 +95,7 @@ def run_events_ingest(*, run: Run, payload: Any) -> IngestResult:
         count = Run.objects.select_for_update().values_list("last_seq", flat=True).get(pk=run.pk)
         kept, dropped = events_keep(stored=count, items=items)
         stored = run_events_record(run=run, source=source, events=kept)
+        run_events_publish(stored)
         locked = Run.objects.select_for_update().only("summary", "status", "last_seq").get(pk=run.pk)
         fields: dict[str, Any] = {"heartbeat_at": now}
         folded = _fold_order(items, stored, dropped)

@@ -11,6 +11,7 @@ Celery tasks are named here, not imported: runs.tasks (the entry points) sits ab
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from datetime import datetime
 from typing import Any
@@ -27,7 +28,7 @@ from runs.models import FINISHED_STATUSES, Run, RunStatus
 from runs.notify import slots_notify
 from runs.realtime import dashboard_publish
 from runs.slots import store as slot_store
-from runs.stores import Moved, moved_publish, run_store, status_write
+from runs.stores import Moved, moved_publish, run_events_publish, run_store, status_write
 
 STATES: tuple[str, ...] = tuple(RunStatus.values)
 # Allowed moves; anything else is a bug in the caller and raises InvalidTransition.
@@ -42,6 +43,7 @@ TRANSITIONS: dict[str, frozenset[str]] = {
 }
 
 logger = logging.getLogger(__name__)
+_discovery_lock = threading.Lock()
 
 TASK_DISPATCH = "runs.tasks.dispatch_run"
 TASK_STOP = "runs.tasks.stop_run"
@@ -72,9 +74,11 @@ def stamp(status: str, now: datetime) -> dict[str, datetime | None]:
 
 def task_named(name: str) -> Any:
     """A Celery task by name. A process that is not a worker (web, scripts) has not yet run the autodiscovery a
-    worker runs at start-up; the first lookup runs it."""
+    worker runs at start-up; the first lookup runs it (once: concurrent first lookups wait for it)."""
     if name not in current_app.tasks:
-        current_app.loader.import_default_modules()
+        with _discovery_lock:
+            if name not in current_app.tasks:
+                current_app.loader.import_default_modules()
     return current_app.tasks[name]
 
 
@@ -120,9 +124,9 @@ def slots_grant(*, reason: str = "tick") -> list[int]:
 def run_enqueue(*, run: Run, now: datetime) -> None:
     """A new run (created `queued` under the grant lock): its waiting slot, its first event, then a grant."""
     slot_store.slot_enqueue(run_id=run.pk, run_class=run.run_class, now=now)
-    run_events_record(run=run, source=PLATFORM_SOURCE, events=[{
+    run_events_publish(run_events_record(run=run, source=PLATFORM_SOURCE, events=[{
         "type": "status", "ts": now, "data": {"status": RunStatus.QUEUED, "previous": None, "error": ""},
-    }])
+    }]))
     dashboard_publish({"kind": "run_status", "run": run.pk, "owner": run.owner_id, "name": run.name,
                        "run_class": run.run_class, "status": RunStatus.QUEUED, "previous": None})
     grant_pass(reason="submit", started=time.time(), now=now)

@@ -14,9 +14,9 @@ from croniter import CroniterError, croniter
 from django.db import transaction
 from django.utils import timezone
 
+from runs.errors import InvalidInput, ServiceError
 from runs.execution import kinds
 from runs.execution.submit import run_submit
-from runs.errors import InvalidInput, ServiceError
 from runs.models import Origin, Schedule
 
 logger = logging.getLogger(__name__)

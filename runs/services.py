@@ -6,7 +6,13 @@ from __future__ import annotations
 from runs.concurrency import settings_update
 from runs.execution.submit import NAME_MAX, TIME_LIMIT_MAX, run_submit
 from runs.lifecycle import (
-    TRANSITIONS, run_cancel, run_finish, run_resume, run_status_change, run_transition, slots_grant,
+    TRANSITIONS,
+    run_cancel,
+    run_finish,
+    run_resume,
+    run_status_change,
+    run_transition,
+    slots_grant,
 )
 from runs.sweeps import runs_enforce_time_limits, runs_reclaim_stale
 

@@ -12,10 +12,11 @@ from typing import Any, Protocol
 from django.db import connection, transaction
 
 from runs.errors import InvalidTransition
-from runs.events import PLATFORM_SOURCE
+from runs.events import PLATFORM_SOURCE, run_event_to_dict
 from runs.models import Run, RunEvent, RunStatus
 from runs.realtime import dashboard_publish, run_event_publish
-from runs.slots import pg as slots_pg, store as slot_store
+from runs.slots import pg as slots_pg
+from runs.slots import store as slot_store
 from runs.slots.grant import Snapshot, grant
 
 Columns = dict[str, datetime | None]
@@ -46,6 +47,12 @@ def moved_publish(moved: Moved, *, ts: float) -> None:
                        "data": {"status": moved.status, "previous": moved.previous, "error": moved.error}})
     dashboard_publish({"kind": "run_status", "run": moved.run_id, "owner": moved.owner_id, "name": moved.name,
                        "run_class": moved.run_class, "status": moved.status, "previous": moved.previous})
+
+
+def run_events_publish(rows: list[RunEvent]) -> None:
+    """Events just stored by run_events_record, to the run's viewers (after commit)."""
+    for row in rows:
+        run_event_publish(run_event_to_dict(row))
 
 
 def status_write(*, run: Run, status: str, error: str | None, now: datetime, columns: Columns) -> Moved:

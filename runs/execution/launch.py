@@ -17,7 +17,8 @@ from runs.models import Run, RunStatus
 logger = logging.getLogger(__name__)
 
 
-def _files_write(run: Run, spec: JobSpec) -> None:
+def job_files_write(run: Run, spec: JobSpec) -> None:
+    """Write the spec's files; each must be under the run's artifacts directory (ValueError otherwise)."""
     root = run_artifacts_dir(run.pk).resolve()
     for name, content in spec.files.items():
         path = Path(name).resolve()
@@ -34,7 +35,7 @@ def run_launch_job(run: Run, spec: JobSpec) -> None:
     if not Run.objects.filter(pk=run.pk, status=RunStatus.STARTING).update(ray_submission_id=submission_id):
         return  # cancelled or finished since the grant: nothing to launch
     run.ray_submission_id = submission_id
-    _files_write(run, spec)
+    job_files_write(run, spec)
     try:
         ray.job_submit(run, spec)
     except ray.RayUnavailable:

@@ -8,8 +8,8 @@ import pytest
 from django.utils import timezone
 
 from runs import services
-from runs.ingest import run_events_ingest, run_for_ingest
 from runs.errors import InvalidInput, InvalidTransition
+from runs.ingest import run_events_ingest, run_for_ingest
 from runs.models import Run, RunEvent, RunStatus, Slot, SlotState
 from runs.slots import store
 from tests.runs.helpers import TEST_KIND
