@@ -22,20 +22,16 @@ def error_tail(text: str) -> str:
 
 
 def event_outcome(run: Run, data: dict[str, Any]) -> tuple[str, str] | None:
-    """The (status, error) a run gets from its job's final `status` event (`succeeded`, `failed`, or `cancelled`
-    while the run is stopping); None for any other status event (the job is not done, or the reconcile knows
-    better: a job that says `cancelled` though nobody asked was stopped outside the platform)."""
+    """The (status, error) a run gets from its job's final `status` event: `succeeded` or `failed`. None for
+    any other status event, and while the run is `stopping`: a cancel ends when the job has ended (the reconcile
+    sees Ray's STOPPED), so a resume never races the old attempt's job for its checkpoint directory."""
     status = data.get("status")
-    stopping = run.status == RunStatus.STOPPING
-    error = error_tail(str(data.get("error") or ""))
+    if run.status not in (RunStatus.STARTING, RunStatus.RUNNING):
+        return None
     if status == RunStatus.SUCCEEDED:
         return RunStatus.SUCCEEDED, ""
     if status == RunStatus.FAILED:
-        if stopping:
-            return RunStatus.CANCELLED, f"{run.error}; the job exited while stopping: {error}"
-        return RunStatus.FAILED, f"job failed: {error or 'no error given'}"
-    if status == RunStatus.CANCELLED and stopping:
-        return RunStatus.CANCELLED, run.error
+        return RunStatus.FAILED, f"job failed: {error_tail(str(data.get('error') or '')) or 'no error given'}"
     return None
 
 

@@ -111,3 +111,14 @@ def test_a_running_event_does_not_finish_the_run(user, handoffs):
                              data=[{"seq": 1, "ts": time.time(), "type": "status", "data": {"status": "running"}}],
                              HTTP_AUTHORIZATION=f"Bearer {run.ingest_token}")
     assert response.status_code == 200 and response.json()["status"] == RunStatus.RUNNING
+
+
+def test_a_stopping_run_waits_for_its_job_to_end(user, handoffs):
+    """A cancel ends when Ray says the job stopped (the reconcile), not at the job's `cancelled` event."""
+    run = submit(user)
+    services.run_transition(run=run, status=RunStatus.RUNNING)
+    services.run_cancel(run=run, by=user)
+    response = Client().post(f"/api/runs/{run.pk}/ingest/", content_type="application/json",
+                             data=[{"seq": 1, "ts": time.time(), "type": "status", "data": {"status": "cancelled"}}],
+                             HTTP_AUTHORIZATION=f"Bearer {run.ingest_token}")
+    assert response.status_code == 200 and response.json()["status"] == RunStatus.STOPPING
