@@ -7,7 +7,7 @@ from django.contrib import admin
 from django.http import HttpRequest
 from django.utils import timezone
 
-from runs import kinds
+from runs.execution import kinds
 from runs.errors import ServiceError
 from runs.models import ConcurrencySettings, Run, RunEvent, Schedule, Slot
 from runs.schedules import cron_next, cron_problem

@@ -1,7 +1,7 @@
 """Recording run events: the platform's per-run stream order (`seq`) and per-source idempotency.
 
-`run_events_record` is the one writer of RunEvent rows (status changes and trainer batches alike); each
-stored event is published to the run's Channels group after commit.
+`run_events_record` is the one writer of RunEvent rows (status changes and trainer batches alike); its
+callers publish what it stored (runs.stores.run_events_publish), so this module imports no publisher.
 """
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from trainer.events import StoredEvent
 PLATFORM_SOURCE = "platform"
 
 
-def _as_datetime(ts: Any) -> datetime:
+def event_ts(ts: Any) -> datetime:
     if isinstance(ts, datetime):
         return ts
     if isinstance(ts, (int, float)) and not isinstance(ts, bool):
@@ -63,7 +63,7 @@ def run_events_record(*, run: Run, source: str, events: Iterable[dict[str, Any]]
             rows.append(
                 RunEvent(
                     run_id=run.pk, seq=last_seq, source=source, source_seq=source_seq,
-                    ts=_as_datetime(item.get("ts")), type=item["type"], data=item.get("data") or {},
+                    ts=event_ts(item.get("ts")), type=item["type"], data=item.get("data") or {},
                 )
             )
         if not rows:
@@ -71,8 +71,4 @@ def run_events_record(*, run: Run, source: str, events: Iterable[dict[str, Any]]
         RunEvent.objects.bulk_create(rows)
         Run.objects.filter(pk=run.pk).update(last_seq=last_seq)
         run.last_seq = last_seq
-        from runs.realtime import run_event_publish  # late: realtime imports channels
-
-        for row in rows:
-            run_event_publish(run_event_to_dict(row))
     return rows

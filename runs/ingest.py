@@ -1,5 +1,7 @@
 """Event ingest: check a job's per-run token, validate its event batch, store it once, fold the run summary,
-and count every accepted post as a heartbeat. The HTTP view is runs/api/ingest.py; formats in docs/realtime.md.
+count every accepted post as a heartbeat, and finish the run when the batch holds the job's final `status`
+event (succeeded, failed; cancelled while stopping): at once, in the same request, not at the next tick.
+The HTTP view is runs/api/ingest.py; formats in docs/realtime.md.
 """
 from __future__ import annotations
 
@@ -10,9 +12,12 @@ from django.db import transaction
 from django.utils import timezone
 
 from runs.errors import InvalidInput, InvalidTransition, RunNotFound, ServiceError
-from runs.events import run_events_record
+from runs.events import event_ts, run_events_record
+from runs.execution.outcome import event_outcome, run_job_finished
 from runs.models import FINISHED_STATUSES, Run, RunEvent
+from runs.realtime import run_summary_publish
 from runs.retention import events_keep
+from runs.stores import run_events_publish
 from trainer.events import EventSchemaError, IngestReply, validate_event
 
 MAX_BATCH = 1000
@@ -90,6 +95,7 @@ def run_events_ingest(*, run: Run, payload: Any) -> IngestResult:
         count = Run.objects.select_for_update().values_list("last_seq", flat=True).get(pk=run.pk)
         kept, dropped = events_keep(stored=count, items=items)
         stored = run_events_record(run=run, source=source, events=kept)
+        run_events_publish(stored)
         locked = Run.objects.select_for_update().only("summary", "status", "last_seq").get(pk=run.pk)
         fields: dict[str, Any] = {"heartbeat_at": now}
         folded = _fold_order(items, stored, dropped)
@@ -98,9 +104,14 @@ def run_events_ingest(*, run: Run, payload: Any) -> IngestResult:
         Run.objects.filter(pk=run.pk).update(**fields)
         status, last_seq = locked.status, locked.last_seq
         if folded:
-            from runs.realtime import run_summary_publish  # late: realtime imports channels
-
             run_summary_publish(run_id=run.pk)
+    final = next((e for e in reversed(stored) if e.type == "status"), None)
+    if final is not None and status not in FINISHED_STATUSES:
+        # After the commit above: finishing takes the grant lock, which is always taken before a run row lock.
+        outcome = event_outcome(Run.objects.get(pk=run.pk), final.data)
+        if outcome is not None:
+            finished = run_job_finished(run=run, status=outcome[0], error=outcome[1])
+            status, last_seq = finished.status, finished.last_seq
     return IngestResult(stored=len(stored), duplicates=len(kept) - len(stored), last_seq=last_seq, status=status,
                         dropped=len(dropped))
 
@@ -108,14 +119,12 @@ def run_events_ingest(*, run: Run, payload: Any) -> IngestResult:
 def _fold_order(items: list[dict[str, Any]], stored: list[RunEvent], dropped: list[dict[str, Any]]) -> list[RunEvent]:
     """Stored rows and dropped events (unsaved rows) in posted order: a dropped event still updates the
     summary; duplicates of earlier posts do not."""
-    from runs.events import _as_datetime
-
     rows = {row.source_seq: row for row in stored}
     dropped_ids = {id(item) for item in dropped}
     out: list[RunEvent] = []
     for item in items:
         if id(item) in dropped_ids:
-            out.append(RunEvent(type=item["type"], data=item.get("data") or {}, ts=_as_datetime(item.get("ts"))))
+            out.append(RunEvent(type=item["type"], data=item.get("data") or {}, ts=event_ts(item.get("ts"))))
         elif item.get("source_seq") in rows:
             out.append(rows.pop(item["source_seq"]))
     return out

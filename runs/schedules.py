@@ -14,8 +14,9 @@ from croniter import CroniterError, croniter
 from django.db import transaction
 from django.utils import timezone
 
-from runs import kinds, services
 from runs.errors import InvalidInput, ServiceError
+from runs.execution import kinds
+from runs.execution.submit import run_submit
 from runs.models import Origin, Schedule
 
 logger = logging.getLogger(__name__)
@@ -105,8 +106,8 @@ def schedules_submit_due(*, now: datetime | None = None) -> list[int]:
                 schedule.save(update_fields=["enabled"])
                 continue
             try:
-                run = services.run_submit(owner=schedule.owner, name=f"{schedule.name} @ {now:%Y-%m-%d %H:%M}",
-                                          origin=Origin.SCHEDULE, kind=schedule.kind, config=schedule.config)
+                run = run_submit(owner=schedule.owner, name=f"{schedule.name} @ {now:%Y-%m-%d %H:%M}",
+                                 origin=Origin.SCHEDULE, kind=schedule.kind, config=schedule.config)
             except ServiceError as exc:  # e.g. a kind since removed: keep the schedule moving, say why
                 logger.warning("schedule %s could not submit: %s", schedule.pk, exc)
                 schedule.save(update_fields=["next_run_at"])

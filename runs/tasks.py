@@ -1,38 +1,44 @@
-"""Celery tasks: the periodic tick (reclaim, time limits, grant fallback, lost launches) and the hand-off of
-granted runs to their kind's launcher. Tasks take ids, call services, and never wait for slots or training."""
+"""Celery tasks, the entry points of the control plane's background work: the periodic tick (reconcile,
+reclaim, time limits, schedules, grant fallback, lost launches), the launcher's hand-offs (launch a granted
+run, stop a run's job) and the follow-ups of a finished run. Tasks take ids and never wait for slots or training.
+runs.lifecycle names them (TASK_*) rather than importing this module, which sits above it."""
 from __future__ import annotations
 
 import logging
 from datetime import timedelta
 from typing import Any
 
-from celery import shared_task
+from celery import Task, shared_task
+from django.db import DatabaseError
 from django.utils import timezone
 
-from runs import kinds, services
+from runs import lifecycle, sweeps
+from runs.errors import ServiceError
+from runs.execution import followups, launch
+from runs.execution.reconcile import runs_reconcile
 from runs.models import Run, RunStatus
+from runs.schedules import schedules_submit_due
 
 logger = logging.getLogger(__name__)
 
 # A granted run that has not heartbeated this long after its grant is launched again (its launch was lost);
-# launchers are idempotent (Ray submission_id = run id), so a second launch of a live job is a no-op.
+# launches are idempotent (Ray submission_id = run id + attempt), so a second launch of a live job is a no-op.
 RELAUNCH_AFTER_SECONDS = 30
 # Reconcile outcomes that change nothing (a job still running, a launch not yet submitted): not logged.
 QUIET_OUTCOMES = frozenset({"unchanged", "not submitted yet"})
+FOLLOWUPS_RETRY_SECONDS = 5
+FOLLOWUPS_MAX_RETRIES = 20
 
 
 @shared_task(name="runs.tasks.tick")
 def tick() -> dict[str, Any]:
-    from runs.reconcile import runs_reconcile  # late: imports the Ray job client
-    from runs.schedules import schedules_submit_due
-
     # Job outcomes first: a run whose job ended gets its real result, not "heartbeat lost".
     reconciled = runs_reconcile()
     now = timezone.now()
-    reclaimed = services.runs_reclaim_stale(now=now)
-    timed_out = services.runs_enforce_time_limits(now=now)
+    reclaimed = sweeps.runs_reclaim_stale(now=now)
+    timed_out = sweeps.runs_enforce_time_limits(now=now)
     scheduled = schedules_submit_due(now=now)
-    granted = services.slots_grant(reason="tick")
+    granted = lifecycle.slots_grant(reason="tick")
     lost = list(
         Run.objects.filter(status=RunStatus.STARTING, heartbeat_at__isnull=True,
                            granted_at__lt=now - timedelta(seconds=RELAUNCH_AFTER_SECONDS))
@@ -49,41 +55,28 @@ def tick() -> dict[str, Any]:
     return done
 
 
-@shared_task(name="runs.tasks.dispatch_run")
+@shared_task(name=lifecycle.TASK_DISPATCH)
 def dispatch_run(run_id: int) -> str:
-    """Hand a granted (`starting`) run to its kind's launcher; anything else is a stale message and ignored."""
-    run = Run.objects.filter(pk=run_id).first()
-    if run is None or run.status != RunStatus.STARTING:
-        return "skipped"
-    try:
-        kind = kinds.kind_get(run.kind)
-    except Exception as exc:  # noqa: BLE001 - a kind removed since submit: fail the run, free the slot
-        services.run_finish(run=run, status=RunStatus.FAILED, error=str(exc))
-        return "failed"
-    if kind.launch is None:
-        services.run_finish(run=run, status=RunStatus.FAILED, error=f"run kind {kind.name!r} has no launcher")
-        return "failed"
-    try:
-        kind.launch(run)
-    except Exception as exc:  # noqa: BLE001 - a launch error ends the run with the reason, never loops
-        logger.exception("launching run %s failed", run_id)
-        services.run_finish(run=run, status=RunStatus.FAILED, error=f"launch failed: {exc}")
-        return "failed"
-    return "launched"
+    """Launch a granted (`starting`) run; anything else is a stale message and ignored."""
+    return launch.launch_run(run_id)
 
 
-@shared_task(name="runs.tasks.stop_run")
+@shared_task(name=lifecycle.TASK_STOP)
 def stop_run(run_id: int) -> str:
-    """Ask the kind to stop the run's job; with no stop hook there is no job to wait for, so a `stopping`
-    run is finalized as cancelled at once."""
-    run = Run.objects.filter(pk=run_id).first()
-    if run is None:
-        return "skipped"
-    kind = next((k for k in kinds.kinds_all() if k.name == run.kind), None)
-    if kind is not None and kind.stop is not None:
-        kind.stop(run)
-        return "stop requested"
-    if run.status == RunStatus.STOPPING:
-        services.run_finish(run=run, status=RunStatus.CANCELLED, error=run.error)
-        return "cancelled"
-    return "nothing to stop"
+    """Stop a run's job; a `stopping` run without a job is cancelled at once."""
+    return launch.stop_run(run_id)
+
+
+@shared_task(name=lifecycle.TASK_FOLLOWUPS, bind=True, max_retries=FOLLOWUPS_MAX_RETRIES)
+def run_followups(self: Task, run_id: int, attempt: int) -> str:
+    """Evaluation after a success, auto-resume after a failure (idempotent). Run at once by the finishing
+    process after commit; a failure there sends it here, to a worker, which retries database errors."""
+    try:
+        return followups.run_followups(run_id=run_id, attempt=attempt)
+    except ServiceError as exc:  # e.g. the run changed meanwhile: nothing left to do, say why
+        logger.warning("run %s: follow-up not applied: %s", run_id, exc)
+        return "refused"
+    except DatabaseError as exc:
+        if self.request.is_eager:
+            raise
+        raise self.retry(exc=exc, countdown=FOLLOWUPS_RETRY_SECONDS) from exc

@@ -12,7 +12,7 @@ from django.shortcuts import render
 from runs import selectors
 from runs.dashboard import dashboard_snapshot
 from runs.errors import RunNotFound
-from runs.kinds import DEFAULT_KIND, kind_get
+from runs.execution.kinds import DEFAULT_KIND, kind_get
 
 # Shown first on the submit form; every other schema field sits under "Advanced".
 COMMON_FIELDS = ("task", "steps", "prompts_per_step", "group_size", "lr", "mode", "max_staleness",

@@ -9,7 +9,8 @@ from rest_framework.permissions import IsAdminUser
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from runs import kinds, schedules
+from runs import schedules
+from runs.execution import kinds
 from runs.api.serializers import ErrorSerializer
 from runs.api.views import ServiceView, _body
 from runs.errors import RunNotFound

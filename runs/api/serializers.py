@@ -7,8 +7,8 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from runs.kinds import DEFAULT_KIND
-from runs.models import Origin, Run
+from runs.execution.kinds import DEFAULT_KIND
+from runs.models import Origin, Run, RunStatus
 from runs.selectors import QueueInfo, run_json
 from runs.slots.grant import PENDING_REASONS
 from runs.slots.policy import CLASSES, LIMIT_RULES

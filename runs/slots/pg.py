@@ -1,6 +1,7 @@
 """PostgreSQL fast path of the locked grant section: release + snapshot in one statement, grants applied
-(slots held, runs `starting`, status events, NOTIFY) in another. SQL only loads and writes; which runs get a
-slot is still decided by the pure `runs.slots.grant.grant` on the snapshot these queries return.
+(slots held, runs `starting`, status events, NOTIFY) in another. SQL only loads and writes: which moves are
+allowed and which columns a move stamps are parameters from runs.lifecycle (through runs/stores.py), and
+which runs get a slot is decided by the pure `runs.slots.grant.grant` on the snapshot these queries return.
 """
 from __future__ import annotations
 
@@ -51,10 +52,9 @@ _SNAPSHOT_COLUMNS = f"""
 (SELECT array_agg(requested_at ORDER BY requested_at, run_id) FROM heads) AS head_times,
 {_VERSION_SQL} AS policy_version"""
 
-_RELEASE_SQL = f"""WITH
+_RELEASE_SQL = """WITH
 cur AS (SELECT id, status FROM runs_run WHERE id = %(run)s FOR UPDATE),
-upd AS (UPDATE runs_run r SET status = %(status)s, finished_at = %(now)s, error = %(error)s,
-               last_seq = r.last_seq + 1
+upd AS (UPDATE runs_run r SET status = %(status)s, {columns}, error = %(error)s, last_seq = r.last_seq + 1
         FROM cur WHERE r.id = cur.id AND cur.status = ANY(%(allowed)s::text[])
         RETURNING r.*, cur.status AS previous_status),
 ev AS (INSERT INTO runs_runevent (run_id, seq, source, ts, type, data)
@@ -62,8 +62,9 @@ ev AS (INSERT INTO runs_runevent (run_id, seq, source, ts, type, data)
               jsonb_build_object('status', %(status)s::text, 'previous', previous_status, 'error', %(error)s::text)
        FROM upd RETURNING 1),
 rel AS (DELETE FROM runs_slot WHERE run_id IN (SELECT id FROM upd) RETURNING 1),
-{_SNAPSHOT_CTES}
-SELECT upd.*, (SELECT count(*) FROM ev) AS events_added, {_SNAPSHOT_COLUMNS} FROM upd"""
+""" + _SNAPSHOT_CTES.replace("{", "{{").replace("}", "}}") + """
+SELECT upd.*, (SELECT count(*) FROM ev) AS events_added, """ + _SNAPSHOT_COLUMNS.replace("{", "{{").replace(
+    "}", "}}") + " FROM upd"
 
 _SNAPSHOT_SQL = f"WITH {_SNAPSHOT_CTES}\nSELECT {_SNAPSHOT_COLUMNS}"
 
@@ -71,15 +72,28 @@ _APPLY_SQL = """WITH
 n AS (SELECT pg_notify(%(channel)s, %(payload)s::text) AS sent),
 s AS (UPDATE runs_slot SET state = 'held', granted_at = %(now)s
       WHERE state = 'waiting' AND run_id = ANY(%(ids)s::bigint[]) RETURNING run_id),
-r AS (UPDATE runs_run SET status = 'starting', granted_at = %(now)s, started_at = NULL, heartbeat_at = NULL,
-             last_seq = last_seq + 1
-      WHERE id = ANY(%(ids)s::bigint[]) AND status = 'queued' RETURNING id, last_seq, owner_id, name, run_class, error),
+cur AS (SELECT id, status FROM runs_run WHERE id = ANY(%(ids)s::bigint[]) FOR UPDATE),
+r AS (UPDATE runs_run x SET status = %(status)s, {columns}, last_seq = x.last_seq + 1
+      FROM cur WHERE x.id = cur.id AND cur.status = ANY(%(allowed)s::text[])
+      RETURNING x.id, x.last_seq, x.owner_id, x.name, x.run_class, x.error, cur.status AS previous),
 e AS (INSERT INTO runs_runevent (run_id, seq, source, ts, type, data)
       SELECT id, last_seq, %(source)s, %(now)s, 'status',
-             jsonb_build_object('status', 'starting', 'previous', 'queued', 'error', error)
+             jsonb_build_object('status', %(status)s::text, 'previous', previous, 'error', error)
       FROM r RETURNING 1)
-SELECT (SELECT count(*) FROM s), (SELECT count(*) FROM e), r.id, r.last_seq, r.owner_id, r.name, r.run_class, r.error
+SELECT (SELECT count(*) FROM s), (SELECT count(*) FROM e), r.id, r.last_seq, r.owner_id, r.name, r.run_class, r.error,
+       r.previous
 FROM n LEFT JOIN r ON true"""
+
+_RUN_COLUMNS = frozenset({"granted_at", "started_at", "finished_at", "heartbeat_at"})
+
+
+def _set_columns(columns: dict[str, datetime | None], params: dict[str, Any]) -> str:
+    """The SET list for a move's stamped columns (names from runs.lifecycle.stamp, values as parameters)."""
+    if not columns or not set(columns) <= _RUN_COLUMNS:
+        raise ValueError(f"unexpected run columns {sorted(columns)}")
+    for name, value in columns.items():
+        params[f"col_{name}"] = value
+    return ", ".join(f"{name} = %(col_{name})s" for name in sorted(columns))
 
 
 def _policy_params(policy: Policy) -> dict[str, Any]:
@@ -107,12 +121,6 @@ def policy_for_grant_reload() -> tuple[str | None, Policy]:
     with _lock:
         _grant_policy = (version, default_max_total, policy)
     return version, policy
-
-
-def grant_policy_forget() -> None:
-    global _grant_policy
-    with _lock:
-        _grant_policy = None
 
 
 def _snapshot_from(row: dict[str, Any], policy: Policy) -> Snapshot:
@@ -157,7 +165,7 @@ def _run_from_row(names: list[str], values: tuple) -> Run:
 
 
 def release_with_snapshot(*, run_id: int, status: str, error: str, allowed_from: list[str], source: str,
-                          now: datetime) -> tuple[Run | None, Snapshot | None]:
+                          now: datetime, columns: dict[str, datetime | None]) -> tuple[Run | None, Snapshot | None]:
     """Take the grant lock, finish a run (status, finished_at, error, numbered `status` event, slot deleted)
     and load the grant snapshot as it is after that release: one round trip (two statements, run in order,
     so the lock is held before the run row is touched). (None, None) when the run's status does not allow
@@ -170,7 +178,8 @@ def release_with_snapshot(*, run_id: int, status: str, error: str, allowed_from:
               "allowed": allowed_from, "source": source, "now": now, **_policy_params(policy)}
     with connection.cursor() as cursor:
         # Client-side binding (Django's default psycopg cursor) sends both statements in one message.
-        cursor.execute("SELECT pg_advisory_xact_lock(%(lock)s);\n" + _RELEASE_SQL, params)
+        sql = _RELEASE_SQL.format(columns=_set_columns(columns, params))
+        cursor.execute("SELECT pg_advisory_xact_lock(%(lock)s);\n" + sql, params)
         cursor.nextset()
         names = [c.name for c in cursor.description]
         values = cursor.fetchone()
@@ -185,24 +194,25 @@ def release_with_snapshot(*, run_id: int, status: str, error: str, allowed_from:
     return run, _snapshot_from(row, policy)
 
 
-def grants_apply(*, decisions: list[Decision], now: datetime, source: str,
-                 notify: dict[str, Any]) -> list[dict[str, Any]]:
-    """Mark the decided slots held, move their runs to `starting` with a numbered `status` event each, and
-    queue the NOTIFY (delivered on commit), in one statement. Returns one dict per moved run."""
+def grants_apply(*, decisions: list[Decision], now: datetime, source: str, notify: dict[str, Any], status: str,
+                 allowed_from: list[str], columns: dict[str, datetime | None]) -> list[dict[str, Any]]:
+    """Mark the decided slots held, move their runs to `status` (`starting`) with a numbered `status` event each,
+    and queue the NOTIFY (delivered on commit), in one statement. Returns one dict per moved run."""
     ids = [d.run_id for d in decisions]
     params = {"channel": CHANNEL, "payload": json.dumps(notify, separators=(",", ":")), "now": now, "ids": ids,
-              "source": source}
+              "source": source, "status": status, "allowed": allowed_from}
     with connection.cursor() as cursor:
-        cursor.execute(_APPLY_SQL, params)
+        cursor.execute(_APPLY_SQL.format(columns=_set_columns(columns, params)), params)
         rows = cursor.fetchall()
     slots_held, events = (rows[0][0], rows[0][1]) if rows else (0, 0)
-    moved = [{"id": r[2], "last_seq": r[3], "owner_id": r[4], "name": r[5], "run_class": r[6], "error": r[7]}
+    moved = [{"id": r[2], "last_seq": r[3], "owner_id": r[4], "name": r[5], "run_class": r[6], "error": r[7],
+              "previous": r[8]}
              for r in rows if r[2] is not None]
     if slots_held != len(ids) or len(moved) != len(ids) or events != len(ids):
-        raise InvalidTransition(f"cannot move runs {ids} to starting: found {slots_held} waiting slots and "
-                                f"{len(moved)} queued runs", field="status")
+        raise InvalidTransition(f"cannot move runs {ids} to {status}: found {slots_held} waiting slots and "
+                                f"{len(moved)} runs in {allowed_from}", field="status")
     return moved
 
 
-__all__ = ["grant_policy_forget", "grants_apply", "policy_for_grant_reload", "release_with_snapshot",
+__all__ = ["grants_apply", "policy_for_grant_reload", "release_with_snapshot",
            "snapshot_fetch"]

@@ -11,7 +11,7 @@ from celery.signals import worker_process_init
 
 @worker_process_init.connect
 def stall_after_submit(**_: object) -> None:
-    import runs.launch as launch
+    import runs.execution.ray as launch
 
     real_submit = launch.job_submit
     stall = float(os.environ.get("TEST_LAUNCH_STALL_SECONDS", "120"))

@@ -10,7 +10,9 @@ import pytest
 from django.utils import timezone
 from ray.job_submission import JobSubmissionClient
 
-from runs.launch import JobSpec, job_stop, rl_train_job, run_launch_job, submission_id_for
+from runs.execution.jobs import JobSpec, rl_train_job
+from runs.execution.launch import job_stop, run_launch_job
+from runs.execution.ray import submission_id_for
 from runs.models import Run, RunStatus, Slot, SlotState
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -63,7 +65,10 @@ def test_rl_train_job_spec(settings, tmp_path, django_user_model):
         "python", "-m", "trainer", "run", "--config", str(tmp_path / str(run.pk) / "config.json"),
         "--events", f"https://rl.example.com/api/runs/{run.pk}/ingest/",
         "--checkpoint-dir", str(tmp_path / str(run.pk) / "checkpoints"), "--sandboxed", "--resume"]
-    assert json.loads((tmp_path / str(run.pk) / "config.json").read_text()) == {"steps": 3}
+    # job_spec is pure: the config is a file of the spec, written by the launcher before it submits.
+    assert {path: json.loads(text) for path, text in spec.files.items()} == {
+        str(tmp_path / str(run.pk) / "config.json"): {"steps": 3}}
+    assert not (tmp_path / str(run.pk)).exists()
     assert submission_id_for(run).endswith(f"-{run.pk}-2")
     assert not spec.wants_gpu  # colocated: the learner actor asks Ray for its GPU itself
     run.config = {"mode": "local"}

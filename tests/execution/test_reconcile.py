@@ -9,7 +9,7 @@ from django.utils import timezone
 from ray.job_submission import JobDetails, JobStatus, JobSubmissionClient
 
 from runs.models import Run, RunStatus, Slot, SlotState
-from runs.reconcile import job_outcome, runs_reconcile
+from runs.execution.reconcile import job_outcome, runs_reconcile
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

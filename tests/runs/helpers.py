@@ -6,9 +6,12 @@ from typing import Any
 import pytest
 
 from runs.errors import InvalidInput
-from runs.kinds import RunKind, kind_register
+from runs.execution.jobs import JobSpec
+from runs.execution.kinds import KINDS, RunKind
 
 TEST_KIND = "test_job"
+# A test kind the launcher can submit (its job is never started: tests replace the Ray submit).
+TEST_JOB_KIND = "test_ray_job"
 
 
 def _validate(config: dict[str, Any]) -> dict[str, Any]:
@@ -20,13 +23,16 @@ def _validate(config: dict[str, Any]) -> dict[str, Any]:
     return config
 
 
+def _schema() -> dict[str, Any]:
+    return {"type": "object", "properties": {"steps": {"type": "integer"}}, "additionalProperties": False}
+
+
 def register_test_kind() -> None:
-    kind_register(RunKind(
-        name=TEST_KIND, validate_config=_validate,
-        json_schema=lambda: {"type": "object", "properties": {"steps": {"type": "integer"}},
-                             "additionalProperties": False},
-        description="test kind",
-    ))
+    """Add the test kinds to the static registry (tests only: production kinds are the KINDS literal)."""
+    KINDS[TEST_KIND] = RunKind(name=TEST_KIND, validate_config=_validate, json_schema=_schema,
+                               description="test kind")
+    KINDS[TEST_JOB_KIND] = RunKind(name=TEST_JOB_KIND, validate_config=_validate, json_schema=_schema,
+                                   description="test kind with a job", job_spec=lambda run: JobSpec(["true"]))
 
 
 class Handoffs:

@@ -25,19 +25,23 @@ from django.conf import settings  # noqa: E402
 
 # Browser fan-out is not under test here (tests/realtime covers it); its after-commit reads and Redis round
 # trips would dominate each step, so the workers run with publishing switched off.
+import runs.concurrency  # noqa: E402
+import runs.execution.launch  # noqa: E402
+import runs.lifecycle  # noqa: E402
 import runs.realtime  # noqa: E402
-import runs.services  # noqa: E402
+import runs.stores  # noqa: E402
 
-runs.realtime.run_event_publish = runs.realtime.dashboard_publish = runs.services.dashboard_publish = (
-    lambda *a, **k: None
-)
+runs.realtime.run_event_publish = runs.realtime.dashboard_publish = runs.stores.dashboard_publish = (
+    runs.stores.run_event_publish) = runs.lifecycle.dashboard_publish = (
+    runs.concurrency.dashboard_publish) = lambda *a, **k: None
+# Launched = nothing to do; the run stays `starting` (the launcher itself is tested in tests/runs/test_tasks.py).
+runs.execution.launch.launch_run = lambda run_id: "launched"
 
 from django.contrib.auth import get_user_model  # noqa: E402
 from django.utils import timezone  # noqa: E402
 
 from runs import services  # noqa: E402
 from runs.errors import InvalidInput, InvalidTransition  # noqa: E402
-from runs.kinds import kind_attach  # noqa: E402
 from runs.models import ACTIVE_STATUSES, Run, RunStatus  # noqa: E402
 from tests.runs.helpers import TEST_KIND, register_test_kind  # noqa: E402
 from tests.runs.invariants import invariant_violations  # noqa: E402
@@ -138,7 +142,6 @@ def main() -> None:
     parser.add_argument("--owner", type=int, default=0)
     args = parser.parse_args()
     register_test_kind()
-    kind_attach(TEST_KIND, launch=lambda run: None)  # launched = nothing to do; the run stays `starting`
     if args.mode == "setup":
         return setup()
     if args.mode == "drain":

@@ -9,6 +9,7 @@ from django.utils import timezone
 
 from runs import services
 from runs.errors import InvalidInput, InvalidTransition
+from runs.ingest import run_events_ingest, run_for_ingest
 from runs.models import Run, RunEvent, RunStatus, Slot, SlotState
 from runs.slots import store
 from tests.runs.helpers import TEST_KIND
@@ -94,7 +95,8 @@ def test_stale_heartbeat_is_reclaimed_and_next_granted(user, settings, handoffs)
     services.settings_update(changes={"max_total": 1}, partial=True, by=None)
     run, waiting = submit(user), submit(user)
     services.run_transition(run=run, status=RunStatus.RUNNING)
-    assert services.run_heartbeat(run=run)
+    # The real heartbeat path: the job's (here empty) event post, authenticated with its ingest token.
+    assert run_events_ingest(run=run_for_ingest(run_id=run.pk, token=run.ingest_token), payload=[]).status == "running"
     now = timezone.now()
     assert services.runs_reclaim_stale(now=now + timedelta(seconds=10)) == []
     assert services.runs_reclaim_stale(now=now + timedelta(seconds=31)) == [run.pk]
@@ -102,7 +104,8 @@ def test_stale_heartbeat_is_reclaimed_and_next_granted(user, settings, handoffs)
     waiting.refresh_from_db()
     assert run.status == RunStatus.FAILED and "heartbeat lost" in run.error
     assert waiting.status == RunStatus.STARTING
-    assert not services.run_heartbeat(run=run)
+    with pytest.raises(InvalidTransition):  # a reclaimed run takes no more heartbeats: its job is told to stop
+        run_for_ingest(run_id=run.pk, token=run.ingest_token)
 
 
 def test_time_limit_counts_from_grant(user, handoffs):

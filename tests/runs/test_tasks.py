@@ -1,41 +1,39 @@
-"""Celery task bodies called directly (no broker): dispatch hands a granted run to its kind's launcher."""
+"""Celery task bodies called directly (no broker): dispatch hands a granted run to the one launcher (Ray's
+submit replaced by a recorder), stop asks it to stop the job or cancels a run that has none."""
 from __future__ import annotations
 
-import dataclasses
 import logging
 from datetime import timedelta
 
 import pytest
 from django.utils import timezone
 
-from runs import kinds, services, tasks
-from runs.kinds import kind_attach, kind_get
+from runs import services, tasks
+from runs.execution import ray
 from runs.models import Run, RunStatus, Slot
-from tests.runs.helpers import TEST_KIND
+from tests.runs.helpers import TEST_JOB_KIND, TEST_KIND
 
 pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture
-def launcher():
-    launched: list[int] = []
-    stopped: list[int] = []
-    original = kind_get(TEST_KIND)
-    kind_attach(TEST_KIND, launch=lambda run: launched.append(run.pk), stop=lambda run: stopped.append(run.pk))
-    yield launched, stopped
-    kinds._kinds[TEST_KIND] = original  # the registry is process-wide: put the hook-less kind back
+def submitted(monkeypatch, tmp_path, settings):
+    settings.RUN_ARTIFACTS_DIR = str(tmp_path)
+    got: list[int] = []
+    monkeypatch.setattr(ray, "job_submit", lambda run, spec: got.append(run.pk) or ray.submission_id_for(run))
+    return got
 
 
-def submit(user):
-    return services.run_submit(owner=user, name="t", origin="api", kind=TEST_KIND, config={})
+def submit(user, kind=TEST_KIND):
+    return services.run_submit(owner=user, name="t", origin="api", kind=kind, config={})
 
 
-def test_dispatch_launches_starting_runs_only(user, handoffs, launcher):
-    launched, _ = launcher
-    run = submit(user)
-    assert tasks.dispatch_run(run.pk) == "launched" and launched == [run.pk]
-    services.run_transition(run=run, status=RunStatus.RUNNING)
-    assert tasks.dispatch_run(run.pk) == "skipped" and launched == [run.pk]  # a stale message is ignored
+def test_dispatch_launches_starting_runs_only(user, handoffs, submitted):
+    run = submit(user, TEST_JOB_KIND)
+    assert tasks.dispatch_run(run.pk) == "launched" and submitted == [run.pk]
+    run.refresh_from_db()
+    assert run.status == RunStatus.RUNNING and run.ray_submission_id == ray.submission_id_for(run)
+    assert tasks.dispatch_run(run.pk) == "skipped" and submitted == [run.pk]  # a stale message is ignored
 
 
 def test_dispatch_without_launcher_fails_run_and_frees_slot(user, handoffs):
@@ -46,13 +44,10 @@ def test_dispatch_without_launcher_fails_run_and_frees_slot(user, handoffs):
     assert not Slot.objects.filter(run_id=run.pk).exists()
 
 
-def test_stop_uses_hook_or_finalizes(user, handoffs, launcher):
-    _, stopped = launcher
+def test_stop_of_a_run_without_a_job_cancels_it(user, handoffs):
     run = submit(user)
     services.run_cancel(run=run, by=user)
-    assert tasks.stop_run(run.pk) == "stop requested" and stopped == [run.pk]
-    kinds._kinds[TEST_KIND] = dataclasses.replace(kind_get(TEST_KIND), stop=None)  # a kind with no stop hook
-    assert tasks.stop_run(run.pk) == "cancelled"
+    assert tasks.stop_run(run.pk) == "stop requested"
     run.refresh_from_db()
     assert run.status == RunStatus.CANCELLED
 

@@ -19,7 +19,8 @@ import torch
 from django.utils import timezone
 from rest_framework.test import APIClient
 
-from runs.launch import rl_train_job
+from runs.execution.jobs import rl_train_job
+from runs.execution.launch import job_files_write
 from runs.models import Run, RunStatus
 from tests.runs.helpers import (  # noqa: F401 - fixtures
     _fast_password_hashing, _fresh_policy_cache, handoffs, other_user, user,
@@ -92,7 +93,7 @@ def test_full_phase_with_empty_batch_path_is_accepted(user, handoffs):
 @pytest.mark.django_db
 def test_every_free_string_in_the_schema_is_refused_unless_empty(user, handoffs):
     """The class, not the instance: any string field that is not an enum could become a path; none is accepted."""
-    from runs.kinds import kind_get
+    from runs.execution.kinds import kind_get
 
     props = kind_get("rl_train").json_schema()["properties"]
     free = [name for name, prop in props.items() if prop["type"] == "string" and "enum" not in prop]
@@ -118,7 +119,9 @@ def test_launched_job_gets_only_run_id_paths_and_refuses_a_stored_debug_config(u
     run = Run.objects.create(name="old", origin="api", run_class="app", kind="rl_train", owner=user,
                              status=RunStatus.STARTING, granted_at=timezone.now(), resume_requested=True,
                              config={"mode": "local", "steps": 1, "phase": "rollout_only", "batch_path": str(target)})
-    cmd = rl_train_job(run).entrypoint
+    spec = rl_train_job(run)
+    job_files_write(run, spec)  # what the launcher does before it submits
+    cmd = spec.entrypoint
     run_dir = (tmp_path / "artifacts" / str(run.pk)).resolve()
     paths = [cmd[i + 1] for i, arg in enumerate(cmd) if arg in ("--config", "--checkpoint-dir")]
     assert len(paths) == 2 and all(Path(p).resolve().is_relative_to(run_dir) for p in paths)
@@ -213,7 +216,7 @@ def test_the_maximum_itself_is_accepted(user, handoffs, field):
 
 @pytest.mark.django_db
 def test_schema_shows_every_maximum_and_the_budget(user):
-    from runs.kinds import kind_get
+    from runs.execution.kinds import kind_get
 
     schema = kind_get("rl_train").json_schema()
     assert {f: schema["properties"][f].get("maximum") for f in MAXIMA} == MAXIMA

@@ -15,7 +15,7 @@ from rest_framework.test import APIClient
 from runs import services
 from runs.models import Run, RunStatus, Schedule
 from runs.schedules import schedules_submit_due
-from runs.system_runs import eval_run_submit
+from runs.execution.followups import eval_run_submit
 from tests.runs.helpers import (  # noqa: F401 (fixtures)
     TEST_KIND, _fast_password_hashing, _fresh_policy_cache, handoffs, other_user, register_test_kind, staff, user,
 )

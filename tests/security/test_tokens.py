@@ -49,7 +49,7 @@ def test_a_resume_gives_a_new_ingest_token_and_the_old_one_stops_at_once(user, h
 
 
 def test_a_relaunch_of_the_same_attempt_keeps_its_token(user, settings, tmp_path):
-    from runs.launch import ingest_token_file_write  # what the launcher calls on every launch of the attempt
+    from runs.execution.ray import ingest_token_file_write  # what the launcher calls on every launch of the attempt
 
     settings.RUN_ARTIFACTS_DIR = tmp_path
     run = Run.objects.create(name="r", origin="api", run_class="app", kind=TEST_KIND, owner=user,

@@ -1,65 +1,53 @@
 """The tick's view of Ray: bring every active run in line with the state of its Ray job.
 
-Job ended -> the run is finished with the job's outcome (slot released, next run granted, system runs after a
-success); job vanished -> failed with the reason; a `starting` run whose job already runs (its worker died after
-submitting) is re-attached as `running`, never relaunched; a `stopping` run's job is asked to stop again until
-it does. Runs granted but never launched are relaunched by the tick's lost-launch sweep (runs/tasks.py).
+Job ended -> the run is finished with the job's outcome (runs/execution/outcome.py; follow-ups come from
+run_finish); job vanished -> failed with the reason; a `starting` run whose job already runs (its worker died
+after submitting) is re-attached as `running`, never relaunched; a `stopping` run's job is asked to stop again
+until it does. Runs granted but never launched are relaunched by the tick's lost-launch sweep (runs/tasks.py).
+A job's own final event usually finished the run already; then the run is no longer active and not looked at.
 """
 from __future__ import annotations
 
 import logging
+from typing import TYPE_CHECKING
 
-from ray.job_submission import JobDetails, JobStatus
-
-from runs import services
 from runs.errors import InvalidTransition
-from runs.launch import RAY_UNREACHABLE, RayUnavailable, job_stop, ray_client, submission_id_for
+from runs.execution.launch import job_stop
+from runs.execution.outcome import error_tail, run_job_finished
+from runs.execution.ray import RAY_UNREACHABLE, RayUnavailable, ray_client, submission_id_for
+from runs.lifecycle import run_transition
 from runs.models import ACTIVE_STATUSES, Run, RunStatus
+
+if TYPE_CHECKING:
+    from ray.job_submission import JobDetails
 
 logger = logging.getLogger(__name__)
 
-# Ray's job message holds the tail of the job's log on failure; keep the run's error readable.
-ERROR_TAIL_CHARS = 4000
-
-
-def _tail(text: str) -> str:
-    text = (text or "").strip()
-    return text if len(text) <= ERROR_TAIL_CHARS else "..." + text[-ERROR_TAIL_CHARS:]
+# Ray's JobStatus values (a str enum, compared by value so this module does not load Ray).
+JOB_SUCCEEDED, JOB_STOPPED, JOB_FAILED, JOB_RUNNING = "SUCCEEDED", "STOPPED", "FAILED", "RUNNING"
 
 
 def job_outcome(run: Run, info: JobDetails) -> tuple[str, str] | None:
     """The (status, error) a run gets for a job in a terminal state; None while the job is still going."""
     sid = run.ray_submission_id
     stopping = run.status == RunStatus.STOPPING
-    if info.status == JobStatus.SUCCEEDED:
+    if info.status == JOB_SUCCEEDED:
         return RunStatus.SUCCEEDED, ""
-    if info.status == JobStatus.STOPPED:
+    if info.status == JOB_STOPPED:
         if stopping:
             return RunStatus.CANCELLED, run.error
         return RunStatus.FAILED, f"Ray job {sid} was stopped outside the platform"
-    if info.status == JobStatus.FAILED:
+    if info.status == JOB_FAILED:
         if stopping:
-            return RunStatus.CANCELLED, f"{run.error}; the job exited while stopping: {_tail(info.message)}"
-        return RunStatus.FAILED, f"Ray job {sid} failed: {_tail(info.message or 'no message from Ray')}"
+            return RunStatus.CANCELLED, f"{run.error}; the job exited while stopping: {error_tail(info.message)}"
+        return RunStatus.FAILED, f"Ray job {sid} failed: {error_tail(info.message or 'no message from Ray')}"
     return None
-
-
-def run_job_finished(*, run: Run, status: str, error: str) -> Run:
-    """Finish a run from its job's outcome, then let the platform react (eval of a trained model, auto-resume)."""
-    from runs.system_runs import EVAL_KIND, eval_summary_record, system_runs_after_finish
-
-    if status == RunStatus.SUCCEEDED and run.kind == EVAL_KIND:
-        eval_summary_record(run=run)  # before the finish, so whoever sees `succeeded` sees the metrics too
-    finished = services.run_finish(run=run, status=status, error=error)
-    if finished.status == status:
-        system_runs_after_finish(run=finished)
-    return finished
 
 
 def _reattach(run: Run) -> None:
     """A `starting` run whose job is already running: its launch happened; record it, do not launch again."""
     try:
-        services.run_transition(run=run, status=RunStatus.RUNNING)
+        run_transition(run=run, status=RunStatus.RUNNING)
         logger.info("run %s: re-attached to running Ray job %s", run.pk, run.ray_submission_id)
     except InvalidTransition:
         pass  # the launching worker got there first, or the run was cancelled meanwhile
@@ -84,7 +72,7 @@ def run_reconcile(*, run: Run, info: JobDetails | None) -> str:
     if outcome is not None:
         run_job_finished(run=run, status=outcome[0], error=outcome[1])
         return outcome[0]
-    if run.status == RunStatus.STARTING and info.status == JobStatus.RUNNING:
+    if run.status == RunStatus.STARTING and info.status == JOB_RUNNING:
         _reattach(run)
         return "reattached"
     if run.status == RunStatus.STOPPING:

@@ -1,37 +1,29 @@
-"""Launch granted runs as Ray jobs and ask them to stop: the execution hooks of the Ray-backed run kinds.
+"""The Ray job API as the launcher uses it: the client, a run attempt's submission id, the ingest token
+hand-over file, submitting a job (idempotent per attempt) and stopping one.
 
 A launch is idempotent: the Ray `submission_id` is derived from the run id and attempt, so a second launch of
 the same attempt (a redelivered Celery task, the tick's lost-launch sweep) finds the job and only records it.
 """
 from __future__ import annotations
 
-import json
 import logging
 import os
 import shlex
 import time
-from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import requests
 from django.conf import settings
-from ray.job_submission import JobSubmissionClient
 
-from runs import services
-from runs.errors import InvalidTransition
-from runs.models import Run, RunStatus
+from runs.execution.jobs import JobSpec, run_artifacts_dir
+from runs.models import Run
+
+if TYPE_CHECKING:
+    from ray.job_submission import JobSubmissionClient
 
 logger = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class JobSpec:
-    """What a kind wants Ray to run for one attempt of a run."""
-
-    entrypoint: list[str]
-    env: dict[str, str] = field(default_factory=dict)
-    wants_gpu: bool = False  # reserve one GPU for the entrypoint process when the cluster has any
 
 
 class RayUnavailable(Exception):
@@ -46,6 +38,9 @@ RAY_UNREACHABLE = (ConnectionError, requests.RequestException)
 
 @lru_cache(maxsize=4)
 def _client(address: str) -> JobSubmissionClient:
+    # Ray is loaded by the processes that launch (Celery workers) when they first do, never by the web process.
+    from ray.job_submission import JobSubmissionClient
+
     return JobSubmissionClient(address)
 
 
@@ -61,21 +56,6 @@ def submission_id_for(run: Run) -> str:
     return f"{settings.RAY_SUBMISSION_PREFIX}-{run.pk}-{run.attempt}"
 
 
-def run_artifacts_dir(run_id: int) -> Path:
-    """RUN_ARTIFACTS_DIR/<id>: the only place a run's job reads or writes files (config, checkpoints)."""
-    if not isinstance(run_id, int) or isinstance(run_id, bool) or run_id < 1:
-        raise ValueError(f"a run id is a positive integer, got {run_id!r}")
-    return Path(settings.RUN_ARTIFACTS_DIR) / str(run_id)
-
-
-def run_checkpoint_dir(run_id: int) -> Path:
-    return run_artifacts_dir(run_id) / "checkpoints"
-
-
-def run_events_url(run: Run) -> str:
-    return f"{settings.PLATFORM_PUBLIC_URL.rstrip('/')}/api/runs/{run.pk}/ingest/"
-
-
 def cluster_gpus(client: JobSubmissionClient) -> float:
     """Total GPUs the cluster reports (0 when it has none or does not say)."""
     try:
@@ -86,25 +66,6 @@ def cluster_gpus(client: JobSubmissionClient) -> float:
     except Exception:  # noqa: BLE001 - unknown means "do not ask for a GPU" (a CPU job still runs)
         logger.warning("could not read the Ray cluster's GPU count", exc_info=True)
         return 0.0
-
-
-def rl_train_job(run: Run) -> JobSpec:
-    """`python -m trainer run`: the config is written next to the checkpoints (a shared path in production).
-
-    Every path is chosen here from the run id; `--sandboxed` makes the job refuse a config that names a file
-    (a debug phase, `batch_path`) even if one was stored before the submit check existed."""
-    artifacts = run_artifacts_dir(run.pk)
-    artifacts.mkdir(parents=True, exist_ok=True)
-    config_path = artifacts / "config.json"
-    config_path.write_text(json.dumps(run.config, indent=2, sort_keys=True))
-    cmd = ["python", "-m", "trainer", "run", "--config", str(config_path), "--events", run_events_url(run),
-           "--checkpoint-dir", str(run_checkpoint_dir(run.pk)), "--sandboxed"]
-    if run.resume_requested:
-        cmd.append("--resume")
-    # 'local' trains inside the entrypoint process; the other modes place a learner actor that asks Ray for
-    # its own GPU, so reserving one for the entrypoint too would deadlock a one-GPU cluster.
-    wants_gpu = run.config.get("mode") == "local" and run.config.get("device", "auto") != "cpu"
-    return JobSpec(entrypoint=cmd, wants_gpu=wants_gpu)
 
 
 def ingest_token_file_write(run: Run) -> Path:
@@ -165,49 +126,3 @@ def job_submit(run: Run, spec: JobSpec) -> str:
             time.sleep(1)
         except RAY_UNREACHABLE as exc:
             raise RayUnavailable(f"Ray job API at {settings.RAY_ADDRESS} is not reachable: {exc}") from exc
-
-
-def run_launch_job(run: Run, spec: JobSpec) -> None:
-    """Launch hook body shared by the Ray-backed kinds: record the id, submit, move to `running`."""
-    submission_id = submission_id_for(run)
-    # Recorded first, so that a worker dying right after the submit leaves a run whose job can be found.
-    if not Run.objects.filter(pk=run.pk, status=RunStatus.STARTING).update(ray_submission_id=submission_id):
-        return  # cancelled or finished since the grant: nothing to launch
-    run.ray_submission_id = submission_id
-    try:
-        job_submit(run, spec)
-    except RayUnavailable:
-        logger.warning("run %s: Ray is not reachable; the tick will launch it again", run.pk, exc_info=True)
-        return
-    try:
-        services.run_transition(run=run, status=RunStatus.RUNNING)
-    except InvalidTransition:
-        # Cancelled, failed or already marked running while we submitted. A run that no longer wants a job
-        # must not keep one: the cancel path may have looked for the job before it existed.
-        current = Run.objects.get(pk=run.pk)
-        if current.status not in (RunStatus.RUNNING,):
-            job_stop(current)
-
-
-def run_launch(run: Run) -> None:
-    """The `rl_train` launch hook."""
-    run_launch_job(run, rl_train_job(run))
-
-
-def job_stop(run: Run) -> None:
-    """Ask the run's Ray job to stop (SIGINT, then SIGKILL after RUN_STOP_GRACE_SECONDS). The tick's
-    reconcile records the outcome; a `stopping` run with no job at all is cancelled here at once."""
-    if run.ray_submission_id != submission_id_for(run):  # this attempt has no job (none yet, or an old one)
-        if run.status == RunStatus.STOPPING:
-            services.run_finish(run=run, status=RunStatus.CANCELLED, error=run.error)
-        return
-    try:
-        ray_client().stop_job(run.ray_submission_id)
-    except RuntimeError as exc:
-        if "does not exist" not in str(exc):
-            raise
-        fresh = Run.objects.get(pk=run.pk)
-        if fresh.status == RunStatus.STOPPING:
-            services.run_finish(run=fresh, status=RunStatus.CANCELLED, error=fresh.error)
-    except (*RAY_UNREACHABLE, RayUnavailable):
-        logger.warning("run %s: Ray not reachable to stop %s; the tick retries", run.pk, run.ray_submission_id)

@@ -1,0 +1,44 @@
+"""Writes of the concurrency settings (the slot policy and per-user limits): validate, store, grant under
+the new limits in the same transaction."""
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from django.conf import settings
+from django.db import transaction
+
+from runs.errors import InvalidInput
+from runs.lifecycle import grant_pass
+from runs.models import ConcurrencySettings
+from runs.realtime import dashboard_publish
+from runs.slots import store
+from runs.slots.policy import PolicyError, policy_check_merged, policy_merge, policy_validate
+
+
+def settings_update(*, changes: Any, partial: bool, by: Any) -> dict[str, Any]:
+    """Validate and store concurrency settings (partial merges, full replaces), then grant under new limits.
+    Returns the new stored raw settings. Raises InvalidInput naming the field."""
+    try:
+        policy_validate(changes)
+    except PolicyError as exc:
+        raise InvalidInput(exc.message, field=exc.field) from exc
+    started = time.time()
+    with transaction.atomic():
+        store.slots_lock()
+        row = ConcurrencySettings.objects.select_for_update().order_by("pk").first()
+        raw = policy_merge(row.raw if row else {}, changes, partial=partial)
+        try:
+            policy_check_merged(raw, default_max_total=settings.SLOTS_DEFAULT_MAX_TOTAL, changes=changes)
+        except PolicyError as exc:
+            raise InvalidInput(exc.message, field=exc.field) from exc
+        if row is None:
+            row = ConcurrencySettings(raw=raw, updated_by=by if getattr(by, "pk", None) else None)
+        else:
+            row.raw, row.updated_by = raw, (by if getattr(by, "pk", None) else None)
+        row.save()
+        store.policy_forget()
+        dashboard_publish({"kind": "settings"})
+        grant_pass(reason="settings", started=started)
+    store.policy_forget()
+    return raw

@@ -1,0 +1,48 @@
+"""What follows a finished run, run by the retried, idempotent `runs.tasks.run_followups` task that
+runs.lifecycle.run_finish schedules in the finishing transaction: a succeeded `rl_train` run gets an `eval`
+run (origin `system`, same owner, parent = the run), a failed run with `auto_resume` is resumed (at most
+RUN_AUTO_RESUME_MAX attempts), however it failed (job, reclaim, time limit, launch error)."""
+from __future__ import annotations
+
+import logging
+
+from django.conf import settings
+from django.db import transaction
+
+from runs.execution.kinds import DEFAULT_KIND, EVAL_KIND
+from runs.execution.submit import run_submit
+from runs.lifecycle import run_resume
+from runs.models import Origin, Run, RunStatus
+from runs.slots import store
+
+logger = logging.getLogger(__name__)
+
+
+def eval_run_submit(*, run: Run) -> Run | None:
+    """Submit the evaluation of a succeeded training run once (racing finalizers: the grant lock decides).
+    Not refused by the owner's per-user caps: it replaces the training run that just finished, one for one."""
+    with transaction.atomic():
+        store.slots_lock()
+        if Run.objects.filter(parent=run, origin=Origin.SYSTEM, kind=EVAL_KIND).exists():
+            return None
+        return run_submit(owner=run.owner, name=f"eval of {run.name}"[:200], origin=Origin.SYSTEM,
+                          kind=EVAL_KIND, config={"source_run": run.pk}, parent=run, user_caps=False)
+
+
+def run_followups(*, run_id: int, attempt: int) -> str:
+    """Apply the follow-ups of attempt `attempt` of a finished run. Idempotent: a second delivery finds the eval
+    run already there, or the run already resumed (its attempt moved on)."""
+    run = Run.objects.filter(pk=run_id).first()
+    if run is None or run.attempt != attempt:
+        return "stale"
+    if run.status == RunStatus.SUCCEEDED and run.kind == DEFAULT_KIND:
+        child = eval_run_submit(run=run)
+        if child is None:
+            return "evaluation exists"
+        logger.info("run %s succeeded: submitted eval run %s", run.pk, child.pk)
+        return "evaluation submitted"
+    if run.status == RunStatus.FAILED and run.auto_resume and run.attempt < settings.RUN_AUTO_RESUME_MAX:
+        run_resume(run=run, by="the platform (auto-resume)", user_caps=False)
+        logger.info("run %s failed: resumed automatically (attempt %s)", run.pk, run.attempt + 1)
+        return "resumed"
+    return "nothing to do"

@@ -1,0 +1,116 @@
+"""The run kinds, a static registry (`KINDS`, built once below): what a kind's config must look like, who may
+submit it (`authorize`), and the job that runs it (`job_spec`, pure). The launcher runs every kind the same way.
+
+`rl_train`'s config is `trainer.config.TrainConfig` (imported when first needed, so the web process does not
+load the trainer until it validates a config); `eval` measures a finished training run's last checkpoint.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from runs.errors import InvalidInput
+from runs.execution.jobs import JobSpec, eval_job, rl_train_job
+from runs.models import Run
+from runs.selectors import run_list
+
+DEFAULT_KIND = "rl_train"
+EVAL_KIND = "eval"
+
+
+@dataclass(frozen=True)
+class RunKind:
+    """`validate_config` returns the config to store or raises InvalidInput naming the field (`config.<key>`);
+    `job_spec(run)` is what the launcher submits for a granted run (None: the kind cannot be launched);
+    `authorize(config, owner)`, if set, raises InvalidInput when the config refers to something the owner may
+    not see (answered exactly like a missing thing, so it reveals nothing)."""
+
+    name: str
+    validate_config: Callable[[dict[str, Any]], dict[str, Any]]
+    json_schema: Callable[[], dict[str, Any]]
+    description: str = ""
+    job_spec: Callable[[Run], JobSpec] | None = None
+    authorize: Callable[[dict[str, Any], Any], None] | None = None
+
+
+def _train_config_module() -> Any:
+    try:
+        from trainer import config
+    except ImportError as exc:  # the trainer package ships the schema; without it we cannot validate
+        raise InvalidInput(f"the {DEFAULT_KIND} kind needs trainer.config ({exc})", field="kind") from exc
+    return config
+
+
+def _rl_train_validate(config: dict[str, Any]) -> dict[str, Any]:
+    """TrainConfig's checks (types, bounds, parameter budget) plus the platform's sandbox: no debug phase and no
+    `batch_path`, so nothing in a submitted config names a file (checkpoint and config paths are per run id)."""
+    module = _train_config_module()
+    if not isinstance(config, dict):
+        raise InvalidInput("must be a JSON object", field="config")
+    try:
+        module.TrainConfig.from_dict(config, allow_debug=False)
+    except module.ConfigError as exc:
+        field = getattr(exc, "field", "") or ""
+        message = str(exc)
+        if field and message.startswith(f"{field}: "):  # ConfigError's text already leads with the field
+            message = message[len(field) + 2:]
+        raise InvalidInput(message, field=f"config.{field}" if field else "config") from exc
+    return config
+
+
+def _rl_train_schema() -> dict[str, Any]:
+    return _train_config_module().TrainConfig.json_schema(allow_debug=False)
+
+
+EVAL_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["source_run"],
+    "properties": {
+        "source_run": {"type": "integer", "minimum": 1,
+                       "description": "Id of the rl_train run whose last checkpoint is evaluated."},
+    },
+}
+
+
+def eval_config_validate(config: dict[str, Any]) -> dict[str, Any]:
+    unknown = sorted(set(config) - set(EVAL_SCHEMA["properties"]))
+    if unknown:
+        raise InvalidInput(f"unknown key(s) {unknown}; allowed: ['source_run']", field=f"config.{unknown[0]}")
+    source = config.get("source_run")
+    if not isinstance(source, int) or isinstance(source, bool) or source < 1:
+        raise InvalidInput("must be the id (a positive integer) of an rl_train run", field="config.source_run")
+    return {"source_run": source}  # that it exists and may be seen: eval_authorize, which knows the owner
+
+
+def eval_authorize(config: dict[str, Any], owner: Any) -> None:
+    """The source run must be an rl_train run the owner may see (own runs; staff: all). One query either way,
+    so another user's run is answered exactly like a missing one (same 400, same message, same work)."""
+    source = config["source_run"]
+    if not run_list(user=owner).filter(pk=source, kind=DEFAULT_KIND).exists():
+        raise InvalidInput(f"no {DEFAULT_KIND} run with id {source}", field="config.source_run")
+
+
+KINDS: dict[str, RunKind] = {
+    DEFAULT_KIND: RunKind(
+        name=DEFAULT_KIND, validate_config=_rl_train_validate, json_schema=_rl_train_schema, job_spec=rl_train_job,
+        description="RL training of a policy with the asynchronous rollout/train loop (trainer.config.TrainConfig)",
+    ),
+    EVAL_KIND: RunKind(
+        name=EVAL_KIND, validate_config=eval_config_validate, json_schema=lambda: EVAL_SCHEMA, job_spec=eval_job,
+        authorize=eval_authorize,
+        description="Held-out evaluation of an rl_train run's last checkpoint (python -m trainer eval)",
+    ),
+}
+
+
+def kind_get(name: Any) -> RunKind:
+    kind = KINDS.get(name) if isinstance(name, str) else None
+    if kind is None:
+        raise InvalidInput(f"unknown run kind {name!r}; registered kinds: {', '.join(sorted(KINDS))}", field="kind")
+    return kind
+
+
+def kinds_all() -> list[RunKind]:
+    return sorted(KINDS.values(), key=lambda k: k.name)
