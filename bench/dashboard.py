@@ -7,6 +7,7 @@ Writes bench/results/dashboard.json with
 next to same-run baselines (empty board, idle run page, uPlot alone) and their ratios.
 Usage: python bench/dashboard.py [--quick]   (DATABASE_URL: a PostgreSQL server; a scratch database is used)
 """
+
 from __future__ import annotations
 
 import argparse
@@ -82,8 +83,11 @@ def main() -> None:
     client.force_login(user)
     session = client.cookies["sessionid"].value
 
-    server = server_start(database_url=DB_URL, redis_url=REDIS_URL, extra_env={
-        "CELERY_TASK_ALWAYS_EAGER": "1", "RAY_ADDRESS": f"http://127.0.0.1:{free_port()}"})
+    server = server_start(
+        database_url=DB_URL,
+        redis_url=REDIS_URL,
+        extra_env={"CELERY_TASK_ALWAYS_EAGER": "1", "RAY_ADDRESS": f"http://127.0.0.1:{free_port()}"},
+    )
     results: dict = {}
     try:
         with sync_playwright() as pw:
@@ -116,12 +120,19 @@ def main() -> None:
             for i in range(20):
                 origin = "dashboard" if i == 0 else "api"
                 # One user seeds the whole board: not subject to the per-user caps (docs/slots.md).
-                run = services.run_submit(owner=user, name=f"running-{i}", origin=origin, kind="rl_train", config={},
-                                          user_caps=False)
+                run = services.run_submit(
+                    owner=user, name=f"running-{i}", origin=origin, kind="rl_train", config={}, user_caps=False
+                )
                 services.run_transition(run=run, status=RunStatus.RUNNING)
             for i in range(1000):
-                services.run_submit(owner=user, name=f"queued-{i}", origin=("api", "schedule", "system")[i % 3],
-                                    kind="rl_train", config={}, user_caps=False)
+                services.run_submit(
+                    owner=user,
+                    name=f"queued-{i}",
+                    origin=("api", "schedule", "system")[i % 3],
+                    kind="rl_train",
+                    config={},
+                    user_caps=False,
+                )
             seed_s = time.perf_counter() - t0
             assert Run.objects.filter(status=RunStatus.QUEUED).count() == 1000
             running = list(Run.objects.filter(status=RunStatus.RUNNING).order_by("id"))
@@ -184,15 +195,29 @@ def main() -> None:
             "bundle_gzip_kb": round(bundle, 1),
             "frame_p95_ms": round(p95(busy), 1),
             "first_render_split_ms": {"server_ttfb": split["ttfb"], "browser": split["client"]},
-            "baseline": {"empty_board_first_render_ms": round(empty_ms, 1),
-                         "idle_run_page_frame_p95_ms": round(p95(idle), 1), "uplot_alone_gzip_kb": round(uplot_kb, 1)},
-            "ratios": {"first_render_vs_empty": round(full_ms / empty_ms, 2),
-                       "frame_p95_vs_idle": round(p95(busy) / p95(idle), 2),
-                       "bundle_vs_uplot": round(bundle / uplot_kb, 2)},
-            "setup": {"queued": 1000, "running": 20, "events_per_s_measured": round(rate, 1), "stream_s": stream_s,
-                      "frames": len(busy), "repetitions": reps, "seed_s": round(seed_s, 1), "quick": args.quick,
-                      # Other work on this 2-core machine skews browser timings; recorded to read them by.
-                      "load_avg_1m_at_end": round(os.getloadavg()[0], 1), "cpus": os.cpu_count()},
+            "baseline": {
+                "empty_board_first_render_ms": round(empty_ms, 1),
+                "idle_run_page_frame_p95_ms": round(p95(idle), 1),
+                "uplot_alone_gzip_kb": round(uplot_kb, 1),
+            },
+            "ratios": {
+                "first_render_vs_empty": round(full_ms / empty_ms, 2),
+                "frame_p95_vs_idle": round(p95(busy) / p95(idle), 2),
+                "bundle_vs_uplot": round(bundle / uplot_kb, 2),
+            },
+            "setup": {
+                "queued": 1000,
+                "running": 20,
+                "events_per_s_measured": round(rate, 1),
+                "stream_s": stream_s,
+                "frames": len(busy),
+                "repetitions": reps,
+                "seed_s": round(seed_s, 1),
+                "quick": args.quick,
+                # Other work on this 2-core machine skews browser timings; recorded to read them by.
+                "load_avg_1m_at_end": round(os.getloadavg()[0], 1),
+                "cpus": os.cpu_count(),
+            },
             "targets": {"first_render_ms": 500, "bundle_gzip_kb": 150, "frame_p95_ms": 50},
         }
     finally:

@@ -7,6 +7,7 @@ Both phases run in one invocation against the same daphne, Redis (a private redi
 Writes bench/results/events.json: {"full": {"p50_ms", "p99_ms", "lost"}, "bare": {"p50_ms", "p99_ms"},
 "ratio_p99"}. Usage: python bench/events.py [--quick] [--clients 50] [--rate 20] [--seconds 30] [--rounds 3]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -47,8 +48,16 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))] if ordered else float("nan")
 
 
-async def client(url: str, cookie: str, expect: int, latencies: list[float], ready: asyncio.Event,
-                 counter: list[int], deadline: float, gate: asyncio.Semaphore) -> set[int]:
+async def client(
+    url: str,
+    cookie: str,
+    expect: int,
+    latencies: list[float],
+    ready: asyncio.Event,
+    counter: list[int],
+    deadline: float,
+    gate: asyncio.Semaphore,
+) -> set[int]:
     """One browser: receive until `expect` events or the deadline; latency = now - the event's emit time."""
     import websockets
 
@@ -56,11 +65,16 @@ async def client(url: str, cookie: str, expect: int, latencies: list[float], rea
     for attempt in range(5):  # browsers arrive a few at a time; a refused handshake is retried, as they do
         try:
             async with gate:
-                ws = await websockets.connect(url, additional_headers={"Cookie": f"sessionid={cookie}"},
-                                              origin="http://127.0.0.1", open_timeout=30, max_queue=None)
+                ws = await websockets.connect(
+                    url,
+                    additional_headers={"Cookie": f"sessionid={cookie}"},
+                    origin="http://127.0.0.1",
+                    open_timeout=30,
+                    max_queue=None,
+                )
                 assert json.loads(await ws.recv())["type"] == "snapshot"
             break
-        except (OSError, websockets.InvalidMessage, websockets.InvalidStatus, asyncio.TimeoutError):
+        except (TimeoutError, OSError, websockets.InvalidMessage, websockets.InvalidStatus):
             await asyncio.sleep(0.5 * (attempt + 1))
     else:
         raise RuntimeError(f"could not connect to {url}")
@@ -71,7 +85,7 @@ async def client(url: str, cookie: str, expect: int, latencies: list[float], rea
         while len(seen) < expect:
             try:
                 raw = await asyncio.wait_for(ws.recv(), timeout=max(0.01, deadline - time.monotonic()))
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 break
             now = time.time()
             for event in json.loads(raw)["events"]:
@@ -118,8 +132,13 @@ def emit_bare(run_id: int, count: int, rate: float, out) -> None:
         start = time.monotonic()
         for i in range(1, count + 1):
             await asyncio.sleep(max(0.0, start + i / rate - time.monotonic()))
-            event = {"run": run_id, "seq": i, "ts": time.time(), "type": "log",
-                     "data": {"t_emit": time.time(), "line": f"e{i}"}}
+            event = {
+                "run": run_id,
+                "seq": i,
+                "ts": time.time(),
+                "type": "log",
+                "data": {"t_emit": time.time(), "line": f"e{i}"},
+            }
             await layer.group_send(run_group(run_id), {"type": "run.events", "events": [event]})
 
     asyncio.run(send_all())
@@ -135,8 +154,10 @@ def phase(ws_base: str, run, cookie: str, clients: int, emit, args: tuple, count
         deadline = time.monotonic() + 60 + count / 5
         url = f"{ws_base}/ws/runs/{run.pk}/"
         gate = asyncio.Semaphore(10)
-        tasks = [asyncio.create_task(client(url, cookie, count, latencies, ready, counter, deadline, gate))
-                 for _ in range(clients)]
+        tasks = [
+            asyncio.create_task(client(url, cookie, count, latencies, ready, counter, deadline, gate))
+            for _ in range(clients)
+        ]
         await asyncio.wait_for(ready.wait(), timeout=120)
         await asyncio.sleep(0.5)
         # The emitter is a process of its own: in this one it would share the GIL with 50 clients' parsing.
@@ -160,8 +181,11 @@ def main() -> None:
     parser.add_argument("--rate", type=float, default=20.0, help="events per second")
     parser.add_argument("--seconds", type=float, default=30.0, help="emitting time per path, over all rounds")
     parser.add_argument("--rounds", type=int, default=3, help="alternating bare/full rounds")
-    parser.add_argument("--no-pool", action="store_true",
-                        help="daphne without the psycopg pool (DATABASE_POOL=1 is what web processes should run)")
+    parser.add_argument(
+        "--no-pool",
+        action="store_true",
+        help="daphne without the psycopg pool (DATABASE_POOL=1 is what web processes should run)",
+    )
     args = parser.parse_args()
     seconds = 5.0 if args.quick else args.seconds
     args.rounds = 1 if args.quick else args.rounds
@@ -172,8 +196,14 @@ def main() -> None:
     redis = RedisServer().start()
     prefix = f"bench{uuid.uuid4().hex[:6]}"
     db_url = os.environ.get("BENCH_DATABASE_URL", DEFAULT_DB)
-    os.environ.update({"DATABASE_URL": db_url, "REDIS_URL": redis.url, "CHANNEL_LAYER_PREFIX": prefix,
-                       "DJANGO_SETTINGS_MODULE": "config.settings"})
+    os.environ.update(
+        {
+            "DATABASE_URL": db_url,
+            "REDIS_URL": redis.url,
+            "CHANNEL_LAYER_PREFIX": prefix,
+            "DJANGO_SETTINGS_MODULE": "config.settings",
+        }
+    )
     import django
 
     django.setup()
@@ -189,13 +219,20 @@ def main() -> None:
     cookie = browser.cookies["sessionid"].value
 
     def new_run(name: str) -> Run:
-        return Run.objects.create(name=name, origin="api", run_class="app", kind="rl_train", owner=user,
-                                  status=RunStatus.RUNNING)
+        return Run.objects.create(
+            name=name, origin="api", run_class="app", kind="rl_train", owner=user, status=RunStatus.RUNNING
+        )
 
-    web = Daphne(server_env(database_url=db_url, redis_url=redis.url, prefix=prefix,
-                            DATABASE_POOL="0" if args.no_pool else "1",
-                            # all clients are one user: lift the per-user websocket cap (docs/realtime.md)
-                            WS_MAX_PER_USER=str(args.clients + 10)))
+    web = Daphne(
+        server_env(
+            database_url=db_url,
+            redis_url=redis.url,
+            prefix=prefix,
+            DATABASE_POOL="0" if args.no_pool else "1",
+            # all clients are one user: lift the per-user websocket cap (docs/realtime.md)
+            WS_MAX_PER_USER=str(args.clients + 10),
+        )
+    )
     bare: list[float] = []
     full: list[float] = []
     lost = 0
@@ -204,33 +241,47 @@ def main() -> None:
     try:
         for round_no in range(args.rounds):
             bare_run, full_run = new_run(f"bench-bare-{round_no}"), new_run(f"bench-full-{round_no}")
-            got, bare_lost = phase(web.ws, bare_run, cookie, args.clients,
-                                   emit_bare, (bare_run.pk, per_round, args.rate), per_round)
-            print(f"round {round_no} bare: p50 {percentile(got, 0.5):.1f} ms, p99 {percentile(got, 0.99):.1f} ms, "
-                  f"lost {bare_lost}", flush=True)
+            got, bare_lost = phase(
+                web.ws, bare_run, cookie, args.clients, emit_bare, (bare_run.pk, per_round, args.rate), per_round
+            )
+            print(
+                f"round {round_no} bare: p50 {percentile(got, 0.5):.1f} ms, p99 {percentile(got, 0.99):.1f} ms, "
+                f"lost {bare_lost}",
+                flush=True,
+            )
             bare += got
-            got, missing = phase(web.ws, full_run, cookie, args.clients,
-                                 emit_http, (web.http, full_run.pk, full_run.ingest_token, per_round, args.rate),
-                                 per_round)
-            print(f"round {round_no} full: p50 {percentile(got, 0.5):.1f} ms, p99 {percentile(got, 0.99):.1f} ms, "
-                  f"lost {missing}", flush=True)
+            got, missing = phase(
+                web.ws,
+                full_run,
+                cookie,
+                args.clients,
+                emit_http,
+                (web.http, full_run.pk, full_run.ingest_token, per_round, args.rate),
+                per_round,
+            )
+            print(
+                f"round {round_no} full: p50 {percentile(got, 0.5):.1f} ms, p99 {percentile(got, 0.99):.1f} ms, "
+                f"lost {missing}",
+                flush=True,
+            )
             full += got
             lost += missing
     finally:
         web.close()
         redis.close()
     result = {
-        "full": {"p50_ms": round(percentile(full, 0.5), 2), "p99_ms": round(percentile(full, 0.99), 2),
-                 "lost": lost},
+        "full": {"p50_ms": round(percentile(full, 0.5), 2), "p99_ms": round(percentile(full, 0.99), 2), "lost": lost},
         "bare": {"p50_ms": round(percentile(bare, 0.5), 2), "p99_ms": round(percentile(bare, 0.99), 2)},
     }
     result["ratio_p99"] = round(result["full"]["p99_ms"] / result["bare"]["p99_ms"], 2)
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps(result, indent=2) + "\n")
-    print(f"{args.clients} clients x {args.rate:g} events/s, {count} events per path in {args.rounds} rounds, "
-          f"database pool {'off' if args.no_pool else 'on'} "
-          f"({len(full)} full deliveries, {len(bare)} bare); ingest POST round trip "
-          f"p50 {percentile(POST_MS, 0.5):.1f} ms, p99 {percentile(POST_MS, 0.99):.1f} ms")
+    print(
+        f"{args.clients} clients x {args.rate:g} events/s, {count} events per path in {args.rounds} rounds, "
+        f"database pool {'off' if args.no_pool else 'on'} "
+        f"({len(full)} full deliveries, {len(bare)} bare); ingest POST round trip "
+        f"p50 {percentile(POST_MS, 0.5):.1f} ms, p99 {percentile(POST_MS, 0.99):.1f} ms"
+    )
     print(json.dumps(result))
 
 

@@ -4,6 +4,7 @@ Writes bench/results/learning.json: threshold, seconds_to_threshold, final and h
 the random-init baseline measured in the same run, and the machine load while it ran.
 Usage: python bench/learning.py [--quick] [--budget-s 600] [--mode colocated|local|disaggregated]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -36,15 +37,24 @@ class CurveSink:
             return
         d = event["data"]
         self.loads.append(os.getloadavg()[0])
-        point = {"step": d["step"], "seconds": round(d["elapsed_s"], 2), "reward": d["reward_mean"],
-                 "exact_match": d.get("train_exact_match"), "held_out_exact_match": d.get("held_out_exact_match"),
-                 "sampled_exact_match": d["exact_match"], "filtered_rate": d["filtered_rate"],
-                 "entropy": d["entropy"]}
+        point = {
+            "step": d["step"],
+            "seconds": round(d["elapsed_s"], 2),
+            "reward": d["reward_mean"],
+            "exact_match": d.get("train_exact_match"),
+            "held_out_exact_match": d.get("held_out_exact_match"),
+            "sampled_exact_match": d["exact_match"],
+            "filtered_rate": d["filtered_rate"],
+            "entropy": d["entropy"],
+        }
         self.curve.append(point)
         if point["exact_match"] is not None:
-            print(f"step {d['step']:4d} {d['elapsed_s']:6.0f}s reward {d['reward_mean']:.3f} "
-                  f"greedy_em {point['exact_match']:.3f} held_out {point['held_out_exact_match']:.3f} "
-                  f"filtered {d['filtered_rate']:.2f} load {self.loads[-1]:.1f}", flush=True)
+            print(
+                f"step {d['step']:4d} {d['elapsed_s']:6.0f}s reward {d['reward_mean']:.3f} "
+                f"greedy_em {point['exact_match']:.3f} held_out {point['held_out_exact_match']:.3f} "
+                f"filtered {d['filtered_rate']:.2f} load {self.loads[-1]:.1f}",
+                flush=True,
+            )
 
     def close(self, timeout_s: float = 0) -> None:
         pass
@@ -81,15 +91,25 @@ def main() -> None:
         "steps": result.version,
         "curve": sink.curve,
         "config": cfg.to_dict(),
-        "machine": {"cpus": os.cpu_count(), "uptime_before": uptime_before,
-                    "uptime_after": subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip(),
-                    "load_1m_mean": sum(sink.loads) / max(1, len(sink.loads)), "gpu": False},
+        "machine": {
+            "cpus": os.cpu_count(),
+            "uptime_before": uptime_before,
+            "uptime_after": subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip(),
+            "load_1m_mean": sum(sink.loads) / max(1, len(sink.loads)),
+            "gpu": False,
+        },
         "quick": args.quick,
     }
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(out, indent=1) + "\n")
-    print(json.dumps({k: out[k] for k in ("threshold", "seconds_to_threshold", "final_exact_match",
-                                          "held_out_exact_match", "steps")}))
+    print(
+        json.dumps(
+            {
+                k: out[k]
+                for k in ("threshold", "seconds_to_threshold", "final_exact_match", "held_out_exact_match", "steps")
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

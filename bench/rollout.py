@@ -17,6 +17,7 @@ What is measured (baselines run in the same process, same Ray cluster, same mome
 - scheduler.us_per_group: wall time per delivered group of RolloutScheduler.generate() with in-process
   workers that return at once, i.e. the scheduler's own overhead (dispatch, wait, filter, collect).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -87,8 +88,14 @@ class _InstantWorker:
 
 
 def bench_scheduler(batches: int, batch_size: int) -> dict[str, float]:
-    s = RolloutScheduler([_InstantWorker(), _InstantWorker()], [batch_size // 2, batch_size // 2], _Source(),
-                         batch_size, filters=[ZeroVarianceFilter()], poll_interval_s=0.01)
+    s = RolloutScheduler(
+        [_InstantWorker(), _InstantWorker()],
+        [batch_size // 2, batch_size // 2],
+        _Source(),
+        batch_size,
+        filters=[ZeroVarianceFilter()],
+        poll_interval_s=0.01,
+    )
     s.generate(-1, prefetch=batch_size)  # warm-up: thread start
     t0 = time.perf_counter()
     for b in range(batches):
@@ -150,8 +157,9 @@ def bench_channel(n_chan: int, n_queue: int, chunk: int) -> tuple[dict[str, floa
     ch = Channel.create("bench-rollout")
     try:
         timed(lambda: producer.channel_many.remote(ch, chunk * 4, chunk), lambda: len(ch.get_many(chunk)), chunk * 4)
-        chan_many = timed(lambda: producer.channel_many.remote(ch, n_chan, chunk),
-                          lambda: len(ch.get_many(chunk)), n_chan)
+        chan_many = timed(
+            lambda: producer.channel_many.remote(ch, n_chan, chunk), lambda: len(ch.get_many(chunk)), n_chan
+        )
         chan_linger = timed(lambda: producer.channel_linger.remote(n_chan), lambda: len(ch.get_many(chunk)), n_chan)
         chan_single = timed(lambda: producer.channel_single.remote(ch, n_queue), lambda: (ch.get(), 1)[1], n_queue)
     finally:
@@ -169,10 +177,17 @@ def bench_channel(n_chan: int, n_queue: int, chunk: int) -> tuple[dict[str, floa
 
     queue_batch = timed(lambda: producer.queue_batch.remote(q, n_chan, chunk), queue_batch_take, n_chan)
     q.shutdown()
-    result = {"items_per_s": round(chan_linger, 1), "ray_queue_items_per_s": round(queue_single, 1),
-              "ratio": round(chan_linger / queue_single, 2)}
-    extra = {"channel_put_many_items_per_s": round(chan_many, 1), "channel_single_items_per_s": round(chan_single, 1),
-             "ray_queue_batch_items_per_s": round(queue_batch, 1), "chunk": chunk}
+    result = {
+        "items_per_s": round(chan_linger, 1),
+        "ray_queue_items_per_s": round(queue_single, 1),
+        "ratio": round(chan_linger / queue_single, 2),
+    }
+    extra = {
+        "channel_put_many_items_per_s": round(chan_many, 1),
+        "channel_single_items_per_s": round(chan_single, 1),
+        "ray_queue_batch_items_per_s": round(queue_batch, 1),
+        "chunk": chunk,
+    }
     return result, extra
 
 
@@ -195,8 +210,13 @@ def main() -> None:
     # Our own local head for this process only (never `ray stop`): shut down below.
     for attempt in range(3):
         try:
-            ray.init(address="local", num_cpus=4, include_dashboard=False, log_to_driver=False,
-                     runtime_env={"env_vars": {"OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}})
+            ray.init(
+                address="local",
+                num_cpus=4,
+                include_dashboard=False,
+                log_to_driver=False,
+                runtime_env={"env_vars": {"OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}},
+            )
             break
         except Exception:  # noqa: BLE001 - Ray's 30 s node start-up wait can lapse on a loaded machine
             ray.shutdown()
@@ -204,8 +224,9 @@ def main() -> None:
                 raise
             print("ray.init timed out; retrying", flush=True)
     try:
-        channel, extra = bench_channel(n_chan=20_000 if quick else 100_000, n_queue=1_000 if quick else 5_000,
-                                       chunk=args.chunk)
+        channel, extra = bench_channel(
+            n_chan=20_000 if quick else 100_000, n_queue=1_000 if quick else 5_000, chunk=args.chunk
+        )
     finally:
         ray.shutdown()
     print("channel", channel, "extra", extra, flush=True)

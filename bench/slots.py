@@ -7,6 +7,7 @@ Browser fan-out and the Celery hand-off (`dispatch_run.delay`) are stubbed in th
 after commit, outside the grant lock, and are measured elsewhere; what is measured here is the slot path
 (lock, release, grant, commit).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -45,9 +46,8 @@ def django_setup(url: str) -> None:
     django.setup()
     import runs.realtime
     import runs.services
-    from runs.kinds import RunKind, kind_register
-
     import runs.tasks
+    from runs.kinds import RunKind, kind_register
 
     noop = lambda *a, **k: None  # noqa: E731
     runs.realtime.run_event_publish = runs.realtime.dashboard_publish = noop
@@ -74,8 +74,15 @@ def fill_queue(*, owner_id: int, count: int, classes: tuple[str, ...]) -> None:
     from runs.models import ORIGIN_TO_CLASS, Run
 
     origin_of = {c: o for o, c in ORIGIN_TO_CLASS.items()}
-    template = Run.objects.create(name="bench", origin="system", run_class="system", kind=BENCH_KIND, config={},
-                                  owner_id=owner_id, status="succeeded")
+    template = Run.objects.create(
+        name="bench",
+        origin="system",
+        run_class="system",
+        kind=BENCH_KIND,
+        config={},
+        owner_id=owner_id,
+        status="succeeded",
+    )
     cols = [f.column for f in Run._meta.concrete_fields if f.column not in ("id", "run_class", "origin", "status")]
     class_sql = "(ARRAY[" + ",".join(f"'{c}'" for c in classes) + f"])[1 + g %% {len(classes)}]"
     origin_sql = "(ARRAY[" + ",".join(f"'{origin_of[c]}'" for c in classes) + f"])[1 + g %% {len(classes)}]"
@@ -98,8 +105,9 @@ def set_policy(total: int) -> None:
     from runs import services
 
     limits = {k: {"limit": total} for k in ("interactive", "app", "schedule", "system")}
-    services.settings_update(changes={"max_total": total, "interactive_reserve": 0, "classes": limits},
-                             partial=False, by=None)
+    services.settings_update(
+        changes={"max_total": total, "interactive_reserve": 0, "classes": limits}, partial=False, by=None
+    )
 
 
 def finish_one() -> bool:
@@ -111,16 +119,21 @@ def finish_one() -> bool:
     from runs.models import Run, Slot, SlotState
 
     with transaction.atomic():
-        run_id = (Slot.objects.select_for_update(skip_locked=True).filter(state=SlotState.HELD)
-                  .values_list("run_id", flat=True).first())
+        run_id = (
+            Slot.objects.select_for_update(skip_locked=True)
+            .filter(state=SlotState.HELD)
+            .values_list("run_id", flat=True)
+            .first()
+        )
         if run_id is None:
             return False
         services.run_finish(run=Run(pk=run_id), status="succeeded")
     return True
 
 
-def finisher_proc(url: str, mode: str, index: int, ready: mp.Queue, start: mp.Event, seconds: float,
-                  out: mp.Queue) -> None:
+def finisher_proc(
+    url: str, mode: str, index: int, ready: mp.Queue, start: mp.Event, seconds: float, out: mp.Queue
+) -> None:
     django_setup(url)
     from django.db import connection
 
@@ -167,8 +180,9 @@ def run_parallel(url: str, mode: str, concurrency: int, seconds: float) -> float
     every process has set up Django and warmed up (slow process start-up on a busy machine is not counted)."""
     ctx = mp.get_context("spawn")
     ready, start, out = ctx.Queue(), ctx.Event(), ctx.Queue()
-    procs = [ctx.Process(target=finisher_proc, args=(url, mode, i, ready, start, seconds, out))
-             for i in range(concurrency)]
+    procs = [
+        ctx.Process(target=finisher_proc, args=(url, mode, i, ready, start, seconds, out)) for i in range(concurrency)
+    ]
     for p in procs:
         p.start()
     for _ in procs:
@@ -220,8 +234,9 @@ def main() -> None:
             finish_one()
             times.append((time.perf_counter() - t0) * 1000)
         result["depth_ms_per_grant"][str(depth)] = round(statistics.median(times), 3)
-        print(f"depth {depth}: {result['depth_ms_per_grant'][str(depth)]} ms per grant (median of {cycles})",
-              flush=True)
+        print(
+            f"depth {depth}: {result['depth_ms_per_grant'][str(depth)]} ms per grant (median of {cycles})", flush=True
+        )
 
     # Throughput: N finishers releasing and granting, against N processes doing minimal committed UPDATEs.
     set_policy(16)
@@ -248,7 +263,8 @@ def main() -> None:
             print(f"latency over {len(latencies)} releases: {result['latency_ms']}", flush=True)
         floor_per_s = run_parallel(url, "floor", concurrency, seconds)
         result["finishers"][str(concurrency)] = {
-            "cycles_per_s": round(cycles_per_s, 1), "floor_per_s": round(floor_per_s, 1),
+            "cycles_per_s": round(cycles_per_s, 1),
+            "floor_per_s": round(floor_per_s, 1),
             "ratio": round(cycles_per_s / floor_per_s, 3) if floor_per_s else 0.0,
         }
         print(f"{concurrency} finishers: {result['finishers'][str(concurrency)]}", flush=True)

@@ -3,8 +3,9 @@
 Embedded defaults (SQLite file, local Redis, local Ray head) need no configuration; production points
 DATABASE_URL, REDIS_URL and RAY_ADDRESS at PostgreSQL, Redis and a Ray cluster. See platform/env.example.
 """
-from pathlib import Path
+
 import os
+from pathlib import Path
 
 import dj_database_url
 
@@ -48,7 +49,9 @@ if not DEBUG and secret_key_problem(SECRET_KEY):
         "random string, e.g. the output of `python -c 'import secrets; print(secrets.token_urlsafe(50))'` "
         "(`make run` generates one under var/)."
     )
-ALLOWED_HOSTS = [h for h in os.environ.get("DJANGO_ALLOWED_HOSTS", "localhost,127.0.0.1,[::1],testserver").split(",") if h]
+ALLOWED_HOSTS = [
+    h for h in os.environ.get("DJANGO_ALLOWED_HOSTS", "localhost,127.0.0.1,[::1],testserver").split(",") if h
+]
 CSRF_TRUSTED_ORIGINS = [o for o in os.environ.get("DJANGO_CSRF_TRUSTED_ORIGINS", "").split(",") if o]
 
 # --- HTTPS (docs/operations.md): off for the embedded http://127.0.0.1 default, on in platform/env.example ---
@@ -59,7 +62,9 @@ SECURE_HSTS_SECONDS = env_int("DJANGO_SECURE_HSTS_SECONDS", 0)
 SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("DJANGO_SECURE_HSTS_INCLUDE_SUBDOMAINS", False)
 SECURE_HSTS_PRELOAD = env_bool("DJANGO_SECURE_HSTS_PRELOAD", False)
 # Behind a TLS-terminating proxy that sets X-Forwarded-Proto (and strips it from clients): trust it.
-SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https") if env_bool("DJANGO_SECURE_PROXY_SSL_HEADER", False) else None
+SECURE_PROXY_SSL_HEADER = (
+    ("HTTP_X_FORWARDED_PROTO", "https") if env_bool("DJANGO_SECURE_PROXY_SSL_HEADER", False) else None
+)
 # Proxies in front of the web server that append to X-Forwarded-For: the client address for sign-in limits is
 # the one this many hops from the right; 0 uses the socket's peer address (a client cannot pick its own).
 NUM_PROXIES = env_int("DJANGO_NUM_PROXIES", 0)
@@ -128,8 +133,9 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
 elif env_bool("DATABASE_POOL", False):
     # Opt-in psycopg pool for ASGI processes: a new PostgreSQL connection per request measured 15 ms p50 /
     # 42 ms p90 on the loaded 2-core box (most of an ingest post). Not for forking Celery workers.
-    DATABASES["default"]["OPTIONS"] = {"pool": {"min_size": 2, "max_size": env_int("DATABASE_POOL_MAX", 16),
-                                                "timeout": 10}}
+    DATABASES["default"]["OPTIONS"] = {
+        "pool": {"min_size": 2, "max_size": env_int("DATABASE_POOL_MAX", 16), "timeout": 10}
+    }
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 # --- Redis: Celery broker and channel layer --------------------------------------------------------
@@ -144,8 +150,15 @@ CHANNEL_LAYERS = {
             # One subscriber connection per ASGI process whatever the client count; keepalive and a health
             # check notice a dead Redis, and redis-py resubscribes on reconnect (consumers then refill any
             # gap from the database, docs/realtime.md).
-            "hosts": [{"address": REDIS_URL, "socket_keepalive": True, "health_check_interval": 5,
-                       "socket_connect_timeout": 2, "retry_on_timeout": True}],
+            "hosts": [
+                {
+                    "address": REDIS_URL,
+                    "socket_keepalive": True,
+                    "health_check_interval": 5,
+                    "socket_connect_timeout": 2,
+                    "retry_on_timeout": True,
+                }
+            ],
             # Pub/sub channels are global across Redis db numbers: a prefix keeps deployments (and parallel
             # test runs) sharing one Redis apart.
             "prefix": os.environ.get("CHANNEL_LAYER_PREFIX", "asgi"),
@@ -191,8 +204,11 @@ CELERY_BROKER_TRANSPORT_OPTIONS = {
 SCHEDULER_TICK_SECONDS = float(os.environ.get("SCHEDULER_TICK_SECONDS", "2"))
 CELERY_BEAT_SCHEDULE = {
     # Ticks queued while no worker was up are dropped rather than replayed in a burst.
-    "runs-tick": {"task": "runs.tasks.tick", "schedule": SCHEDULER_TICK_SECONDS,
-                  "options": {"expires": max(5.0, 3 * SCHEDULER_TICK_SECONDS)}},
+    "runs-tick": {
+        "task": "runs.tasks.tick",
+        "schedule": SCHEDULER_TICK_SECONDS,
+        "options": {"expires": max(5.0, 3 * SCHEDULER_TICK_SECONDS)},
+    },
 }
 
 # --- Ray ------------------------------------------------------------------------------------------
@@ -213,11 +229,14 @@ SLOTS_POLICY_CACHE_SECONDS = float(os.environ.get("SLOTS_POLICY_CACHE_SECONDS", 
 
 # --- Cache: sign-in failure counters (runs/auth_limit.py) -------------------------------------------
 CACHES = {
-    "default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL,
-                "KEY_PREFIX": os.environ.get("CACHE_KEY_PREFIX", "rlcp")}
-    if os.environ.get("REDIS_URL") else
+    "default": {
+        "BACKEND": "django.core.cache.backends.redis.RedisCache",
+        "LOCATION": REDIS_URL,
+        "KEY_PREFIX": os.environ.get("CACHE_KEY_PREFIX", "rlcp"),
+    }
+    if os.environ.get("REDIS_URL")
     # One process only: counters are per process (tests and single-process tools).
-    {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}
+    else {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}
 }
 
 # --- REST API -------------------------------------------------------------------------------------
@@ -249,7 +268,10 @@ SPECTACULAR_SETTINGS = {
     "SERVE_INCLUDE_SCHEMA": False,
     "COMPONENT_SPLIT_REQUEST": True,
     # Every protected operation documents its 401/403 answers (runs/api/schema.py).
-    "POSTPROCESSING_HOOKS": ["drf_spectacular.hooks.postprocess_schema_enums", "runs.api.schema.add_pre_view_responses"],
+    "POSTPROCESSING_HOOKS": [
+        "drf_spectacular.hooks.postprocess_schema_enums",
+        "runs.api.schema.add_pre_view_responses",
+    ],
 }
 
 # --- Auth, i18n, static ---------------------------------------------------------------------------
@@ -299,8 +321,14 @@ CONTENT_SECURITY_POLICY = {
 # task", the worker's "Task ... received/succeeded" and its start-up lines, daphne's start-up lines. Their level
 # is LOG_LEVEL_CHATTER (INFO unless set; `make run` sets WARNING unless --verbose); their warnings and errors
 # still show. What a tick did is logged by runs.tasks, at INFO.
-CHATTER_LOGGERS = ("celery.beat", "celery.worker.strategy", "celery.app.trace", "celery.worker.consumer",
-                   "celery.apps.worker", "daphne")
+CHATTER_LOGGERS = (
+    "celery.beat",
+    "celery.worker.strategy",
+    "celery.app.trace",
+    "celery.worker.consumer",
+    "celery.apps.worker",
+    "daphne",
+)
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,

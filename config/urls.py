@@ -1,4 +1,5 @@
 """Top-level URL map: REST API under /api/, admin, and the dashboard pages."""
+
 from django.contrib import admin
 from django.urls import include, path
 

@@ -4,6 +4,7 @@ Each authenticates, checks permission, joins its group, sends a snapshot, then f
 message types are runs/messages.py, the no-gap/no-duplicate rules docs/realtime.md. Reads go through
 runs.selectors and runs.dashboard; the dashboard's rate limit is the publisher's (runs.realtime), not ours.
 """
+
 from __future__ import annotations
 
 import asyncio

@@ -1,4 +1,5 @@
 """Websocket URL map (Channels): the dashboard and one run's event stream (docs/realtime.md)."""
+
 from django.urls import path
 
 from frontend.consumers import DashboardConsumer, RunConsumer

@@ -1,4 +1,5 @@
 """Dashboard pages."""
+
 from django.urls import path
 
 from frontend.views import auth, dashboard, settings

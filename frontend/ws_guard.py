@@ -7,6 +7,7 @@ Presence: one sorted set per user, `<layer prefix>:ws:user:<id>`, member = the c
 when the entry expires. A consumer refreshes its entry while open and removes it on disconnect; a process that
 dies leaves entries that expire after PRESENCE_TTL seconds, so a crash cannot lock a user out for longer.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -76,8 +77,9 @@ def _key(user_id: int) -> str:
 def presence_acquire(user_id: int, channel: str) -> bool:
     """Count this socket for its user; False when the user already has WS_MAX_PER_USER open."""
     now = time.time()
-    ok = _client().eval(_ACQUIRE, 1, _key(user_id), now, now + PRESENCE_TTL, max_per_user(), channel,
-                        int(PRESENCE_TTL) + 1)
+    ok = _client().eval(
+        _ACQUIRE, 1, _key(user_id), now, now + PRESENCE_TTL, max_per_user(), channel, int(PRESENCE_TTL) + 1
+    )
     return bool(ok)
 
 
@@ -119,6 +121,7 @@ def run_visible(user: Any, run_id: int) -> bool:
 
 
 # --- the guarded consumer -------------------------------------------------------------------------------
+
 
 class AuthenticatedConsumer(AsyncJsonWebsocketConsumer):
     """Session-authenticated socket with the guards of frontend/py: a per-user cap on open sockets
@@ -208,8 +211,8 @@ class AuthenticatedConsumer(AsyncJsonWebsocketConsumer):
                 logger.warning("websocket presence release failed", exc_info=True)
 
 
-
 # --- signals: close at once instead of at the next re-check ---------------------------------------------
+
 
 def _send(user_id: int, message: SessionEndedLayer | UserChangedLayer) -> None:
     from runs.realtime import group_send_now

@@ -1,6 +1,7 @@
 """The services `make run` starts itself, closed by default: their argv (never a secret in it), their secrets
 in var/ (0600 files in a 0700 directory) and the environment their clients need. Used by platform/up.py.
 """
+
 from __future__ import annotations
 
 import os
@@ -68,10 +69,21 @@ def redis_service(env: dict[str, str], var_dir: Path) -> list[str]:
     port = free_port()
     password = secret(var_dir / "redis-password", lambda: secrets.token_hex(32))
     redis_dir = private_dir(var_dir / "redis")
-    conf = private_file(var_dir / "redis.conf", "\n".join([
-        f"port {port}", "bind 127.0.0.1", "protected-mode yes", f"requirepass {password}",
-        'save ""', "appendonly no", f"dir {redis_dir}", "",
-    ]))
+    conf = private_file(
+        var_dir / "redis.conf",
+        "\n".join(
+            [
+                f"port {port}",
+                "bind 127.0.0.1",
+                "protected-mode yes",
+                f"requirepass {password}",
+                'save ""',
+                "appendonly no",
+                f"dir {redis_dir}",
+                "",
+            ]
+        ),
+    )
     env["REDIS_URL"] = f"redis://:{password}@127.0.0.1:{port}/0"
     return [redis_server_binary(), str(conf)]
 
@@ -87,16 +99,37 @@ def ray_service(env: dict[str, str], var_dir: Path, ray_tmp: str) -> list[str]:
     token_path = var_dir / "ray-auth-token"
     secret(token_path, lambda: secrets.token_hex(32))
     env.pop("RAY_AUTH_TOKEN", None)  # it would take precedence over the file
-    env.update({"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(token_path),
-                "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"})
+    env.update(
+        {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(token_path), "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
+    )
     # The stop has already ended the jobs: no 30 s node drain (meant for Serve replicas) before Ray exits.
     env.setdefault("RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S", "0")
     dash_port = int(env.get("RAY_DASHBOARD_PORT") or (8265 if port_is_free(8265) else free_port()))
     env["RAY_ADDRESS"] = f"http://127.0.0.1:{dash_port}"
     num_cpus = int(env.get("RAY_NUM_CPUS", max(4, os.cpu_count() or 1)))
-    return [str(VENV_BIN / "ray"), "start", "--head", "--block", "--node-ip-address", "127.0.0.1",
-            "--port", str(free_port()), "--dashboard-host", "127.0.0.1", "--dashboard-port", str(dash_port),
-            "--num-cpus", str(num_cpus),
-            # Ray's fixed defaults (agent 52365, client 10001) collide with any other Ray here.
-            "--dashboard-agent-listen-port", str(free_port()), "--ray-client-server-port", str(free_port()),
-            "--temp-dir", ray_tmp, "--include-dashboard", "true", "--disable-usage-stats"]
+    return [
+        str(VENV_BIN / "ray"),
+        "start",
+        "--head",
+        "--block",
+        "--node-ip-address",
+        "127.0.0.1",
+        "--port",
+        str(free_port()),
+        "--dashboard-host",
+        "127.0.0.1",
+        "--dashboard-port",
+        str(dash_port),
+        "--num-cpus",
+        str(num_cpus),
+        # Ray's fixed defaults (agent 52365, client 10001) collide with any other Ray here.
+        "--dashboard-agent-listen-port",
+        str(free_port()),
+        "--ray-client-server-port",
+        str(free_port()),
+        "--temp-dir",
+        ray_tmp,
+        "--include-dashboard",
+        "true",
+        "--disable-usage-stats",
+    ]

@@ -9,6 +9,7 @@ waits for the group leader; what is left in the group or the child's session aft
 the leader exits) is SIGKILLed. The leader is reaped only after that final kill, so its pid, and hence the
 group and session id, cannot have been reused.
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -31,12 +32,14 @@ HIDDEN_TAIL_LINES = 40  # lines of a child's filtered output kept to print if it
 def parent_death_signal(sig: int, parent_pid: int):
     """A preexec_fn: ask the kernel to send `sig` to the child when its parent thread dies. If the parent
     died between fork and here, the request would never fire: signal ourselves at once instead."""
+
     def preexec() -> None:
         libc = ctypes.CDLL(None, use_errno=True)
         if libc.prctl(PR_SET_PDEATHSIG, sig, 0, 0, 0) != 0:
             raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG) failed")
         if os.getppid() != parent_pid:
             os.kill(os.getpid(), sig)
+
     return preexec
 
 
@@ -113,15 +116,30 @@ class Supervisor:
         self.last_shown = time.monotonic()  # when the terminal last got a line
         self._print_lock = threading.Lock()
 
-    def start(self, name: str, argv: list[str], *, env: dict[str, str] | None = None, cwd: str | None = None,
-              stdin=subprocess.DEVNULL, show: Callable[[str], bool] | None = None) -> Child:
+    def start(
+        self,
+        name: str,
+        argv: list[str],
+        *,
+        env: dict[str, str] | None = None,
+        cwd: str | None = None,
+        stdin=subprocess.DEVNULL,
+        show: Callable[[str], bool] | None = None,
+    ) -> Child:
         log = None
         if self.log_dir is not None:
             self.log_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
             log = open(self.log_dir / f"{name}.log", "a", encoding="utf-8", errors="replace")
-        proc = subprocess.Popen(argv, env=env, cwd=cwd, stdin=stdin, stdout=subprocess.PIPE,
-                                stderr=subprocess.STDOUT, start_new_session=True,
-                                preexec_fn=parent_death_signal(self.death_signal, os.getpid()))
+        proc = subprocess.Popen(
+            argv,
+            env=env,
+            cwd=cwd,
+            stdin=stdin,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            preexec_fn=parent_death_signal(self.death_signal, os.getpid()),
+        )
         child = Child(name, proc, show=show, log=log)
         self.children[name] = child
         threading.Thread(target=self._pump, args=(child,), daemon=True, name=f"out-{name}").start()
@@ -167,8 +185,14 @@ class Supervisor:
             stop.wait(poll)
         return None
 
-    def stop(self, names: Iterable[str], *, sig: int = signal.SIGTERM, grace: float = 10.0,
-             hurry: threading.Event | None = None) -> None:
+    def stop(
+        self,
+        names: Iterable[str],
+        *,
+        sig: int = signal.SIGTERM,
+        grace: float = 10.0,
+        hurry: threading.Event | None = None,
+    ) -> None:
         """Signal the named children's process groups together, wait up to `grace` seconds (less once `hurry`
         is set) for their leaders, then SIGKILL whatever is left in each group and session, and reap."""
         group = [self.children[n] for n in names if n in self.children and not self.children[n].reaped]

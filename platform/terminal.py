@@ -8,6 +8,7 @@ var/logs/<name>.log only: Ray's warnings and errors still reach the terminal, an
 that exits is printed. The banner (URL, login, a curl to try) is printed once the platform answers and the
 terminal has settled, and again if start-up output scrolled it away soon after.
 """
+
 from __future__ import annotations
 
 import re
@@ -94,16 +95,16 @@ def banner(env: dict[str, str], login: dict[str, str], state: str) -> str:
     return f"""
 ================================================================================
  The platform {state}: {url}/
-   login     {login['username']} / {login['password']}      (admin: {url}/admin/)
-   API token {login['token']}
-   Ray       {env['RAY_ADDRESS']}   Redis {redacted(env['REDIS_URL'])}
-   database  {env.get('DATABASE_URL') or var / 'db.sqlite3'}
-   logs      {var / 'logs'}/   (all output here too: make run ARGS=--verbose)
+   login     {login["username"]} / {login["password"]}      (admin: {url}/admin/)
+   API token {login["token"]}
+   Ray       {env["RAY_ADDRESS"]}   Redis {redacted(env["REDIS_URL"])}
+   database  {env.get("DATABASE_URL") or var / "db.sqlite3"}
+   logs      {var / "logs"}/   (all output here too: make run ARGS=--verbose)
  Submit a small training run:
-   curl -s -X POST {url}/api/runs/ -H "Authorization: Token {login['token']}" \\
+   curl -s -X POST {url}/api/runs/ -H "Authorization: Token {login["token"]}" \\
      -H 'Content-Type: application/json' \\
      -d '{{"name": "first", "origin": "api", "kind": "rl_train", "config": {{"steps": 20}}}}'
- Watch it: {url}/  (or: curl -s -H "Authorization: Token {login['token']}" {url}/api/runs/)
+ Watch it: {url}/  (or: curl -s -H "Authorization: Token {login["token"]}" {url}/api/runs/)
  Ctrl-C stops everything.
 ================================================================================
 """

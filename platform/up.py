@@ -12,6 +12,7 @@ is killed outright, the kernel SIGTERMs every child (parent-death signal). Any o
 already set in the environment is used instead of starting that service.
 This is a script, not a package: a package named `platform` would shadow the standard library module.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -84,8 +85,13 @@ def platform_env() -> tuple[dict[str, str], dict[str, list[str]], list[str]]:
 
 
 def manage(env: dict[str, str], *args: str, extra_env: dict[str, str] | None = None) -> str:
-    result = subprocess.run([sys.executable, str(REPO / "manage.py"), *args], cwd=REPO,
-                            env={**env, **(extra_env or {})}, capture_output=True, text=True)
+    result = subprocess.run(
+        [sys.executable, str(REPO / "manage.py"), *args],
+        cwd=REPO,
+        env={**env, **(extra_env or {})},
+        capture_output=True,
+        text=True,
+    )
     if result.returncode != 0:
         sys.exit(f"manage.py {' '.join(args)} failed:\n{result.stdout}{result.stderr}")
     return result.stdout
@@ -127,8 +133,11 @@ def stop_ray_jobs(env: dict[str, str], timeout: float, hurry: threading.Event) -
 
         client = JobSubmissionClient(env["RAY_ADDRESS"])
         prefix = env.get("RAY_SUBMISSION_PREFIX", "rlrun") + "-"
-        jobs = [j.submission_id for j in client.list_jobs()
-                if (j.submission_id or "").startswith(prefix) and not j.status.is_terminal()]
+        jobs = [
+            j.submission_id
+            for j in client.list_jobs()
+            if (j.submission_id or "").startswith(prefix) and not j.status.is_terminal()
+        ]
         for job in jobs:
             say(f"stopping Ray job {job} (it writes a checkpoint) ...")
             client.stop_job(job)
@@ -145,6 +154,7 @@ def stop_ray_jobs(env: dict[str, str], timeout: float, hurry: threading.Event) -
 def stop_platform(supervisor: Supervisor, env: dict[str, str], hurry: threading.Event) -> None:
     """The ordered stop: nothing launches once it began, jobs checkpoint while web and Redis still take their
     events, Ray goes before the services its jobs report to."""
+
     def grace(seconds: float) -> float:
         return 0 if hurry.is_set() else seconds
 
@@ -158,8 +168,12 @@ def stop_platform(supervisor: Supervisor, env: dict[str, str], hurry: threading.
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Run the whole platform on this machine (`make run`).")
-    parser.add_argument("--verbose", action="store_true", default=os.environ.get("VERBOSE", "") not in ("", "0"),
-                        help="show every line of every process (default: quiet; VERBOSE=1 does the same)")
+    parser.add_argument(
+        "--verbose",
+        action="store_true",
+        default=os.environ.get("VERBOSE", "") not in ("", "0"),
+        help="show every line of every process (default: quiet; VERBOSE=1 does the same)",
+    )
     verbose = parser.parse_args(argv).verbose
     os.umask(0o077)  # var/, the database, checkpoints, logs: this user's only
     env, services, temp_dirs = platform_env()
@@ -182,8 +196,15 @@ def main(argv: list[str] | None = None) -> int:
     celery = [str(VENV_BIN / "celery"), "-A", "config", *([] if verbose else ["--quiet"])]
     access_log = [] if verbose else ["--access-log", str(log_dir / "web-access.log")]
     processes = dict(services)
-    processes["web"] = [str(VENV_BIN / "daphne"), "-b", "127.0.0.1", "-p", env["PORT"], *access_log,
-                        "config.asgi:application"]
+    processes["web"] = [
+        str(VENV_BIN / "daphne"),
+        "-b",
+        "127.0.0.1",
+        "-p",
+        env["PORT"],
+        *access_log,
+        "config.asgi:application",
+    ]
     processes["worker"] = [*celery, "worker", "--loglevel", "INFO", "--concurrency", "2", "--hostname", "worker@%h"]
     processes["tick"] = [*celery, "beat", "--loglevel", "INFO", "--schedule", str(var_dir / "celerybeat-schedule")]
 

@@ -1,4 +1,5 @@
 """Django-free machinery for publishing weights under live traffic: gate, router, scheduler, channel."""
+
 import sys
 
 # asyncio.timeout and ExceptionGroup are used on purpose; fail here with a clear message rather than with an

@@ -1,4 +1,5 @@
 """Every exception the rollout package raises, under one base class so callers can catch them together."""
+
 from __future__ import annotations
 
 import asyncio

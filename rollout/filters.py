@@ -1,4 +1,5 @@
 """Dynamic group filters: drop groups that carry no learning signal (zero variance, too few valid attempts)."""
+
 from __future__ import annotations
 
 import importlib

@@ -3,6 +3,7 @@
 Every request holds a lease; every lease ends with a settlement receipt. An unknown outcome poisons the gate,
 and a poisoned gate refuses admission, drain, install and reopen until its owner resets it.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -18,7 +19,7 @@ from rollout.errors import (
     GateStateError,
     StaleVersionError,
 )
-from rollout.lease import Lease, SettlementReceipt, LeaseContext
+from rollout.lease import Lease, LeaseContext, SettlementReceipt
 
 __all__ = ["GateState", "Lease", "RequestGate", "SettlementReceipt", "gate_event_data"]
 
@@ -32,15 +33,21 @@ class GateState(str, Enum):
 
 
 # Most severe first: the folded state of many engines is the worst one among them.
-_SEVERITY = {GateState.POISONED: 4, GateState.INSTALLING: 3, GateState.DRAINING: 2, GateState.SEALED: 1,
-             GateState.OPEN: 0}
+_SEVERITY = {
+    GateState.POISONED: 4,
+    GateState.INSTALLING: 3,
+    GateState.DRAINING: 2,
+    GateState.SEALED: 1,
+    GateState.OPEN: 0,
+}
 
 
 class RequestGate:
     """Admission, drain and version installation for one inference engine (single asyncio event loop)."""
 
-    def __init__(self, name: str = "engine", *, version: int = 0, initially_open: bool = True,
-                 max_failures_kept: int = 32) -> None:
+    def __init__(
+        self, name: str = "engine", *, version: int = 0, initially_open: bool = True, max_failures_kept: int = 32
+    ) -> None:
         if max_failures_kept < 1:
             raise ValueError("max_failures_kept must be at least 1")
         self.name = name
@@ -71,8 +78,7 @@ class RequestGate:
         return len(self._active)
 
     # --- admission ----------------------------------------------------------------------------------------
-    async def acquire(self, session_id: str, *, request_id: str | None = None,
-                      timeout: float | None = None) -> Lease:
+    async def acquire(self, session_id: str, *, request_id: str | None = None, timeout: float | None = None) -> Lease:
         """Admit one request, waiting (up to `timeout` s) while the gate is closed for a publication."""
         if self._state is not GateState.OPEN:
             await self._wait_for_open(timeout)
@@ -85,8 +91,7 @@ class RequestGate:
         self._active[request_id] = lease
         return lease
 
-    def lease(self, session_id: str, *, request_id: str | None = None,
-              timeout: float | None = None) -> LeaseContext:
+    def lease(self, session_id: str, *, request_id: str | None = None, timeout: float | None = None) -> LeaseContext:
         """`async with gate.lease(sid) as lease:`; leaving the block settles the lease (see module doc)."""
         return LeaseContext(self, (session_id, request_id, timeout))
 
@@ -99,7 +104,8 @@ class RequestGate:
                     await self._wait_change()
         except TimeoutError:
             raise AdmissionTimeoutError(
-                f"gate {self.name!r} stayed {self._state.value} for {timeout} s; request not admitted") from None
+                f"gate {self.name!r} stayed {self._state.value} for {timeout} s; request not admitted"
+            ) from None
         finally:
             self._waiting -= 1
 
@@ -113,10 +119,19 @@ class RequestGate:
         lease.receipt = receipt
         if not (receipt[3] and receipt[4]):  # backend_ended and outcome_recorded
             self._failures += 1
-            self._recent.append({"request_id": receipt.request_id, "session_id": receipt.session_id,
-                                 "outcome": receipt.outcome, "detail": receipt.detail, "ts": time.time()})
-            self._poison(f"request {receipt.request_id!r} of session {receipt.session_id!r} ended "
-                         f"{receipt.outcome}: {receipt.detail or 'outcome unknown'}")
+            self._recent.append(
+                {
+                    "request_id": receipt.request_id,
+                    "session_id": receipt.session_id,
+                    "outcome": receipt.outcome,
+                    "detail": receipt.detail,
+                    "ts": time.time(),
+                }
+            )
+            self._poison(
+                f"request {receipt.request_id!r} of session {receipt.session_id!r} ended "
+                f"{receipt.outcome}: {receipt.detail or 'outcome unknown'}"
+            )
         elif receipt.outcome == "rejected":
             self._safe_failures += 1
         if self._change is not None:
@@ -176,7 +191,8 @@ class RequestGate:
             raise GateStateError(f"gate {self.name!r} is {self._state.value} and not drained: drain() first")
         if not isinstance(version, int) or version <= self._version:
             raise StaleVersionError(
-                f"gate {self.name!r}: version {version!r} is not newer than installed {self._version}")
+                f"gate {self.name!r}: version {version!r} is not newer than installed {self._version}"
+            )
         self._version = version
         self._state = GateState.INSTALLING
         self._notify()
@@ -207,10 +223,17 @@ class RequestGate:
 
     def snapshot(self) -> dict[str, Any]:
         return {
-            "engine": self.name, "state": self._state.value, "version": self._version, "epoch": self._epoch,
-            "active": len(self._active), "waiting": self._waiting, "drained": self._drained,
-            "failures": self._failures, "safe_failures": self._safe_failures,
-            "poison_reason": self._poison_reason, "recent_failures": list(self._recent),
+            "engine": self.name,
+            "state": self._state.value,
+            "version": self._version,
+            "epoch": self._epoch,
+            "active": len(self._active),
+            "waiting": self._waiting,
+            "drained": self._drained,
+            "failures": self._failures,
+            "safe_failures": self._safe_failures,
+            "poison_reason": self._poison_reason,
+            "recent_failures": list(self._recent),
         }
 
     # --- internals ----------------------------------------------------------------------------------------
@@ -236,8 +259,10 @@ class RequestGate:
             change.set_result(None)
 
     def __repr__(self) -> str:
-        return (f"RequestGate({self.name!r}, {self._state.value}, v{self._version}, active={len(self._active)}, "
-                f"waiting={self._waiting})")
+        return (
+            f"RequestGate({self.name!r}, {self._state.value}, v{self._version}, active={len(self._active)}, "
+            f"waiting={self._waiting})"
+        )
 
 
 def gate_event_data(snapshots: list[dict[str, Any]]) -> dict[str, Any]:
@@ -247,7 +272,9 @@ def gate_event_data(snapshots: list[dict[str, Any]]) -> dict[str, Any]:
     state = max((GateState(s["state"]) for s in snapshots), key=_SEVERITY.__getitem__)
     versions = [s["version"] for s in snapshots if s.get("version") is not None]
     return {
-        "state": state.value, "version": min(versions) if versions else None,
-        "active": sum(s.get("active", 0) for s in snapshots), "waiting": sum(s.get("waiting", 0) for s in snapshots),
+        "state": state.value,
+        "version": min(versions) if versions else None,
+        "active": sum(s.get("active", 0) for s in snapshots),
+        "waiting": sum(s.get("waiting", 0) for s in snapshots),
         "engines": snapshots,
     }

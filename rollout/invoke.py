@@ -1,4 +1,5 @@
 """Call a method the same way on a Ray actor handle, an async object or a plain object (Ray at the edge)."""
+
 from __future__ import annotations
 
 import inspect

@@ -2,6 +2,7 @@
 
 Both invokers expose submit / wait / outcome / cancel / close so the scheduler loop is the same for both.
 """
+
 from __future__ import annotations
 
 import concurrent.futures as cf

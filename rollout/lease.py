@@ -1,4 +1,5 @@
 """Leases and settlement receipts: how one admitted generation request is tracked and how it ended."""
+
 from __future__ import annotations
 
 import asyncio
@@ -89,8 +90,9 @@ class LeaseContext:
         if lease is None or lease.receipt is not None:
             return None
         if exc_type is None:
-            receipt = _new_receipt(SettlementReceipt, (lease.request_id, lease.session_id, lease.version, True, True,
-                                                       "completed", ""))
+            receipt = _new_receipt(
+                SettlementReceipt, (lease.request_id, lease.session_id, lease.version, True, True, "completed", "")
+            )
         elif issubclass(exc_type, RejectedBeforeGeneration):
             receipt = SettlementReceipt.rejected(lease, str(exc))
         elif issubclass(exc_type, asyncio.CancelledError):

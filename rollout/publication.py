@@ -1,4 +1,5 @@
 """PublicationController: one weight publication across many engines (seal, drain, install, reopen), fail-closed."""
+
 from __future__ import annotations
 
 import asyncio
@@ -8,7 +9,6 @@ from typing import Any
 from rollout.errors import PublicationError
 from rollout.gate import GateState, gate_event_data
 from rollout.invoke import call
-
 
 _DRAIN_GRACE_S = 2.0
 
@@ -58,8 +58,9 @@ class PublicationController:
         frozen = self._require_prepared("publish")
         deadline = time.monotonic() + timeout_s
         if self.engine_ids != frozen:
-            raise PublicationError(None, "engine_set",
-                                   f"engines changed since prepare: was {list(frozen)}, now {list(self.engine_ids)}")
+            raise PublicationError(
+                None, "engine_set", f"engines changed since prepare: was {list(frozen)}, now {list(self.engine_ids)}"
+            )
         await self._on_all(frozen, "install_version", deadline, version, **install_kwargs)
         await self._reopen_all(frozen, deadline)
         self._frozen = None
@@ -79,8 +80,14 @@ class PublicationController:
                 async with asyncio.timeout(timeout_s):
                     return dict(await call(self._engines[engine_id], "snapshot"))
             except Exception as exc:  # noqa: BLE001 - any failure is reported, not raised
-                return {"engine": engine_id, "state": GateState.POISONED.value, "version": None, "active": 0,
-                        "waiting": 0, "error": f"unreachable: {exc!r}"}
+                return {
+                    "engine": engine_id,
+                    "state": GateState.POISONED.value,
+                    "version": None,
+                    "active": 0,
+                    "waiting": 0,
+                    "error": f"unreachable: {exc!r}",
+                }
 
         snaps = await asyncio.gather(*(one(e) for e in ids))
         for engine_id, snap in zip(ids, snaps):
@@ -93,8 +100,9 @@ class PublicationController:
             raise PublicationError(None, what, "prepare() has not completed")
         return self._frozen
 
-    async def _on_all(self, ids: tuple[str, ...], method: str, deadline: float, *args: Any,
-                      remaining_arg: bool = False, **kwargs: Any) -> None:
+    async def _on_all(
+        self, ids: tuple[str, ...], method: str, deadline: float, *args: Any, remaining_arg: bool = False, **kwargs: Any
+    ) -> None:
         async def one(engine_id: str) -> None:
             remaining = deadline - time.monotonic()
             if remaining <= 0:

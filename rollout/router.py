@@ -1,4 +1,5 @@
 """SessionAffinityRouter: sticky session-to-engine bindings, with bounded, expiring tombstones for dead engines."""
+
 from __future__ import annotations
 
 import threading
@@ -18,9 +19,15 @@ class SessionAffinityRouter:
     expire after `tombstone_ttl_s` and at most `max_tombstones` are kept (oldest evicted first).
     """
 
-    def __init__(self, engines: Iterable[str] = (), *, max_sessions: int = 100_000,
-                 tombstone_ttl_s: float = 3600.0, max_tombstones: int = 100_000,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        engines: Iterable[str] = (),
+        *,
+        max_sessions: int = 100_000,
+        tombstone_ttl_s: float = 3600.0,
+        max_tombstones: int = 100_000,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         if max_sessions < 1 or max_tombstones < 1 or tombstone_ttl_s <= 0:
             raise ValueError("max_sessions and max_tombstones must be >= 1 and tombstone_ttl_s > 0")
         self._max_sessions = max_sessions
@@ -67,8 +74,9 @@ class SessionAffinityRouter:
             if not self._load:
                 raise NoEngineError(f"no live engine to bind session {session_id!r}")
             if len(self._bound) >= self._max_sessions:
-                raise RouterFullError(f"router holds its maximum of {self._max_sessions} sessions; "
-                                      f"release or retire sessions first")
+                raise RouterFullError(
+                    f"router holds its maximum of {self._max_sessions} sessions; release or retire sessions first"
+                )
             engine = min(self._load, key=lambda e: (self._load[e], e))
             self._load[engine] += 1
             self._bound[session_id] = engine
@@ -104,8 +112,12 @@ class SessionAffinityRouter:
     def snapshot(self) -> dict[str, Any]:
         with self._lock:
             self._expire_locked()
-            return {"engines": dict(self._load), "sessions": len(self._bound),
-                    "tombstones": len(self._tombstones), "max_sessions": self._max_sessions}
+            return {
+                "engines": dict(self._load),
+                "sessions": len(self._bound),
+                "tombstones": len(self._tombstones),
+                "max_sessions": self._max_sessions,
+            }
 
     def _expire_locked(self) -> None:
         now = self._clock()
@@ -116,5 +128,7 @@ class SessionAffinityRouter:
             del self._tombstones[session]
 
     def __repr__(self) -> str:
-        return (f"SessionAffinityRouter(engines={dict(self._load)}, sessions={len(self._bound)}, "
-                f"tombstones={len(self._tombstones)})")
+        return (
+            f"SessionAffinityRouter(engines={dict(self._load)}, sessions={len(self._bound)}, "
+            f"tombstones={len(self._tombstones)})"
+        )

@@ -3,6 +3,7 @@
 A background thread owns dispatch and result collection (SchedulerCore holds the rules); the trainer calls
 generate(), pause(), state_dict() from its own thread.
 """
+
 from __future__ import annotations
 
 import logging
@@ -28,8 +29,16 @@ class GroupSource(Protocol):
 
 
 class RolloutScheduler:
-    def __init__(self, workers: list[Any], capacities: list[int], source: GroupSource, batch_size: int, *,
-                 filters: list[GroupFilter] | None = None, poll_interval_s: float = 0.01) -> None:
+    def __init__(
+        self,
+        workers: list[Any],
+        capacities: list[int],
+        source: GroupSource,
+        batch_size: int,
+        *,
+        filters: list[GroupFilter] | None = None,
+        poll_interval_s: float = 0.01,
+    ) -> None:
         if len(workers) != len(capacities):
             raise ValueError(f"{len(workers)} workers but {len(capacities)} capacities")
         self.workers = list(workers)
@@ -66,8 +75,13 @@ class RolloutScheduler:
         n_dropped = sum(dropped.values())
         ratio = n_dropped / (len(groups) + n_dropped)
         metrics = {f"rollout/drop_{reason}": float(n) for reason, n in dropped.items()}
-        metrics.update({"rollout/dropped_groups": float(n_dropped), "rollout/dropped_ratio": ratio,
-                        "rollout/aborted_groups": float(aborted)})
+        metrics.update(
+            {
+                "rollout/dropped_groups": float(n_dropped),
+                "rollout/dropped_ratio": ratio,
+                "rollout/aborted_groups": float(aborted),
+            }
+        )
         return RolloutBatch(batch_id, groups, dropped, ratio, aborted, metrics)
 
     def pause(self, *, drain: bool = True) -> bool:
@@ -94,8 +108,9 @@ class RolloutScheduler:
             if not self._core.paused:
                 raise SchedulerStateError("state_dict() needs a paused scheduler: call pause(drain=True) first")
             if self._core.pending:
-                raise SchedulerStateError(f"state_dict(): {len(self._core.pending)} group(s) still in flight; "
-                                          "call pause(drain=True) first")
+                raise SchedulerStateError(
+                    f"state_dict(): {len(self._core.pending)} group(s) still in flight; call pause(drain=True) first"
+                )
             if self._core.demand or self._core.collecting:
                 # A generate() in progress would deliver results the checkpoint also holds.
                 raise SchedulerStateError("state_dict(): a batch is being collected; wait for generate()")

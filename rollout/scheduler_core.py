@@ -4,10 +4,12 @@ No threads, no Ray: RolloutScheduler drives it, and property tests drive it with
 Every dispatched group is in exactly one place: pending (at a worker), ready, collecting (this batch),
 delivered, dropped by a filter, or handed back to the source (`take_returns`).
 """
+
 from __future__ import annotations
 
 from collections import Counter, deque
-from typing import Any, Hashable
+from collections.abc import Hashable
+from typing import Any
 
 from rollout.errors import NoWorkerLeftError, SchedulerStateError
 from rollout.filters import FilterVerdict
@@ -144,15 +146,28 @@ class SchedulerCore:
         self.demand = 0
 
     def stats(self) -> dict[str, Any]:
-        return {"pending": len(self.pending), "ready": len(self.ready), "demand": self.demand,
-                "prefetch": self.prefetch, "capacity": self.capacity, "capacities": list(self.capacities),
-                "in_flight": list(self.in_flight), "paused": self.paused,
-                "workers_alive": sum(1 for c in self.capacities if c), **dict(self.totals)}
+        return {
+            "pending": len(self.pending),
+            "ready": len(self.ready),
+            "demand": self.demand,
+            "prefetch": self.prefetch,
+            "capacity": self.capacity,
+            "capacities": list(self.capacities),
+            "in_flight": list(self.in_flight),
+            "paused": self.paused,
+            "workers_alive": sum(1 for c in self.capacities if c),
+            **dict(self.totals),
+        }
 
     # --- persistence --------------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
-        return {"ready": list(self.ready), "seq": self.seq, "totals": dict(self.totals),
-                "dropped": dict(self.dropped), "aborted": self.aborted}
+        return {
+            "ready": list(self.ready),
+            "seq": self.seq,
+            "totals": dict(self.totals),
+            "dropped": dict(self.dropped),
+            "aborted": self.aborted,
+        }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.ready = deque((int(seq), result, group) for seq, result, group in state["ready"])

@@ -1,4 +1,5 @@
 """Plain data passed between rollout workers, the scheduler and the trainer (picklable, no behaviour)."""
+
 from __future__ import annotations
 
 from collections.abc import Sequence

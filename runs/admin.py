@@ -1,5 +1,6 @@
 """Django admin: cron schedules (staff define them here or through /api/schedules/), and read-only views of
 runs, slots, events and the stored concurrency settings (state changes go through runs.services)."""
+
 from __future__ import annotations
 
 from django import forms
@@ -7,8 +8,8 @@ from django.contrib import admin
 from django.http import HttpRequest
 from django.utils import timezone
 
-from runs.execution import kinds
 from runs.errors import ServiceError
+from runs.execution import kinds
 from runs.models import ConcurrencySettings, Run, RunEvent, Schedule, Slot
 from runs.schedules import cron_next, cron_problem
 

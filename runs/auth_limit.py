@@ -7,6 +7,7 @@ Enforced in three places: `LimitedModelBackend` (every `authenticate()`: login p
 counts failures and refuses while blocked; the login page (frontend.views.auth) and the token endpoint
 (runs.api.auth) ask `signin_wait` first and answer 429 with Retry-After instead of "wrong password".
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -78,8 +79,9 @@ class LimitedModelBackend(ModelBackend):
     """ModelBackend that counts failed passwords and refuses (even a right one) while the username or the
     client address is blocked."""
 
-    def authenticate(self, request: HttpRequest | None, username: str | None = None, password: str | None = None,
-                     **kwargs: Any) -> Any:
+    def authenticate(
+        self, request: HttpRequest | None, username: str | None = None, password: str | None = None, **kwargs: Any
+    ) -> Any:
         if username is None:
             username = kwargs.get(self._username_field())
         ip = client_ip(request) if request is not None else None

@@ -1,5 +1,6 @@
 """Writes of the concurrency settings (the slot policy and per-user limits): validate, store, grant under
 the new limits in the same transaction."""
+
 from __future__ import annotations
 
 import time

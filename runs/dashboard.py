@@ -5,6 +5,7 @@ and docs/realtime.md.
 A queue change costs the same whatever the queue length: the keys of the slots that joined or left, each
 class's pending reason and the grant rate; the board moves the positions of the rows it has by those keys.
 """
+
 from __future__ import annotations
 
 from collections import defaultdict
@@ -29,7 +30,8 @@ def board_summary(summary: dict[str, Any]) -> dict[str, Any]:
     """The parts of a run summary a board row draws (gate state, weight version, sampler, reward, step)."""
     gate, version, train = summary.get("gate") or {}, summary.get("version") or {}, summary.get("train") or {}
     return {
-        "gate": {"state": gate.get("state")}, "version": {"version": version.get("version")},
+        "gate": {"state": gate.get("state")},
+        "version": {"version": version.get("version")},
         "sampler": summary.get("sampler") or {},
         "train": {"reward_mean": train.get("reward_mean"), "step": train.get("step")},
     }
@@ -47,10 +49,15 @@ def board_run(run: RunJson, requested_at: float | None = None) -> BoardRun:
 def board_runs(run_ids: Iterable[int]) -> list[tuple[BoardRun, int, int]]:
     """(board row, owner id, last seq) of each run, read now (a constant number of queries)."""
     runs = list(Run.objects.select_related("owner").filter(pk__in=list(run_ids)))
-    waiting = dict(Slot.objects.filter(run_id__in=[r.pk for r in runs if r.status == RunStatus.QUEUED])
-                   .values_list("run_id", "requested_at"))
-    return [(board_run(payload, _seconds(waiting.get(run.pk))), run.owner_id, run.last_seq)
-            for run, payload in zip(runs, selectors.runs_json(runs))]
+    waiting = dict(
+        Slot.objects.filter(run_id__in=[r.pk for r in runs if r.status == RunStatus.QUEUED]).values_list(
+            "run_id", "requested_at"
+        )
+    )
+    return [
+        (board_run(payload, _seconds(waiting.get(run.pk))), run.owner_id, run.last_seq)
+        for run, payload in zip(runs, selectors.runs_json(runs))
+    ]
 
 
 def reward_histories(*, run_ids: Iterable[int], limit: int = REWARD_HISTORY) -> dict[int, list[float]]:
@@ -78,24 +85,42 @@ def queue_rows(*, user: Any) -> tuple[list[BoardRun], dict[int, int]]:
     Positions, pending reasons and ETAs come from runs.selectors, the one place that computes them; rows are
     read as values (the full run of a 3,000-run queue costs most of the page's bytes and server time)."""
     rows = list(
-        selectors.run_list(user=user, status=RunStatus.QUEUED)
-        .values_list("id", "name", "origin", "run_class", "kind", "created_at", "owner__username", "last_seq",
-                     "slot__requested_at")
+        selectors.run_list(user=user, status=RunStatus.QUEUED).values_list(
+            "id",
+            "name",
+            "origin",
+            "run_class",
+            "kind",
+            "created_at",
+            "owner__username",
+            "last_seq",
+            "slot__requested_at",
+        )
     )
     # runs_queue_info reads id, class and status: light instances instead of full rows (from_db takes the
     # values in the model's field order).
-    info = selectors.runs_queue_info(runs=[
-        Run.from_db(None, ["id", "run_class", "status"], (row[0], row[3], RunStatus.QUEUED)) for row in rows
-    ])
+    info = selectors.runs_queue_info(
+        runs=[Run.from_db(None, ["id", "run_class", "status"], (row[0], row[3], RunStatus.QUEUED)) for row in rows]
+    )
     out: list[BoardRun] = []
     for pk, name, origin, run_class, kind, created_at, owner, _seq, requested_at in rows:
         q = info.get(pk)
-        out.append(BoardRun(
-            id=pk, name=name, origin=origin, run_class=run_class, kind=kind, status=RunStatus.QUEUED, owner=owner,
-            created_at=selectors.iso(created_at) or "", requested_at=_seconds(requested_at),
-            position={"in_class": q.position_in_class, "overall": q.position_overall} if q else None,
-            pending_reason=q.pending_reason if q else None, eta_seconds=q.eta_seconds if q else None,
-        ))
+        out.append(
+            BoardRun(
+                id=pk,
+                name=name,
+                origin=origin,
+                run_class=run_class,
+                kind=kind,
+                status=RunStatus.QUEUED,
+                owner=owner,
+                created_at=selectors.iso(created_at) or "",
+                requested_at=_seconds(requested_at),
+                position={"in_class": q.position_in_class, "overall": q.position_overall} if q else None,
+                pending_reason=q.pending_reason if q else None,
+                eta_seconds=q.eta_seconds if q else None,
+            )
+        )
     out.sort(key=lambda r: ((r["position"] or {}).get("overall", 1 << 30), r["id"]))
     return out, {row[0]: row[7] for row in rows}
 
@@ -128,8 +153,12 @@ def queue_change(*, joined: Iterable[tuple[int, float]], left: Iterable[tuple[in
     def stamped(moves: list[tuple[int, float]]) -> list[QueueKey]:
         return [QueueKey(run_class=keys[r][0], requested_at=keys[r][1], at=at) for r, at in moves if r in keys]
 
-    return QueueChange(joined=stamped(joined), left=stamped(left), reasons=reasons,
-                       rate=selectors.grant_rate_per_second(now=timezone.now()))
+    return QueueChange(
+        joined=stamped(joined),
+        left=stamped(left),
+        reasons=reasons,
+        rate=selectors.grant_rate_per_second(now=timezone.now()),
+    )
 
 
 def queue_keys(run_ids: set[int]) -> dict[int, tuple[str, float]]:
@@ -138,13 +167,19 @@ def queue_keys(run_ids: set[int]) -> dict[int, tuple[str, float]]:
     its slot was requested. At most two queries, whatever the queue length."""
     if not run_ids:
         return {}
-    out = {run_id: (run_class, _seconds(at) or 0.0)
-           for run_id, run_class, at in Slot.objects.filter(run_id__in=run_ids)
-           .values_list("run_id", "run_class", "requested_at")}
+    out = {
+        run_id: (run_class, _seconds(at) or 0.0)
+        for run_id, run_class, at in Slot.objects.filter(run_id__in=run_ids).values_list(
+            "run_id", "run_class", "requested_at"
+        )
+    }
     missing = run_ids - out.keys()
     if missing:
-        rows = (RunEvent.objects.filter(run_id__in=missing, type="status", data__status=RunStatus.QUEUED)
-                .order_by("run_id", "seq").values_list("run_id", "run__run_class", "ts"))
+        rows = (
+            RunEvent.objects.filter(run_id__in=missing, type="status", data__status=RunStatus.QUEUED)
+            .order_by("run_id", "seq")
+            .values_list("run_id", "run__run_class", "ts")
+        )
         for run_id, run_class, ts in rows:  # the latest one of each run wins
             out[run_id] = (run_class, ts.timestamp())
     return out

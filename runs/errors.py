@@ -1,4 +1,5 @@
 """Errors the run services raise; the API maps them to HTTP answers (400 naming the field, 403, 404, 409, 429)."""
+
 from __future__ import annotations
 
 

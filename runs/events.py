@@ -3,11 +3,11 @@
 `run_events_record` is the one writer of RunEvent rows (status changes and trainer batches alike); its
 callers publish what it stored (runs.stores.run_events_publish), so this module imports no publisher.
 """
+
 from __future__ import annotations
 
 from collections.abc import Iterable
-from datetime import datetime
-from datetime import timezone as dt_timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from django.db import transaction
@@ -23,7 +23,7 @@ def event_ts(ts: Any) -> datetime:
     if isinstance(ts, datetime):
         return ts
     if isinstance(ts, (int, float)) and not isinstance(ts, bool):
-        return datetime.fromtimestamp(float(ts), tz=dt_timezone.utc)
+        return datetime.fromtimestamp(float(ts), tz=UTC)
     return timezone.now()
 
 
@@ -62,8 +62,13 @@ def run_events_record(*, run: Run, source: str, events: Iterable[dict[str, Any]]
             last_seq += 1
             rows.append(
                 RunEvent(
-                    run_id=run.pk, seq=last_seq, source=source, source_seq=source_seq,
-                    ts=event_ts(item.get("ts")), type=item["type"], data=item.get("data") or {},
+                    run_id=run.pk,
+                    seq=last_seq,
+                    source=source,
+                    source_seq=source_seq,
+                    ts=event_ts(item.get("ts")),
+                    type=item["type"],
+                    data=item.get("data") or {},
                 )
             )
         if not rows:

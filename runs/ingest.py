@@ -3,6 +3,7 @@ count every accepted post as a heartbeat, and finish the run when the batch hold
 event (succeeded, failed; cancelled while stopping): at once, in the same request, not at the next tick.
 The HTTP view is runs/api/ingest.py; formats in docs/realtime.md.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -40,8 +41,13 @@ class IngestResult:
     dropped: int = 0  # events of this post not stored by the run's event budget (runs/retention.py)
 
     def as_dict(self) -> IngestReply:
-        return IngestReply(stored=self.stored, duplicates=self.duplicates, last_seq=self.last_seq,
-                           status=self.status, dropped=self.dropped)
+        return IngestReply(
+            stored=self.stored,
+            duplicates=self.duplicates,
+            last_seq=self.last_seq,
+            status=self.status,
+            dropped=self.dropped,
+        )
 
 
 def run_for_ingest(*, run_id: int, token: str | None) -> Run:
@@ -112,8 +118,9 @@ def run_events_ingest(*, run: Run, payload: Any) -> IngestResult:
         if outcome is not None:
             finished = run_job_finished(run=run, status=outcome[0], error=outcome[1])
             status, last_seq = finished.status, finished.last_seq
-    return IngestResult(stored=len(stored), duplicates=len(kept) - len(stored), last_seq=last_seq, status=status,
-                        dropped=len(dropped))
+    return IngestResult(
+        stored=len(stored), duplicates=len(kept) - len(stored), last_seq=last_seq, status=status, dropped=len(dropped)
+    )
 
 
 def _fold_order(items: list[dict[str, Any]], stored: list[RunEvent], dropped: list[dict[str, Any]]) -> list[RunEvent]:

@@ -8,6 +8,7 @@ they accept and refuse the same moves. Every way a run ends goes through `run_fi
 
 Celery tasks are named here, not imported: runs.tasks (the entry points) sits above this module.
 """
+
 from __future__ import annotations
 
 import logging
@@ -102,8 +103,13 @@ def grant_pass(*, reason: str, started: float, snapshot: Any = None, now: dateti
     """Grant under the lock (already held): runs move to `starting` and are handed to the launcher after commit."""
     now = now or timezone.now()
     notify: dict[str, Any] = {"reason": reason, "granted": [], "t": started}
-    moved = run_store().grant(now=now, snapshot=snapshot, notify=notify, allowed=allowed_from(RunStatus.STARTING),
-                              columns=stamp(RunStatus.STARTING, now))
+    moved = run_store().grant(
+        now=now,
+        snapshot=snapshot,
+        notify=notify,
+        allowed=allowed_from(RunStatus.STARTING),
+        columns=stamp(RunStatus.STARTING, now),
+    )
     granted = [m.run_id for m in moved]
     for m in moved:
         moved_publish(m, ts=now.timestamp())
@@ -124,11 +130,30 @@ def slots_grant(*, reason: str = "tick") -> list[int]:
 def run_enqueue(*, run: Run, now: datetime) -> None:
     """A new run (created `queued` under the grant lock): its waiting slot, its first event, then a grant."""
     slot_store.slot_enqueue(run_id=run.pk, run_class=run.run_class, now=now)
-    run_events_publish(run_events_record(run=run, source=PLATFORM_SOURCE, events=[{
-        "type": "status", "ts": now, "data": {"status": RunStatus.QUEUED, "previous": None, "error": ""},
-    }]))
-    dashboard_publish({"kind": "run_status", "run": run.pk, "owner": run.owner_id, "name": run.name,
-                       "run_class": run.run_class, "status": RunStatus.QUEUED, "previous": None})
+    run_events_publish(
+        run_events_record(
+            run=run,
+            source=PLATFORM_SOURCE,
+            events=[
+                {
+                    "type": "status",
+                    "ts": now,
+                    "data": {"status": RunStatus.QUEUED, "previous": None, "error": ""},
+                }
+            ],
+        )
+    )
+    dashboard_publish(
+        {
+            "kind": "run_status",
+            "run": run.pk,
+            "owner": run.owner_id,
+            "name": run.name,
+            "run_class": run.run_class,
+            "status": RunStatus.QUEUED,
+            "previous": None,
+        }
+    )
     grant_pass(reason="submit", started=time.time(), now=now)
 
 
@@ -173,11 +198,11 @@ def run_finish(*, run: Run, status: str, error: str = "", stop_job: bool = False
     # No savepoint when nested (the lock, the release and the snapshot are one round trip on PostgreSQL). A
     # refused move writes nothing and is raised after the block, so the caller's transaction stays usable.
     with transaction.atomic(savepoint=False):
-        finished, snapshot = run_store().finish(run_id=run.pk, status=status, error=error, now=now,
-                                                allowed=allowed_from(status), columns=stamp(status, now))
+        finished, snapshot = run_store().finish(
+            run_id=run.pk, status=status, error=error, now=now, allowed=allowed_from(status), columns=stamp(status, now)
+        )
         if finished is not None:
-            moved_publish(Moved.of(finished, status=status, previous=finished.previous_status),
-                          ts=now.timestamp())
+            moved_publish(Moved.of(finished, status=status, previous=finished.previous_status), ts=now.timestamp())
             grant_pass(reason="release", started=started, snapshot=snapshot, now=now)
             _followups_schedule(finished)
             if stop_job:
@@ -214,8 +239,7 @@ def run_resume(*, run: Run, by: Any, user_caps: bool = True) -> Run:
         slot_store.slots_lock()
         locked = Run.objects.select_for_update().get(pk=run.pk)
         if locked.status not in (RunStatus.FAILED, RunStatus.CANCELLED):
-            raise InvalidTransition(f"only failed or cancelled runs can resume; run is {locked.status}",
-                                    field="status")
+            raise InvalidTransition(f"only failed or cancelled runs can resume; run is {locked.status}", field="status")
         if user_caps:
             limits.user_caps_check(owner=locked.owner_id, limits=limits.limits_load())
         locked.resume_requested = True

@@ -2,6 +2,7 @@
 and the per-user caps on queued and active runs. The caps are counted under the grant lock (callers hold
 `store.slots_lock()`), so concurrent submits by one user cannot pass a cap together. Rules: docs/slots.md.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -33,10 +34,15 @@ def origin_for_request(*, claimed: Any, via_session: bool, is_staff: bool) -> st
     if is_staff or claimed == earned:
         return claimed
     if claimed in PLATFORM_ORIGINS:
-        raise NotAllowed(f"origin {claimed!r} is set only by the platform (schedules, automatic evaluation runs); "
-                         "leave origin out", field="origin")
-    raise NotAllowed(f"origin {claimed!r} is not earned by this request: a browser session gets 'dashboard', an "
-                     f"API token gets 'api'; leave origin out or send {earned!r}", field="origin")
+        raise NotAllowed(
+            f"origin {claimed!r} is set only by the platform (schedules, automatic evaluation runs); leave origin out",
+            field="origin",
+        )
+    raise NotAllowed(
+        f"origin {claimed!r} is not earned by this request: a browser session gets 'dashboard', an "
+        f"API token gets 'api'; leave origin out or send {earned!r}",
+        field="origin",
+    )
 
 
 def time_limit_resolve(requested: int | None, limits: UserLimits) -> int:
@@ -47,24 +53,31 @@ def time_limit_resolve(requested: int | None, limits: UserLimits) -> int:
         raise InvalidInput(
             f"must be at most {limits.max_time_limit_seconds} seconds (the maximum set by staff, "
             f"max_time_limit_seconds); leave it out for the default of {limits.default_time_limit_seconds} s",
-            field="time_limit_seconds")
+            field="time_limit_seconds",
+        )
     return requested
 
 
 def user_caps_check(*, owner: Any, limits: UserLimits) -> None:
     """Refuse one more queued run for `owner` when the owner already has `max_queued_per_user` queued runs or
     `max_running_per_user` active ones (429 naming the cap). The caller holds the grant lock."""
-    rows = (Run.objects.filter(owner=owner, status__in=[RunStatus.QUEUED, *ACTIVE_STATUSES])
-            .values("status").annotate(n=Count("id")))
+    rows = (
+        Run.objects.filter(owner=owner, status__in=[RunStatus.QUEUED, *ACTIVE_STATUSES])
+        .values("status")
+        .annotate(n=Count("id"))
+    )
     counts = {row["status"]: row["n"] for row in rows}
     queued = counts.get(RunStatus.QUEUED, 0)
     active = sum(counts.get(s, 0) for s in ACTIVE_STATUSES)
     if queued >= limits.max_queued_per_user:
         raise LimitExceeded(
             f"you have {queued} queued runs, the per-user limit (max_queued_per_user) is "
-            f"{limits.max_queued_per_user}; wait for some to start or cancel one", field="max_queued_per_user")
+            f"{limits.max_queued_per_user}; wait for some to start or cancel one",
+            field="max_queued_per_user",
+        )
     if active >= limits.max_running_per_user:
         raise LimitExceeded(
             f"you have {active} active runs (starting, running or stopping), the per-user limit "
             f"(max_running_per_user) is {limits.max_running_per_user}; wait for one to finish or cancel one",
-            field="max_running_per_user")
+            field="max_running_per_user",
+        )

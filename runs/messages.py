@@ -5,6 +5,7 @@ Events themselves are `trainer.events.StoredEvent` (the emitter's module). The T
 module is generated: `python -m runs.messages_ts > frontend/static/src/lib/messages.ts` (a test compares).
 Wire formats and rules: docs/realtime.md.
 """
+
 from __future__ import annotations
 
 from typing import Any, Literal, TypedDict
@@ -196,7 +197,21 @@ class DashboardSlotsMsg(TypedDict):
 
 # Exported to TypeScript in this order (runs.messages_ts).
 TS_EXPORTS: tuple[type, ...] = (
-    StoredEvent, ClassSlots, ClassPolicy, SlotPolicy, SlotTotal, SlotsJson, Position, RunJson, BoardRun,
-    QueueKey, QueueChange, RunSnapshotMsg, EventsMsg, TruncatedMsg, DashboardSnapshotMsg, DashboardRunMsg,
+    StoredEvent,
+    ClassSlots,
+    ClassPolicy,
+    SlotPolicy,
+    SlotTotal,
+    SlotsJson,
+    Position,
+    RunJson,
+    BoardRun,
+    QueueKey,
+    QueueChange,
+    RunSnapshotMsg,
+    EventsMsg,
+    TruncatedMsg,
+    DashboardSnapshotMsg,
+    DashboardRunMsg,
     DashboardSlotsMsg,
 )

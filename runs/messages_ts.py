@@ -3,6 +3,7 @@
 `python -m runs.messages_ts > frontend/static/src/lib/messages.ts`; tests/realtime/test_messages.py fails when
 the checked-in file differs from what this prints. Django-free.
 """
+
 from __future__ import annotations
 
 import sys

@@ -1,4 +1,5 @@
 """Tables of the control plane: runs, their events, the slot queue, concurrency settings and schedules."""
+
 from __future__ import annotations
 
 import secrets
@@ -57,8 +58,9 @@ def ingest_token_derive(*, run_id: int, attempt: int, nonce: str, secret: str | 
     """The ingest token of one attempt of a run: HMAC-SHA256 keyed by SECRET_KEY over (run, attempt, nonce).
     Never stored: the database holds only the nonce, so reading it (or a backup) yields no token; a new attempt
     gives a new token, and a relaunch of the same attempt the same one (docs/execution.md)."""
-    return salted_hmac("runs.ingest_token", f"{run_id}:{attempt}:{nonce}", secret=secret,
-                       algorithm="sha256").hexdigest()
+    return salted_hmac(
+        "runs.ingest_token", f"{run_id}:{attempt}:{nonce}", secret=secret, algorithm="sha256"
+    ).hexdigest()
 
 
 class Run(models.Model):
@@ -114,8 +116,7 @@ class Run(models.Model):
         presented = token.encode("utf-8", "replace")
         ok = False
         for secret in [settings.SECRET_KEY, *settings.SECRET_KEY_FALLBACKS]:
-            expected = ingest_token_derive(run_id=self.pk, attempt=self.attempt, nonce=self.ingest_nonce,
-                                           secret=secret)
+            expected = ingest_token_derive(run_id=self.pk, attempt=self.attempt, nonce=self.ingest_nonce, secret=secret)
             ok |= constant_time_compare(presented, expected.encode())
         return ok
 

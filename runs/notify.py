@@ -4,6 +4,7 @@
 rollback); `slots_listen` yields payloads to a listener. On SQLite both are no-ops / unavailable: the tick is the
 fallback there.
 """
+
 from __future__ import annotations
 
 import json

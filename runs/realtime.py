@@ -7,6 +7,7 @@ commit (never on rollback): group `run.<id>` gets every stored event, batched pe
 pays for the dashboard. Publishing never fails the caller: the data is committed and consumers repair gaps
 from the database.
 """
+
 from __future__ import annotations
 
 import logging
@@ -50,6 +51,7 @@ def group_send_now(group: str, message: Any) -> None:
 
 # --- run stream --------------------------------------------------------------------------------------
 
+
 class _EventBatch:
     """An on-commit callback carrying the events of one run recorded in one savepoint context."""
 
@@ -81,6 +83,7 @@ def run_event_publish(event: StoredEvent) -> None:
 
 
 # --- dashboard ---------------------------------------------------------------------------------------
+
 
 def _pending() -> dict[str, Any]:
     pending = _dashboard_pending.__dict__
@@ -134,9 +137,13 @@ def _dashboard_flush() -> None:
     pending.clear()
     at = time.time()  # just after the commit: consumers skip moves older than their snapshot
     if batch["runs"] or batch["slots"]:
-        dashboard_publisher().offer(runs=batch["runs"], joined=[(r, at) for r in batch["joined"]],
-                                    left=[(r, at) for r in batch["left"]],
-                                    slots=batch["slots"], resync=batch["resync"])
+        dashboard_publisher().offer(
+            runs=batch["runs"],
+            joined=[(r, at) for r in batch["joined"]],
+            left=[(r, at) for r in batch["left"]],
+            slots=batch["slots"],
+            resync=batch["resync"],
+        )
 
 
 class DashboardPublisher:
@@ -155,8 +162,15 @@ class DashboardPublisher:
         self._resync = False
         threading.Thread(target=self._loop, name="realtime-dashboard", daemon=True).start()
 
-    def offer(self, *, runs: Iterable[int] = (), joined: Iterable[Move] = (), left: Iterable[Move] = (),
-              slots: bool = False, resync: bool = False) -> None:
+    def offer(
+        self,
+        *,
+        runs: Iterable[int] = (),
+        joined: Iterable[Move] = (),
+        left: Iterable[Move] = (),
+        slots: bool = False,
+        resync: bool = False,
+    ) -> None:
         with self._cond:
             keys: list[Any] = list(runs) + ([SLOTS] if slots else [])
             self._joined += joined
@@ -216,15 +230,17 @@ def dashboard_publisher() -> DashboardPublisher:
 def runs_update_send(run_ids: Any) -> None:
     """Read the runs now and send each board row; `last_seq` lets consumers drop stale reads."""
     for row, owner_id, last_seq in board_runs(run_ids):
-        group_send_now(DASHBOARD_GROUP, RunUpdateLayer(type="run.update", run=row, owner_id=owner_id,
-                                                       last_seq=last_seq))
+        group_send_now(
+            DASHBOARD_GROUP, RunUpdateLayer(type="run.update", run=row, owner_id=owner_id, last_seq=last_seq)
+        )
 
 
 def slots_update_message(*, joined: list[Move], left: list[Move], resync: bool = False) -> SlotsUpdateLayer:
     """The `slots.update` layer message: slot counts and the queue change, a size and a query count that do
     not depend on the queue length."""
-    return SlotsUpdateLayer(type="slots.update", slots=slots_snapshot(),
-                            queue=queue_change(joined=joined, left=left), resync=resync)
+    return SlotsUpdateLayer(
+        type="slots.update", slots=slots_snapshot(), queue=queue_change(joined=joined, left=left), resync=resync
+    )
 
 
 def slots_update_send(*, joined: list[Move], left: list[Move], resync: bool = False) -> None:

@@ -10,6 +10,7 @@ Nothing is ever deleted: an event is kept or dropped when it is posted, before i
 stored stream stays gapless (1..last_seq) and replay by seq keeps its contract (docs/realtime.md). A dropped
 event still updates the run summary (the board and run header stay current); it is not sent live.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -22,8 +23,10 @@ HIGH_RATE: frozenset[str] = frozenset({"train", "rollout", "sampler", "log"})
 
 def events_budget() -> tuple[int, int]:
     """(stored events per run, keep 1 in N high-rate events past half the budget)."""
-    return (max(1, int(getattr(settings, "EVENTS_MAX_PER_RUN", 50_000))),
-            max(1, int(getattr(settings, "EVENTS_DOWNSAMPLE_EVERY", 10))))
+    return (
+        max(1, int(getattr(settings, "EVENTS_MAX_PER_RUN", 50_000))),
+        max(1, int(getattr(settings, "EVENTS_DOWNSAMPLE_EVERY", 10))),
+    )
 
 
 def events_keep(*, stored: int, items: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:

@@ -4,6 +4,7 @@ A schedule fires at most once per tick however many cron times it missed (a plat
 replay a backlog); `next_run_at` is advanced and the run submitted in one transaction, so two ticks racing on
 the same schedule submit one run.
 """
+
 from __future__ import annotations
 
 import logging
@@ -46,8 +47,9 @@ def _validated(fields: dict[str, Any]) -> dict[str, Any]:
     unknown = sorted(set(fields) - set(EDITABLE_FIELDS))
     if unknown:
         raise InvalidInput(f"unknown field(s) {unknown}; editable: {list(EDITABLE_FIELDS)}", field=unknown[0])
-    if "name" in fields and (not isinstance(fields["name"], str) or not fields["name"].strip()
-                             or len(fields["name"]) > 200):
+    if "name" in fields and (
+        not isinstance(fields["name"], str) or not fields["name"].strip() or len(fields["name"]) > 200
+    ):
         raise InvalidInput("must be a non-empty string of at most 200 characters", field="name")
     if "cron" in fields and (problem := cron_problem(fields["cron"])):
         raise InvalidInput(problem, field="cron")
@@ -58,8 +60,15 @@ def _validated(fields: dict[str, Any]) -> dict[str, Any]:
     return fields
 
 
-def schedule_create(*, owner: Any, name: str, cron: str, kind: str = kinds.DEFAULT_KIND,
-                    config: dict[str, Any] | None = None, enabled: bool = True) -> Schedule:
+def schedule_create(
+    *,
+    owner: Any,
+    name: str,
+    cron: str,
+    kind: str = kinds.DEFAULT_KIND,
+    config: dict[str, Any] | None = None,
+    enabled: bool = True,
+) -> Schedule:
     fields = _validated({"name": name, "cron": cron, "kind": kind, "config": config or {}, "enabled": enabled})
     run_kind = kinds.kind_get(kind)
     fields["config"] = run_kind.validate_config(fields["config"])
@@ -94,20 +103,28 @@ def schedules_submit_due(*, now: datetime | None = None) -> list[int]:
     due = Schedule.objects.filter(enabled=True, next_run_at__lte=now).values_list("pk", flat=True)
     for schedule_id in list(due):
         with transaction.atomic():
-            schedule = Schedule.objects.select_for_update().filter(pk=schedule_id, enabled=True,
-                                                                   next_run_at__lte=now).first()
+            schedule = (
+                Schedule.objects.select_for_update().filter(pk=schedule_id, enabled=True, next_run_at__lte=now).first()
+            )
             if schedule is None:
                 continue  # another tick took it
             try:
                 schedule.next_run_at = cron_next(schedule.cron, after=now)
             except (CroniterError, ValueError, OverflowError) as exc:  # stored before cron_problem existed
-                logger.warning("schedule %s disabled: its cron %r never fires again (%s)", schedule.pk, schedule.cron, exc)
+                logger.warning(
+                    "schedule %s disabled: its cron %r never fires again (%s)", schedule.pk, schedule.cron, exc
+                )
                 schedule.enabled = False
                 schedule.save(update_fields=["enabled"])
                 continue
             try:
-                run = run_submit(owner=schedule.owner, name=f"{schedule.name} @ {now:%Y-%m-%d %H:%M}",
-                                 origin=Origin.SCHEDULE, kind=schedule.kind, config=schedule.config)
+                run = run_submit(
+                    owner=schedule.owner,
+                    name=f"{schedule.name} @ {now:%Y-%m-%d %H:%M}",
+                    origin=Origin.SCHEDULE,
+                    kind=schedule.kind,
+                    config=schedule.config,
+                )
             except ServiceError as exc:  # e.g. a kind since removed: keep the schedule moving, say why
                 logger.warning("schedule %s could not submit: %s", schedule.pk, exc)
                 schedule.save(update_fields=["next_run_at"])

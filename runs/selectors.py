@@ -1,5 +1,6 @@
 """Reads: runs visible to a user, the run JSON (REST and websockets), queue position / pending reason / ETA of
 queued runs, slot snapshot, dry-run."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -51,8 +52,9 @@ def run_list(*, user: Any, status: str | None = None, run_class: str | None = No
     if status is not None and status not in RunStatus.values:
         raise InvalidInput(f"unknown status {status!r}; expected one of {', '.join(RunStatus.values)}", field="status")
     if run_class is not None and run_class not in RunClass.values:
-        raise InvalidInput(f"unknown run class {run_class!r}; expected one of {', '.join(RunClass.values)}",
-                           field="run_class")
+        raise InvalidInput(
+            f"unknown run class {run_class!r}; expected one of {', '.join(RunClass.values)}", field="run_class"
+        )
     qs = Run.objects.select_related("owner").order_by("-id")
     if not user.is_staff:
         qs = qs.filter(owner=user)
@@ -80,7 +82,8 @@ def run_events_list(*, run: Run, after: int = 0, limit: int = 1000) -> list[RunE
 def grant_rate_per_second(*, now: datetime) -> float | None:
     """Recent grants per second (None when nothing was granted lately)."""
     recent = list(
-        Run.objects.filter(granted_at__gte=now - ETA_WINDOW).order_by("-granted_at")
+        Run.objects.filter(granted_at__gte=now - ETA_WINDOW)
+        .order_by("-granted_at")
         .values_list("granted_at", flat=True)[:ETA_SAMPLE]
     )
     if not recent:
@@ -147,8 +150,9 @@ def runs_queue_info(*, runs: list[Run]) -> dict[int, QueueInfo]:
         in_class, overall = positions[run.pk]
         reason = blocking_reason(policy, held, run.run_class) or HIGHER_PRIORITY_WAITING
         eta = round(overall / rate, 1) if rate else None
-        out[run.pk] = QueueInfo(position_in_class=in_class, position_overall=overall, pending_reason=reason,
-                                eta_seconds=eta)
+        out[run.pk] = QueueInfo(
+            position_in_class=in_class, position_overall=overall, pending_reason=reason, eta_seconds=eta
+        )
     return out
 
 
@@ -167,13 +171,26 @@ def run_json(run: Run, info: QueueInfo | None = None) -> RunJson:
     if run.status == RunStatus.QUEUED:
         end = timezone.now()
     return RunJson(
-        id=run.pk, name=run.name, origin=run.origin, run_class=run.run_class, kind=run.kind, status=run.status,
-        owner=run.owner.username, config=run.config, created_at=iso(run.created_at) or "",
-        granted_at=iso(run.granted_at), started_at=iso(run.started_at), finished_at=iso(run.finished_at),
+        id=run.pk,
+        name=run.name,
+        origin=run.origin,
+        run_class=run.run_class,
+        kind=run.kind,
+        status=run.status,
+        owner=run.owner.username,
+        config=run.config,
+        created_at=iso(run.created_at) or "",
+        granted_at=iso(run.granted_at),
+        started_at=iso(run.started_at),
+        finished_at=iso(run.finished_at),
         queued_seconds=round(max(0.0, (end - run.created_at).total_seconds()), 3),
         position={"in_class": info.position_in_class, "overall": info.position_overall} if info else None,
-        pending_reason=info.pending_reason if info else None, eta_seconds=info.eta_seconds if info else None,
-        error=run.error, summary=run.summary, auto_resume=run.auto_resume, time_limit_seconds=run.time_limit_seconds,
+        pending_reason=info.pending_reason if info else None,
+        eta_seconds=info.eta_seconds if info else None,
+        error=run.error,
+        summary=run.summary,
+        auto_resume=run.auto_resume,
+        time_limit_seconds=run.time_limit_seconds,
     )
 
 
@@ -192,8 +209,12 @@ def slots_snapshot() -> SlotsJson:
         "policy": policy.to_dict(),
         "borrowable": policy.borrowable,
         "classes": {
-            k: {"running": held[k], "waiting": waiting[k], "limit": policy.classes[k].limit,
-                "priority": policy.classes[k].priority}
+            k: {
+                "running": held[k],
+                "waiting": waiting[k],
+                "limit": policy.classes[k].limit,
+                "priority": policy.classes[k].priority,
+            }
             for k in CLASSES
         },
         "total": {"running": sum(held.values()), "max_total": policy.max_total},
@@ -223,6 +244,7 @@ def slot_dry_run(*, origin: Any) -> dict[str, Any]:
 
 # --- what a /ws/runs/<id>/ connection reads ------------------------------------------------------------
 
+
 @dataclass(frozen=True)
 class StreamOpening:
     """What a /ws/runs/<id>/ connection starts with, or why it is refused."""
@@ -234,8 +256,9 @@ class StreamOpening:
     replay_from: int = 0  # replay starts after this seq: `after`, or later when more than replay_max are behind
 
 
-def run_stream_open(*, run_id: int, user: Any, after: int | None, limit: int,
-                    replay_max: int | None = None) -> StreamOpening:
+def run_stream_open(
+    *, run_id: int, user: Any, after: int | None, limit: int, replay_max: int | None = None
+) -> StreamOpening:
     """Permission check (owner or staff), snapshot and the first replay page, in one database session.
     With `replay_max`, the replay covers at most the newest `replay_max` events (`replay_from` says where)."""
     run = Run.objects.select_related("owner").filter(pk=run_id).first()
@@ -249,8 +272,9 @@ def run_stream_open(*, run_id: int, user: Any, after: int | None, limit: int,
     if after is not None and replay_max is not None:
         start = max(after, run.last_seq - replay_max)
     replay = run_events_after(run_id=run_id, after=start, limit=limit) if after is not None else []
-    return StreamOpening(refusal=None, snapshot=runs_json([run])[0], last_seq=run.last_seq, replay=replay,
-                         replay_from=start)
+    return StreamOpening(
+        refusal=None, snapshot=runs_json([run])[0], last_seq=run.last_seq, replay=replay, replay_from=start
+    )
 
 
 def runs_last_seq(*, run_ids: list[int]) -> dict[int, int]:

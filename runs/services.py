@@ -1,6 +1,7 @@
 """The control plane's write operations, in one import for the views (API, dashboard, admin): submitting runs
 (runs/execution/submit.py), lifecycle moves (runs/lifecycle.py), the tick's sweeps (runs/sweeps.py) and the
 concurrency settings (runs/concurrency.py). Nothing here but the names; each lives in its own module."""
+
 from __future__ import annotations
 
 from runs.concurrency import settings_update
@@ -16,6 +17,18 @@ from runs.lifecycle import (
 )
 from runs.sweeps import runs_enforce_time_limits, runs_reclaim_stale
 
-__all__ = ["NAME_MAX", "TIME_LIMIT_MAX", "TRANSITIONS", "run_cancel", "run_finish", "run_resume",
-           "run_status_change", "run_submit", "run_transition", "runs_enforce_time_limits", "runs_reclaim_stale",
-           "settings_update", "slots_grant"]
+__all__ = [
+    "NAME_MAX",
+    "TIME_LIMIT_MAX",
+    "TRANSITIONS",
+    "run_cancel",
+    "run_finish",
+    "run_resume",
+    "run_status_change",
+    "run_submit",
+    "run_transition",
+    "runs_enforce_time_limits",
+    "runs_reclaim_stale",
+    "settings_update",
+    "slots_grant",
+]

@@ -3,6 +3,7 @@ database; `PgStore` does each locked step in one SQL statement on PostgreSQL (ru
 decides anything: which moves are allowed (`allowed`) and which columns a move stamps (`columns`) come from
 runs.lifecycle, the one owner of the state machine. Also the ORM writer of a single move and its publishing.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -37,16 +38,40 @@ class Moved:
 
     @classmethod
     def of(cls, run: Run, *, status: str, previous: str | None) -> Moved:
-        return cls(run_id=run.pk, seq=run.last_seq, owner_id=run.owner_id, name=run.name, run_class=run.run_class,
-                   status=status, previous=previous, error=run.error)
+        return cls(
+            run_id=run.pk,
+            seq=run.last_seq,
+            owner_id=run.owner_id,
+            name=run.name,
+            run_class=run.run_class,
+            status=status,
+            previous=previous,
+            error=run.error,
+        )
 
 
 def moved_publish(moved: Moved, *, ts: float) -> None:
     """The move's `status` event to the run's viewers and its line to the dashboard (both after commit)."""
-    run_event_publish({"run": moved.run_id, "seq": moved.seq, "ts": ts, "type": "status",
-                       "data": {"status": moved.status, "previous": moved.previous, "error": moved.error}})
-    dashboard_publish({"kind": "run_status", "run": moved.run_id, "owner": moved.owner_id, "name": moved.name,
-                       "run_class": moved.run_class, "status": moved.status, "previous": moved.previous})
+    run_event_publish(
+        {
+            "run": moved.run_id,
+            "seq": moved.seq,
+            "ts": ts,
+            "type": "status",
+            "data": {"status": moved.status, "previous": moved.previous, "error": moved.error},
+        }
+    )
+    dashboard_publish(
+        {
+            "kind": "run_status",
+            "run": moved.run_id,
+            "owner": moved.owner_id,
+            "name": moved.name,
+            "run_class": moved.run_class,
+            "status": moved.status,
+            "previous": moved.previous,
+        }
+    )
 
 
 def run_events_publish(rows: list[RunEvent]) -> None:
@@ -70,23 +95,31 @@ def status_write(*, run: Run, status: str, error: str | None, now: datetime, col
     with transaction.atomic(savepoint=False):
         run.last_seq += 1
         run.save(update_fields=[*fields, "last_seq"])
-        RunEvent.objects.create(run_id=run.pk, seq=run.last_seq, source=PLATFORM_SOURCE, ts=now, type="status",
-                                data={"status": status, "previous": previous, "error": run.error})
+        RunEvent.objects.create(
+            run_id=run.pk,
+            seq=run.last_seq,
+            source=PLATFORM_SOURCE,
+            ts=now,
+            type="status",
+            data={"status": status, "previous": previous, "error": run.error},
+        )
     return Moved.of(run, status=status, previous=previous)
 
 
 class RunStore(Protocol):
     notifies_grants: bool  # True: `grant` sends the slots NOTIFY itself
 
-    def finish(self, *, run_id: int, status: str, error: str, now: datetime, allowed: list[str],
-               columns: Columns) -> tuple[Run | None, Snapshot | None]:
+    def finish(
+        self, *, run_id: int, status: str, error: str, now: datetime, allowed: list[str], columns: Columns
+    ) -> tuple[Run | None, Snapshot | None]:
         """Take the grant lock, move the run to a finished `status` if it is in `allowed`, release its slot.
         Returns the run (carrying `previous_status`) and, when the store has it, the grant snapshot after the
         release; (None, None) when the move is refused (nothing written)."""
         ...
 
-    def grant(self, *, now: datetime, snapshot: Snapshot | None, notify: dict[str, Any], allowed: list[str],
-              columns: Columns) -> list[Moved]:
+    def grant(
+        self, *, now: datetime, snapshot: Snapshot | None, notify: dict[str, Any], allowed: list[str], columns: Columns
+    ) -> list[Moved]:
         """One grant pass (the caller holds the lock): hold the decided slots, move their runs to `starting`."""
         ...
 
@@ -94,8 +127,9 @@ class RunStore(Protocol):
 class OrmStore:
     notifies_grants = False
 
-    def finish(self, *, run_id: int, status: str, error: str, now: datetime, allowed: list[str],
-               columns: Columns) -> tuple[Run | None, Snapshot | None]:
+    def finish(
+        self, *, run_id: int, status: str, error: str, now: datetime, allowed: list[str], columns: Columns
+    ) -> tuple[Run | None, Snapshot | None]:
         slot_store.slots_lock()
         locked = Run.objects.select_for_update().get(pk=run_id)
         if locked.status not in allowed:
@@ -106,8 +140,9 @@ class OrmStore:
         locked.previous_status = previous
         return locked, None
 
-    def grant(self, *, now: datetime, snapshot: Snapshot | None, notify: dict[str, Any], allowed: list[str],
-              columns: Columns) -> list[Moved]:
+    def grant(
+        self, *, now: datetime, snapshot: Snapshot | None, notify: dict[str, Any], allowed: list[str], columns: Columns
+    ) -> list[Moved]:
         ids = [d.run_id for d in slot_store.slots_grant_locked(now=now)]
         by_id = Run.objects.select_for_update().in_bulk(ids)
         moved = []
@@ -123,22 +158,48 @@ class OrmStore:
 class PgStore:
     notifies_grants = True
 
-    def finish(self, *, run_id: int, status: str, error: str, now: datetime, allowed: list[str],
-               columns: Columns) -> tuple[Run | None, Snapshot | None]:
-        return slots_pg.release_with_snapshot(run_id=run_id, status=status, error=error, allowed_from=allowed,
-                                              source=PLATFORM_SOURCE, now=now, columns=columns)
+    def finish(
+        self, *, run_id: int, status: str, error: str, now: datetime, allowed: list[str], columns: Columns
+    ) -> tuple[Run | None, Snapshot | None]:
+        return slots_pg.release_with_snapshot(
+            run_id=run_id,
+            status=status,
+            error=error,
+            allowed_from=allowed,
+            source=PLATFORM_SOURCE,
+            now=now,
+            columns=columns,
+        )
 
-    def grant(self, *, now: datetime, snapshot: Snapshot | None, notify: dict[str, Any], allowed: list[str],
-              columns: Columns) -> list[Moved]:
+    def grant(
+        self, *, now: datetime, snapshot: Snapshot | None, notify: dict[str, Any], allowed: list[str], columns: Columns
+    ) -> list[Moved]:
         decisions = grant(snapshot or slots_pg.snapshot_fetch(), now)
         notify["granted"] = [d.run_id for d in decisions]
         if not decisions:
             return []
-        rows = slots_pg.grants_apply(decisions=decisions, now=now, source=PLATFORM_SOURCE, notify=notify,
-                                     status=RunStatus.STARTING, allowed_from=allowed, columns=columns)
-        return [Moved(run_id=r["id"], seq=r["last_seq"], owner_id=r["owner_id"], name=r["name"],
-                      run_class=r["run_class"], status=RunStatus.STARTING, previous=r["previous"], error=r["error"])
-                for r in rows]
+        rows = slots_pg.grants_apply(
+            decisions=decisions,
+            now=now,
+            source=PLATFORM_SOURCE,
+            notify=notify,
+            status=RunStatus.STARTING,
+            allowed_from=allowed,
+            columns=columns,
+        )
+        return [
+            Moved(
+                run_id=r["id"],
+                seq=r["last_seq"],
+                owner_id=r["owner_id"],
+                name=r["name"],
+                run_class=r["run_class"],
+                status=RunStatus.STARTING,
+                previous=r["previous"],
+                error=r["error"],
+            )
+            for r in rows
+        ]
 
 
 ORM_STORE = OrmStore()

@@ -1,6 +1,7 @@
 """The tick's sweeps over active runs: reclaim runs whose job stopped heartbeating and fail runs past their
 time limit. Each failure goes through runs.lifecycle.run_finish (so follow-ups such as auto-resume apply) and
 asks the launcher to stop the job."""
+
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -47,8 +48,10 @@ def runs_enforce_time_limits(*, now: datetime) -> list[int]:
     without a limit (submitted before limits were mandatory) gets the current staff default."""
     default = limits.limits_load().default_time_limit_seconds
     over = [
-        r.pk for r in Run.objects.filter(status__in=ACTIVE_STATUSES, granted_at__isnull=False)
-        .only("pk", "granted_at", "time_limit_seconds")
+        r.pk
+        for r in Run.objects.filter(status__in=ACTIVE_STATUSES, granted_at__isnull=False).only(
+            "pk", "granted_at", "time_limit_seconds"
+        )
         if r.granted_at + timedelta(seconds=r.time_limit_seconds or default) <= now
     ]
     return _fail_active(over, error_of=lambda r: f"time limit of {r.time_limit_seconds or default} s exceeded")

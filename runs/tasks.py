@@ -2,6 +2,7 @@
 reclaim, time limits, schedules, grant fallback, lost launches), the launcher's hand-offs (launch a granted
 run, stop a run's job) and the follow-ups of a finished run. Tasks take ids and never wait for slots or training.
 runs.lifecycle names them (TASK_*) rather than importing this module, which sits above it."""
+
 from __future__ import annotations
 
 import logging
@@ -40,14 +41,22 @@ def tick() -> dict[str, Any]:
     scheduled = schedules_submit_due(now=now)
     granted = lifecycle.slots_grant(reason="tick")
     lost = list(
-        Run.objects.filter(status=RunStatus.STARTING, heartbeat_at__isnull=True,
-                           granted_at__lt=now - timedelta(seconds=RELAUNCH_AFTER_SECONDS))
-        .values_list("pk", flat=True)
+        Run.objects.filter(
+            status=RunStatus.STARTING,
+            heartbeat_at__isnull=True,
+            granted_at__lt=now - timedelta(seconds=RELAUNCH_AFTER_SECONDS),
+        ).values_list("pk", flat=True)
     )
     for run_id in lost:
         dispatch_run.delay(run_id)
-    done = {"reconciled": reconciled, "reclaimed": reclaimed, "timed_out": timed_out, "scheduled": scheduled,
-            "granted": granted, "relaunched": lost}
+    done = {
+        "reconciled": reconciled,
+        "reclaimed": reclaimed,
+        "timed_out": timed_out,
+        "scheduled": scheduled,
+        "granted": granted,
+        "relaunched": lost,
+    }
     # A tick that changed nothing says nothing (one runs every 2 s).
     changed = {**done, "reconciled": {pk: what for pk, what in reconciled.items() if what not in QUIET_OUTCOMES}}
     if any(changed.values()):

@@ -1,6 +1,7 @@
 """API token lifetime (core, no HTTP): a token expires API_TOKEN_MAX_AGE_SECONDS after it was issued, and
 `token_issue` replaces an expired one. Used by the API (runs/api/tokens.py, runs/api/auth.py) and by the
 `platform_admin` command; the HTTP side (401 answers) stays in runs/api/tokens.py."""
+
 from __future__ import annotations
 
 from datetime import timedelta

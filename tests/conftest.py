@@ -1,4 +1,5 @@
 """Shared fixtures: one real Ray cluster per test run, and loud failures when a service is missing."""
+
 from __future__ import annotations
 
 import os
@@ -68,19 +69,38 @@ def ray_cluster() -> RayCluster:
     env["PATH"] = f"{VENV_BIN}{os.pathsep}{env.get('PATH', '')}"
     env["PYTHONPATH"] = f"{REPO_ROOT}{os.pathsep}{env.get('PYTHONPATH', '')}"
     cmd = [
-        str(VENV_BIN / "ray"), "start", "--head", "--block", "--num-cpus", "4", "--port", str(port),
-        "--dashboard-host", "127.0.0.1", "--dashboard-port", str(dash_port),
+        str(VENV_BIN / "ray"),
+        "start",
+        "--head",
+        "--block",
+        "--num-cpus",
+        "4",
+        "--port",
+        str(port),
+        "--dashboard-host",
+        "127.0.0.1",
+        "--dashboard-port",
+        str(dash_port),
         # Ports Ray otherwise fixes (agent HTTP 52365, client server 10001): a second head on the machine whose
         # job agent cannot bind answers every job submission with "No available agent" forever.
-        "--dashboard-agent-listen-port", str(free_port()), "--ray-client-server-port", str(free_port()),
-        "--metrics-export-port", str(free_port()),
-        "--temp-dir", temp_dir, "--include-dashboard", "true", "--disable-usage-stats",
+        "--dashboard-agent-listen-port",
+        str(free_port()),
+        "--ray-client-server-port",
+        str(free_port()),
+        "--metrics-export-port",
+        str(free_port()),
+        "--temp-dir",
+        temp_dir,
+        "--include-dashboard",
+        "true",
+        "--disable-usage-stats",
     ]
     # --block keeps `ray start` in the foreground; ending it stops exactly this cluster's processes and no
     # other Ray cluster on the machine (`ray stop` would kill every one).
     log = open(Path(temp_dir) / "head.log", "w")
-    head = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-                            preexec_fn=die_with_parent())
+    head = subprocess.Popen(
+        cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=die_with_parent()
+    )
     address = f"127.0.0.1:{port}"
     cluster = RayCluster(address=address, dashboard_url=f"http://127.0.0.1:{dash_port}", temp_dir=temp_dir)
     _wait_for_job_api(cluster, head, Path(temp_dir) / "head.log")
@@ -106,8 +126,11 @@ def ray_driver(ray_cluster: RayCluster):
     import ray
 
     if not ray.is_initialized():
-        ray.init(address=ray_cluster.address, log_to_driver=False,
-                 runtime_env={"env_vars": {"OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO_ROOT)}})
+        ray.init(
+            address=ray_cluster.address,
+            log_to_driver=False,
+            runtime_env={"env_vars": {"OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO_ROOT)}},
+        )
     return ray
 
 

@@ -1,4 +1,5 @@
 """Stopping the server processes tests start: each runs in its own process group (start_new_session=True)."""
+
 from __future__ import annotations
 
 import ctypes
@@ -19,6 +20,7 @@ def die_with_parent(sig: int = signal.SIGTERM):
             raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG) failed")
         if os.getppid() != parent:  # the parent died before the request was in place
             os.kill(os.getpid(), sig)
+
     return preexec
 
 

@@ -2,6 +2,7 @@
 test session. Django refuses the built-in SECRET_KEY with DEBUG off, so the session (and every server and
 worker it starts, which inherit os.environ) gets a generated key; and a cache key prefix of its own, so sign-in
 failure counters in a shared Redis never carry over from one session to the next."""
+
 from __future__ import annotations
 
 import os

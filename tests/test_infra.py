@@ -1,4 +1,5 @@
 """The shared fixtures work: a real Ray cluster that runs a job, and Redis."""
+
 import time
 
 from ray.job_submission import JobStatus, JobSubmissionClient

@@ -2,6 +2,7 @@
 after its banner, so the banner stays the last thing on screen; a tick that does something says so; what the
 terminal does not show is in var/logs/. Ray's job API is a stand-in that answers 404 to everything (a job API
 not there yet): the platform counts it as serving, and launches wait for it."""
+
 from __future__ import annotations
 
 import re
@@ -66,7 +67,7 @@ def test_idle_platform_prints_nothing_after_its_banner_and_a_tick_that_acts_says
     assert ends_with_banner(seen), seen[-3000:]
 
     time.sleep(IDLE_SECONDS)  # about ten ticks of the beat
-    after = platform.log()[len(seen):]
+    after = platform.log()[len(seen) :]
     assert after == "", f"an idle platform printed after its banner:\n{after[:3000]}"
     assert ends_with_banner(platform.log())
     # Hidden, not lost: Redis's start-up notices are in var/logs/redis.log, not on the terminal.
@@ -76,9 +77,12 @@ def test_idle_platform_prints_nothing_after_its_banner_and_a_tick_that_acts_says
 
     # The ticks did run all along: one that acts (a run past its time limit; its launch waits for Ray) says so.
     token = re.search(r"API token (\w+)", seen).group(1)
-    response = requests.post(f"{platform.url}/api/runs/", headers={"Authorization": f"Token {token}"}, timeout=30,
-                             json={"name": "limit", "origin": "api", "kind": "rl_train", "config": {"steps": 5},
-                                   "time_limit_seconds": 1})
+    response = requests.post(
+        f"{platform.url}/api/runs/",
+        headers={"Authorization": f"Token {token}"},
+        timeout=30,
+        json={"name": "limit", "origin": "api", "kind": "rl_train", "config": {"steps": 5}, "time_limit_seconds": 1},
+    )
     assert response.status_code == 201, response.text
     run_id = response.json()["id"]
     wait_until(lambda: re.search(rf"tick: timed_out \[{run_id}\]", platform.log()), 60, "the tick's line", platform)
@@ -86,7 +90,11 @@ def test_idle_platform_prints_nothing_after_its_banner_and_a_tick_that_acts_says
 
 def test_torch_finds_numpy_so_ray_actors_do_not_warn():
     """torch warns "Failed to initialize NumPy" at import when numpy is missing; every Ray actor imports it."""
-    result = subprocess.run([sys.executable, "-W", "default", "-c", "import torch; print(torch.zeros(2).numpy())"],
-                            capture_output=True, text=True, timeout=300)
+    result = subprocess.run(
+        [sys.executable, "-W", "default", "-c", "import torch; print(torch.zeros(2).numpy())"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert result.returncode == 0, result.stderr
     assert "NumPy" not in result.stderr, result.stderr

@@ -1,4 +1,5 @@
 """Waiting on a condition instead of sleeping: poll until it holds, or fail loudly at the deadline."""
+
 from __future__ import annotations
 
 import asyncio

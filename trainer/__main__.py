@@ -1,4 +1,5 @@
 """`python -m trainer ...` (see trainer/cli.py)."""
+
 import sys
 
 from trainer.cli import main

@@ -1,4 +1,5 @@
 """GRPO: group-normalized advantages and the PPO clipped objective on recorded behaviour log-probs."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -49,13 +50,20 @@ def batch_from_groups(groups: list[Group], device: torch.device | str = "cpu") -
             versions[row, : n - 1] = tv
     rewards = torch.tensor([g.rewards for g in groups], dtype=torch.float32)  # (n_groups, G)
     exact = torch.tensor([g.exact for g in groups], dtype=torch.float32)
-    return TrainBatch(tokens=tokens.to(device), mask=mask.to(device), behaviour_logp=behaviour.to(device),
-                 advantages=group_advantages(rewards).flatten().to(device), rewards=rewards.flatten(),
-                 exact=exact.flatten(), versions=versions)
+    return TrainBatch(
+        tokens=tokens.to(device),
+        mask=mask.to(device),
+        behaviour_logp=behaviour.to(device),
+        advantages=group_advantages(rewards).flatten().to(device),
+        rewards=rewards.flatten(),
+        exact=exact.flatten(),
+        versions=versions,
+    )
 
 
-def ppo_loss(model: TinyTransformer, b: TrainBatch, *, clip_eps: float, entropy_coef: float, kl_coef: float,
-             temperature: float) -> tuple[torch.Tensor, dict[str, float]]:
+def ppo_loss(
+    model: TinyTransformer, b: TrainBatch, *, clip_eps: float, entropy_coef: float, kl_coef: float, temperature: float
+) -> tuple[torch.Tensor, dict[str, float]]:
     """Token-mean PPO clipped surrogate, minus an entropy bonus, plus an optional k3 KL to the behaviour policy."""
     logp, entropy = sequence_logprobs(model, b.tokens, temperature)  # (B, L-1) each
     n = b.mask.sum().clamp(min=1)

@@ -9,6 +9,7 @@ checkpoint as `latest`. `state.pt` holds only plain data (tensors and containers
 dicts, see trainer.plain) and is read with `torch.load(weights_only=True)`: a checkpoint cannot run code.
 `latest` must name a `step-NNNNNN` directory inside DIR (no other path is followed).
 """
+
 from __future__ import annotations
 
 import json
@@ -26,8 +27,9 @@ CHECKPOINT_FORMAT = 2
 _STEP_NAME = re.compile(r"step-\d{6,}")
 
 
-def checkpoint_save(directory: str | os.PathLike[str], *, step: int, meta: dict[str, Any],
-                    state: dict[str, Any], keep: int = 3) -> Path:
+def checkpoint_save(
+    directory: str | os.PathLike[str], *, step: int, meta: dict[str, Any], state: dict[str, Any], keep: int = 3
+) -> Path:
     root = Path(directory)
     root.mkdir(parents=True, exist_ok=True)
     name = f"step-{step:06d}"
@@ -35,8 +37,9 @@ def checkpoint_save(directory: str | os.PathLike[str], *, step: int, meta: dict[
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()
     torch.save(state, tmp / "state.pt")
-    (tmp / "meta.json").write_text(json.dumps({**meta, "format": CHECKPOINT_FORMAT, "step": step,
-                                               "saved_at": time.time()}, indent=2))
+    (tmp / "meta.json").write_text(
+        json.dumps({**meta, "format": CHECKPOINT_FORMAT, "step": step, "saved_at": time.time()}, indent=2)
+    )
     final = root / name
     shutil.rmtree(final, ignore_errors=True)
     os.replace(tmp, final)
@@ -56,8 +59,11 @@ def checkpoint_latest(directory: str | os.PathLike[str]) -> Path | None:
         name = marker.read_text().strip()
         path = root / name
         # Only a step directory of this DIR: never an absolute path, `..` or a symlink out of it.
-        if (_STEP_NAME.fullmatch(name) and (path / "state.pt").exists()
-                and not any(p.is_symlink() for p in (path, path / "state.pt", path / "meta.json"))):
+        if (
+            _STEP_NAME.fullmatch(name)
+            and (path / "state.pt").exists()
+            and not any(p.is_symlink() for p in (path, path / "state.pt", path / "meta.json"))
+        ):
             return path
     if (root / "state.pt").exists():  # DIR may name a step directory itself
         return root
@@ -71,7 +77,9 @@ def checkpoint_load(path: str | os.PathLike[str]) -> tuple[dict[str, Any], dict[
         raise FileNotFoundError(f"no checkpoint under {path}")
     meta = json.loads((found / "meta.json").read_text())
     if meta.get("format") != CHECKPOINT_FORMAT:
-        raise ValueError(f"checkpoint {found} has format {meta.get('format', 1)}, this trainer reads format "
-                         f"{CHECKPOINT_FORMAT} (older checkpoints pickled Python objects and are not loaded)")
+        raise ValueError(
+            f"checkpoint {found} has format {meta.get('format', 1)}, this trainer reads format "
+            f"{CHECKPOINT_FORMAT} (older checkpoints pickled Python objects and are not loaded)"
+        )
     state = torch.load(found / "state.pt", weights_only=True, map_location="cpu")
     return meta, state

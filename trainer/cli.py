@@ -3,6 +3,7 @@
 Exit codes: 0 succeeded, 1 failed (the last status event carries the error), 2 invalid config or arguments,
 143 stopped on request (SIGTERM from `ray job stop`, or the platform answered 409): final status `cancelled`.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -11,8 +12,9 @@ import os
 import signal
 import sys
 import traceback
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from trainer.config import ConfigError, TrainConfig
 from trainer.sinks import EventEmitter, sink_for
@@ -96,13 +98,20 @@ def cmd_run(args: argparse.Namespace) -> int:
         result = run.run()
     except Exception as exc:  # noqa: BLE001 - reported as the run's final status
         traceback.print_exc()
-        emitter.emit("status", {"status": "failed", "version": run.version,
-                                "error": f"{type(exc).__name__}: {exc}"})
+        emitter.emit("status", {"status": "failed", "version": run.version, "error": f"{type(exc).__name__}: {exc}"})
         emitter.close()
         return EXIT_FAILED
     emitter.close()
-    print(json.dumps({"status": result.status, "version": result.version, "checkpoint": result.checkpoint,
-                      "metrics": {k: v for k, v in result.metrics.items() if not isinstance(v, list)}}))
+    print(
+        json.dumps(
+            {
+                "status": result.status,
+                "version": result.version,
+                "checkpoint": result.checkpoint,
+                "metrics": {k: v for k, v in result.metrics.items() if not isinstance(v, list)},
+            }
+        )
+    )
     return EXIT_OK if result.status == "succeeded" else EXIT_STOPPED
 
 
@@ -123,9 +132,15 @@ def cmd_eval(args: argparse.Namespace) -> int:
         n = args.prompts or max(len(task.train_prompts), len(task.held_out_prompts))
         train = evaluate(learner.model, task, eval_prompts(task.train_prompts, n))
         held = evaluate(learner.model, task, eval_prompts(task.held_out_prompts, n))
-        metrics = {"checkpoint_step": meta["step"], "version": meta["version"], "task": cfg.task,
-                   "train_exact_match": train["exact_match"], "train_reward": train["reward"],
-                   "held_out_exact_match": held["exact_match"], "held_out_reward": held["reward"]}
+        metrics = {
+            "checkpoint_step": meta["step"],
+            "version": meta["version"],
+            "task": cfg.task,
+            "train_exact_match": train["exact_match"],
+            "train_reward": train["reward"],
+            "held_out_exact_match": held["exact_match"],
+            "held_out_reward": held["reward"],
+        }
         emitter.emit("log", {"level": "info", "message": "evaluation finished", "eval": metrics})
         emitter.emit("status", {"status": "succeeded", "metrics": metrics})
     except Exception as exc:  # noqa: BLE001
@@ -146,8 +161,11 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--events", help="JSONL path, or http(s) URL of the platform's ingest endpoint")
     run.add_argument("--checkpoint-dir", help="where checkpoints go (and come from with --resume)")
     run.add_argument("--resume", action="store_true", help="continue from the latest checkpoint in the dir")
-    run.add_argument("--sandboxed", action="store_true",
-                     help="refuse the debug phases and batch_path, as the platform does (it launches jobs with it)")
+    run.add_argument(
+        "--sandboxed",
+        action="store_true",
+        help="refuse the debug phases and batch_path, as the platform does (it launches jobs with it)",
+    )
     run.set_defaults(fn=cmd_run)
     ev = sub.add_parser("eval", help="held-out metrics of a checkpoint")
     ev.add_argument("--checkpoint", required=True, help="checkpoint dir (a run's dir or one step-* in it)")

@@ -5,6 +5,7 @@ The platform validates `rl_train` run configs with `TrainConfig.from_dict(..., a
 docstring under each field. Every field that scales work has an upper bound (`_BOUNDS`, shown in the schema),
 and the policy's size is capped by a parameter budget (`PARAMETER_BUDGET`, see `policy_parameters`).
 """
+
 from __future__ import annotations
 
 import ast
@@ -134,11 +135,14 @@ class TrainConfig:
             raise ConfigError("batch_path", f"is required for phase {self.phase!r}")
         params = policy_parameters(self)
         if params > PARAMETER_BUDGET:
-            raise ConfigError("d_model", f"the policy would have {params:,} parameters (n_layer={self.n_layer}, "
-                                         f"d_model={self.d_model}); the budget is {PARAMETER_BUDGET:,}")
+            raise ConfigError(
+                "d_model",
+                f"the policy would have {params:,} parameters (n_layer={self.n_layer}, "
+                f"d_model={self.d_model}); the budget is {PARAMETER_BUDGET:,}",
+            )
 
     @classmethod
-    def from_dict(cls, d: Any, *, allow_debug: bool = True) -> "TrainConfig":
+    def from_dict(cls, d: Any, *, allow_debug: bool = True) -> TrainConfig:
         """Build a config from decoded JSON; missing keys take defaults, anything else wrong is a ConfigError.
 
         `allow_debug=False` (the platform, and `python -m trainer run --sandboxed`) refuses the debug phases and
@@ -153,17 +157,19 @@ class TrainConfig:
         values = {key: _coerce(key, hints[key], value) for key, value in d.items()}
         if not allow_debug:
             if values.get("phase", "full") != "full":
-                raise ConfigError("phase", "only 'full' is accepted here (the debug phases are for local runs "
-                                           "of python -m trainer)")
+                raise ConfigError(
+                    "phase", "only 'full' is accepted here (the debug phases are for local runs of python -m trainer)"
+                )
             if values.get("batch_path", ""):
-                raise ConfigError("batch_path", "must be empty here (the debug phases are for local runs of "
-                                                "python -m trainer)")
+                raise ConfigError(
+                    "batch_path", "must be empty here (the debug phases are for local runs of python -m trainer)"
+                )
         return cls(**values)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
-    def replace(self, **changes: Any) -> "TrainConfig":
+    def replace(self, **changes: Any) -> TrainConfig:
         return TrainConfig.from_dict({**self.to_dict(), **changes})
 
     @classmethod
@@ -188,9 +194,11 @@ class TrainConfig:
         return {
             "$schema": "https://json-schema.org/draft/2020-12/schema",
             "title": "TrainConfig",
-            "description": ("Configuration of an RL training run (run kind rl_train). The policy may have at most "
-                            f"{PARAMETER_BUDGET:,} parameters (embeddings, n_layer blocks of width d_model, "
-                            "head); the platform accepts only phase 'full' and an empty batch_path."),
+            "description": (
+                "Configuration of an RL training run (run kind rl_train). The policy may have at most "
+                f"{PARAMETER_BUDGET:,} parameters (embeddings, n_layer blocks of width d_model, "
+                "head); the platform accepts only phase 'full' and an empty batch_path."
+            ),
             "x-parameter-budget": PARAMETER_BUDGET,
             "type": "object",
             "properties": props,
@@ -202,23 +210,45 @@ class TrainConfig:
 # batch, group, evaluation, actors, concurrency, model, dataset, waits) has a maximum sized for a small RL run
 # on a cluster: the defaults and the bench configs (bench/*.py: steps 10000 with a time limit) stay inside.
 _BOUNDS: dict[str, tuple[float | None, float | None]] = {
-    "modulus": (2, 100), "prompt_terms_min": (2, 16), "prompt_terms_max": (2, 16), "answer_terms": (1, 16),
-    "held_out_fraction": (0.0, 0.9), "tool_latency_s": (0.0, 60.0),
-    "n_layer": (1, 24), "n_head": (1, 32), "d_model": (8, 1024),
-    "steps": (0, 10_000), "prompts_per_step": (1, 512), "group_size": (2, 64), "lr": (0.0, 1.0),
-    "clip_eps": (0.0, 10.0), "ppo_epochs": (1, 16), "minibatches": (1, 1024), "entropy_coef": (0.0, 10.0),
-    "kl_coef": (0.0, 100.0), "max_grad_norm": (0.0, 1e6), "temperature": (0.01, 100.0),
-    "min_valid_attempts": (0, 64), "max_staleness": (0, 16), "num_engines": (1, 16),
-    "num_workers": (1, 16), "worker_capacity": (1, 256), "publish_deadline_s": (0.1, 600.0),
-    "eval_every": (0, 10_000), "eval_prompts": (1, 1024), "checkpoint_every": (0, 10_000),
-    "target_exact_match": (0.0, 1.0), "time_limit_s": (0.0, 86_400.0), "seed": (0, 2**31 - 1),
+    "modulus": (2, 100),
+    "prompt_terms_min": (2, 16),
+    "prompt_terms_max": (2, 16),
+    "answer_terms": (1, 16),
+    "held_out_fraction": (0.0, 0.9),
+    "tool_latency_s": (0.0, 60.0),
+    "n_layer": (1, 24),
+    "n_head": (1, 32),
+    "d_model": (8, 1024),
+    "steps": (0, 10_000),
+    "prompts_per_step": (1, 512),
+    "group_size": (2, 64),
+    "lr": (0.0, 1.0),
+    "clip_eps": (0.0, 10.0),
+    "ppo_epochs": (1, 16),
+    "minibatches": (1, 1024),
+    "entropy_coef": (0.0, 10.0),
+    "kl_coef": (0.0, 100.0),
+    "max_grad_norm": (0.0, 1e6),
+    "temperature": (0.01, 100.0),
+    "min_valid_attempts": (0, 64),
+    "max_staleness": (0, 16),
+    "num_engines": (1, 16),
+    "num_workers": (1, 16),
+    "worker_capacity": (1, 256),
+    "publish_deadline_s": (0.1, 600.0),
+    "eval_every": (0, 10_000),
+    "eval_prompts": (1, 1024),
+    "checkpoint_every": (0, 10_000),
+    "target_exact_match": (0.0, 1.0),
+    "time_limit_s": (0.0, 86_400.0),
+    "seed": (0, 2**31 - 1),
 }
 
 # Most parameters the policy may have (the default policy has ~0.1M): 25M is e.g. 8 blocks of width 448.
 PARAMETER_BUDGET = 25_000_000
 
 
-def policy_parameters(cfg: "TrainConfig") -> int:
+def policy_parameters(cfg: TrainConfig) -> int:
     """Exact parameter count of the policy `cfg` builds (trainer.policy.TinyTransformer; tested against it)."""
     vocab, d, layers = len(VOCAB), cfg.d_model, cfg.n_layer
     block_size = episode_block_size(cfg.modulus, cfg.prompt_terms_max, cfg.answer_terms)
@@ -257,8 +287,9 @@ def _coerce(key: str, hint: Any, value: Any) -> Any:
 def _type_schema(hint: Any) -> dict[str, Any]:
     if typing.get_origin(hint) is Literal:
         return {"type": "string", "enum": list(typing.get_args(hint))}
-    return {bool: {"type": "boolean"}, int: {"type": "integer"}, float: {"type": "number"},
-            str: {"type": "string"}}[hint]
+    return {bool: {"type": "boolean"}, int: {"type": "integer"}, float: {"type": "number"}, str: {"type": "string"}}[
+        hint
+    ]
 
 
 @lru_cache(maxsize=1)
@@ -268,8 +299,12 @@ def field_docs() -> dict[str, str]:
     body = tree.body[0].body  # type: ignore[attr-defined]
     docs: dict[str, str] = {}
     for node, nxt in zip(body, body[1:]):
-        if (isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)
-                and isinstance(nxt, ast.Expr) and isinstance(nxt.value, ast.Constant)
-                and isinstance(nxt.value.value, str)):
+        if (
+            isinstance(node, ast.AnnAssign)
+            and isinstance(node.target, ast.Name)
+            and isinstance(nxt, ast.Expr)
+            and isinstance(nxt.value, ast.Constant)
+            and isinstance(nxt.value.value, str)
+        ):
             docs[node.target.id] = nxt.value.value.strip()
     return docs

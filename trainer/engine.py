@@ -5,6 +5,7 @@ reopen) and tags its tokens with the lease's version and request id. A session's
 new tokens: the conversation so far lives in the session's cache, which is why routing is sticky. Plain class;
 `trainer.topology` deploys it as an async Ray actor.
 """
+
 from __future__ import annotations
 
 import time
@@ -28,8 +29,9 @@ class SessionCache:
 
 
 class Engine:
-    def __init__(self, cfg: TrainConfig, engine_id: str, *, initially_open: bool = True,
-                 max_sessions: int = 4096) -> None:
+    def __init__(
+        self, cfg: TrainConfig, engine_id: str, *, initially_open: bool = True, max_sessions: int = 4096
+    ) -> None:
         torch.set_num_threads(1)  # 2 shared cores: one thread per actor avoids oversubscription
         self.cfg, self.engine_id, self.max_sessions = cfg, engine_id, max_sessions
         task = task_build(cfg)
@@ -41,30 +43,50 @@ class Engine:
         self.requests = 0
 
     # --- generation -------------------------------------------------------------------------------------
-    async def generate(self, session_id: str, new_tokens: list[list[int]], n: int, seed: int, request_id: str,
-                       greedy: bool = False) -> dict[str, Any]:
+    async def generate(
+        self, session_id: str, new_tokens: list[list[int]], n: int, seed: int, request_id: str, greedy: bool = False
+    ) -> dict[str, Any]:
         """Feed the new tokens of this turn after the session's cache and sample `n` tokens per row."""
-        async with self.gate.lease(session_id, request_id=request_id,
-                                   timeout=self.cfg.publish_deadline_s * 4) as lease:
+        async with self.gate.lease(session_id, request_id=request_id, timeout=self.cfg.publish_deadline_s * 4) as lease:
             return self._generate(session_id, new_tokens, n, seed, greedy, lease.version, request_id)
 
-    def _generate(self, session_id: str, new_tokens: list[list[int]], n: int, seed: int, greedy: bool,
-                  version: int, request_id: str) -> dict[str, Any]:
+    def _generate(
+        self,
+        session_id: str,
+        new_tokens: list[list[int]],
+        n: int,
+        seed: int,
+        greedy: bool,
+        version: int,
+        request_id: str,
+    ) -> dict[str, Any]:
         feed = torch.tensor(new_tokens, dtype=torch.long)  # (G, t)
         sess = self.sessions.get(session_id)
         if sess is not None and sess.pending is not None:
             feed = torch.cat([sess.pending, feed], dim=1)
         gen = torch.Generator().manual_seed(seed)
-        tokens, logps, kv, pending = sample_tokens(self.model, feed, sess.kv if sess else None, n,
-                                                   temperature=self.cfg.temperature, generator=gen, greedy=greedy)
+        tokens, logps, kv, pending = sample_tokens(
+            self.model,
+            feed,
+            sess.kv if sess else None,
+            n,
+            temperature=self.cfg.temperature,
+            generator=gen,
+            greedy=greedy,
+        )
         self.tokens_fed += feed.numel() + tokens.shape[0] * (n - 1)
         self.requests += 1
         self.sessions[session_id] = SessionCache(kv=kv, pending=pending, version=version, last_used=time.monotonic())
         if len(self.sessions) > self.max_sessions:  # bounded memory: evict the least recently used
             oldest = min(self.sessions, key=lambda s: self.sessions[s].last_used)
             del self.sessions[oldest]
-        return {"tokens": tokens.tolist(), "logprobs": logps.tolist(), "version": version,
-                "request_id": request_id, "engine": self.engine_id}
+        return {
+            "tokens": tokens.tolist(),
+            "logprobs": logps.tolist(),
+            "version": version,
+            "request_id": request_id,
+            "engine": self.engine_id,
+        }
 
     def end_session(self, session_id: str) -> None:
         self.sessions.pop(session_id, None)

@@ -1,10 +1,12 @@
 """One group of G episodes: what it records (tokens, behaviour log-probs, version and request id per token)
 and how it is run turn by turn against any `generate` function (an engine actor, or a local engine)."""
+
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any, Awaitable, Callable
+from typing import Any
 
 from trainer.problems import Prompt, SequenceTask
 
@@ -57,8 +59,17 @@ def generation_seed(seed: int, group_id: int, turn: int) -> int:
     return (seed * 1_000_003 + group_id * 7919 + turn * 104_729) % (2**63 - 1)
 
 
-async def run_group(task: SequenceTask, ticket: GroupTicket, prompt: Prompt, *, group_size: int, seed: int,
-                    generate: GenerateFn, session_id: str, greedy: bool = False) -> Group:
+async def run_group(
+    task: SequenceTask,
+    ticket: GroupTicket,
+    prompt: Prompt,
+    *,
+    group_size: int,
+    seed: int,
+    generate: GenerateFn,
+    session_id: str,
+    greedy: bool = False,
+) -> Group:
     """Run G parallel episodes of one prompt as one session; each turn is one generation request."""
     first = task.prompt_tokens(prompt)
     tokens = [list(first) for _ in range(group_size)]
@@ -69,8 +80,9 @@ async def run_group(task: SequenceTask, ticket: GroupTicket, prompt: Prompt, *, 
     new_tokens = [list(first) for _ in range(group_size)]
     for turn in range(task.turns):
         request_id = f"{session_id}/t{turn}"
-        out = await generate(session_id, new_tokens, task.turn_len(), generation_seed(seed, ticket.group_id, turn),
-                             request_id, greedy)
+        out = await generate(
+            session_id, new_tokens, task.turn_len(), generation_seed(seed, ticket.group_id, turn), request_id, greedy
+        )
         versions.append(out["version"])
         request_ids.append(request_id)
         engines.append(out["engine"])
@@ -89,6 +101,16 @@ async def run_group(task: SequenceTask, ticket: GroupTicket, prompt: Prompt, *, 
             token_turn += [-1] * len(reply)
             new_tokens = [list(reply) for _ in range(group_size)]
     scores = [task.score(prompt, generated[row]) for row in range(group_size)]
-    return Group(group_id=ticket.group_id, epoch=ticket.epoch, prompt_index=ticket.prompt_index, tokens=tokens,
-                 logprobs=logprobs, token_turn=token_turn, versions=versions, request_ids=request_ids,
-                 engines=engines, rewards=[s[0] for s in scores], exact=[s[1] for s in scores])
+    return Group(
+        group_id=ticket.group_id,
+        epoch=ticket.epoch,
+        prompt_index=ticket.prompt_index,
+        tokens=tokens,
+        logprobs=logprobs,
+        token_turn=token_turn,
+        versions=versions,
+        request_ids=request_ids,
+        engines=engines,
+        rewards=[s[0] for s in scores],
+        exact=[s[1] for s in scores],
+    )

@@ -1,4 +1,5 @@
 """Greedy evaluation of a policy on training or held-out prompts (batched, with the KV cache)."""
+
 from __future__ import annotations
 
 from collections import defaultdict
@@ -24,8 +25,9 @@ def evaluate(model: TinyTransformer, task: SequenceTask, prompts: list[Prompt]) 
         cache = None
         generated: list[list[int]] = [[] for _ in bucket]
         for turn in range(task.turns):
-            toks, _, cache, pending = sample_tokens(model, feed, cache, task.turn_len(), temperature=1.0,
-                                                    generator=None, greedy=True)
+            toks, _, cache, pending = sample_tokens(
+                model, feed, cache, task.turn_len(), temperature=1.0, generator=None, greedy=True
+            )
             for row, t in enumerate(toks.tolist()):
                 generated[row] += t
             replies = [task.tool_reply(p, turn, generated[row]) for row, p in enumerate(bucket)]

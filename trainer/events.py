@@ -3,6 +3,7 @@
 An event is `{run, seq, ts, type, data}`; `seq` is strictly increasing per emitter. The platform renumbers
 into its per-run stream (see docs/realtime.md) and keeps the emitter's seq as the idempotency key.
 """
+
 from __future__ import annotations
 
 import time
@@ -96,6 +97,7 @@ def validate_event(obj: Any) -> Event:
     ts = obj.get("ts", time.time())
     if not isinstance(ts, (int, float)) or isinstance(ts, bool) or not 0 <= ts < TS_END:
         # `not 0 <= ts` is also true for NaN; the upper bound keeps datetime (years 1-9999) able to hold it.
-        raise EventSchemaError(f"ts: expected a number of seconds since the epoch, from 0 to below {TS_END:.0f} "
-                               "(the year 10000)")
+        raise EventSchemaError(
+            f"ts: expected a number of seconds since the epoch, from 0 to below {TS_END:.0f} (the year 10000)"
+        )
     return Event(seq=seq, type=etype, data=data, ts=float(ts), run=obj.get("run"))

@@ -2,6 +2,7 @@
 
 A plain class; the Ray topology wraps it as an actor that asks for a GPU when the cluster has one.
 """
+
 from __future__ import annotations
 
 import time
@@ -43,10 +44,17 @@ class Learner:
         for _ in range(cfg.ppo_epochs):
             order = torch.arange(B)
             for idx in order.chunk(cfg.minibatches):
-                sub = type(batch)(**{k: (v[idx.to(v.device)] if v.shape[0] == B else v)
-                                     for k, v in batch.__dict__.items()})
-                loss, stats = ppo_loss(self.model, sub, clip_eps=cfg.clip_eps, entropy_coef=cfg.entropy_coef,
-                                       kl_coef=cfg.kl_coef, temperature=cfg.temperature)
+                sub = type(batch)(
+                    **{k: (v[idx.to(v.device)] if v.shape[0] == B else v) for k, v in batch.__dict__.items()}
+                )
+                loss, stats = ppo_loss(
+                    self.model,
+                    sub,
+                    clip_eps=cfg.clip_eps,
+                    entropy_coef=cfg.entropy_coef,
+                    kl_coef=cfg.kl_coef,
+                    temperature=cfg.temperature,
+                )
                 self.opt.zero_grad(set_to_none=True)
                 torch.autograd.backward(loss)  # loss.backward(), which torch leaves unannotated
                 grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.max_grad_norm)
@@ -54,16 +62,24 @@ class Learner:
                 stats["loss"] = loss.item()
                 stats["grad_norm"] = float(grad_norm)
         self.version += 1
-        stats.update(reward_mean=batch.rewards.mean().item(), exact_match=batch.exact.mean().item(),
-                     train_seconds=time.monotonic() - t0, version=self.version)
+        stats.update(
+            reward_mean=batch.rewards.mean().item(),
+            exact_match=batch.exact.mean().item(),
+            train_seconds=time.monotonic() - t0,
+            version=self.version,
+        )
         return stats
 
     def weights(self) -> dict[str, torch.Tensor]:
         return {k: v.detach().to("cpu").clone() for k, v in self.model.state_dict().items()}
 
     def state_dict(self) -> dict[str, Any]:
-        return {"model": self.weights(), "optimizer": self.opt.state_dict(), "version": self.version,
-                "torch_rng": torch.get_rng_state()}
+        return {
+            "model": self.weights(),
+            "optimizer": self.opt.state_dict(),
+            "version": self.version,
+            "torch_rng": torch.get_rng_state(),
+        }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.model.load_state_dict(state["model"])
@@ -72,5 +88,8 @@ class Learner:
         torch.set_rng_state(state["torch_rng"])
 
     def info(self) -> dict[str, Any]:
-        return {"device": str(self.device), "version": self.version,
-                "parameters": sum(p.numel() for p in self.model.parameters())}
+        return {
+            "device": str(self.device),
+            "version": self.version,
+            "parameters": sum(p.numel() for p in self.model.parameters()),
+        }

@@ -3,6 +3,7 @@
 Deployed as a Ray actor (a GPU when the cluster has one) or used in-process in local mode; the driver
 (`trainer.topology.Runtime`) calls it the same way in both.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -54,8 +55,12 @@ class LearnerActor(Learner):
         """Greedy exact-match and reward on (a fixed subset of) training and held-out prompts."""
         train = evaluate(self.model, self.task, eval_prompts(self.task.train_prompts, n_prompts))
         held = evaluate(self.model, self.task, eval_prompts(self.task.held_out_prompts, n_prompts))
-        return {"train_exact_match": train["exact_match"], "train_reward": train["reward"],
-                "held_out_exact_match": held["exact_match"], "held_out_reward": held["reward"]}
+        return {
+            "train_exact_match": train["exact_match"],
+            "train_reward": train["reward"],
+            "held_out_exact_match": held["exact_match"],
+            "held_out_reward": held["reward"],
+        }
 
 
 def _materialize(item: Any) -> list[Any]:

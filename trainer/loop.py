@@ -5,12 +5,14 @@ Reads top to bottom like the algorithm. Each step is a public method, so the deb
 restore are `trainer.resume`; stop requests are `trainer.stopping`; everything the run reports goes through
 the injected `EventEmitter`.
 """
+
 from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from rollout.errors import PublicationError
 from rollout.scheduler import RolloutScheduler
@@ -35,8 +37,15 @@ class RunResult:
 
 
 class TrainingRun:
-    def __init__(self, cfg: TrainConfig, *, emitter: EventEmitter | None = None, checkpoint_dir: str | None = None,
-                 resume: bool = False, on_step: Callable[[TrainingRun, list[Group]], None] | None = None) -> None:
+    def __init__(
+        self,
+        cfg: TrainConfig,
+        *,
+        emitter: EventEmitter | None = None,
+        checkpoint_dir: str | None = None,
+        resume: bool = False,
+        on_step: Callable[[TrainingRun, list[Group]], None] | None = None,
+    ) -> None:
         self.cfg = cfg
         self.emitter = emitter or EventEmitter([])
         self.checkpoint_dir = checkpoint_dir
@@ -77,8 +86,16 @@ class TrainingRun:
             self.emit("status", {"status": "running", "version": self.version})
             if restored is not None:
                 apply_restore(self, restored)
-            self.emit("worker", {"event": "started", "engines": sorted(rt.engines), "workers": len(rt.workers),
-                                 "mode": cfg.mode, **rt.trainer_resources})
+            self.emit(
+                "worker",
+                {
+                    "event": "started",
+                    "engines": sorted(rt.engines),
+                    "workers": len(rt.workers),
+                    "mode": cfg.mode,
+                    **rt.trainer_resources,
+                },
+            )
             self.emit_gate()
             heartbeat.start()
             if cfg.phase != "full":
@@ -86,10 +103,10 @@ class TrainingRun:
             self._t0 = time.monotonic()
             while self.version < cfg.steps:
                 self.stop_control.check(platform_says_finished=self.emitter.stop_requested)
-                groups = self.collect_batch()                 # rollout: G samples per prompt, filtered
-                self._seal_if_colocated()                     # colocated: generation pauses while training
-                stats = self.train_step(groups)               # GRPO step -> version + 1
-                self.publish()                                # seal -> drain -> install v+1 -> reopen
+                groups = self.collect_batch()  # rollout: G samples per prompt, filtered
+                self._seal_if_colocated()  # colocated: generation pauses while training
+                stats = self.train_step(groups)  # GRPO step -> version + 1
+                self.publish()  # seal -> drain -> install v+1 -> reopen
                 self.report(groups, stats)
                 if self.on_step is not None:
                     self.on_step(self, groups)
@@ -136,15 +153,24 @@ class TrainingRun:
             self._find_dead_engines()
         n_dropped = sum(batch.dropped.values())
         rewards = [r for g in groups for r in g.rewards]
-        self.emit("rollout", {
-            "step": self.version + 1, "groups": len(groups), "samples": len(rewards),
-            "group_ids": [g.group_id for g in groups], "epochs": [g.epoch for g in groups],
-            "dropped": batch.dropped, "filtered_rate": n_dropped / max(1, n_dropped + len(batch.groups)),
-            "aborted": batch.aborted, "stale": len(stale), "seconds": time.monotonic() - t0,
-            "reward_mean": sum(rewards) / max(1, len(rewards)),
-            "min_token_version": min((g.min_version for g in groups), default=self.version),
-            "engines": sorted({e for g in groups for e in g.engines}),
-        })
+        self.emit(
+            "rollout",
+            {
+                "step": self.version + 1,
+                "groups": len(groups),
+                "samples": len(rewards),
+                "group_ids": [g.group_id for g in groups],
+                "epochs": [g.epoch for g in groups],
+                "dropped": batch.dropped,
+                "filtered_rate": n_dropped / max(1, n_dropped + len(batch.groups)),
+                "aborted": batch.aborted,
+                "stale": len(stale),
+                "seconds": time.monotonic() - t0,
+                "reward_mean": sum(rewards) / max(1, len(rewards)),
+                "min_token_version": min((g.min_version for g in groups), default=self.version),
+                "engines": sorted({e for g in groups for e in g.engines}),
+            },
+        )
         self.metrics["filtered_rate"] = n_dropped / max(1, n_dropped + len(batch.groups))
         return groups
 
@@ -171,8 +197,9 @@ class TrainingRun:
         for attempt in range(3):
             weights = rt.trainer.weights.remote() if rt.uses_ray else rt.trainer.weights()
             try:
-                rt.loop.run(rt.publication.publish(self.version, timeout_s=self.cfg.publish_deadline_s,
-                                                   weights=weights))
+                rt.loop.run(
+                    rt.publication.publish(self.version, timeout_s=self.cfg.publish_deadline_s, weights=weights)
+                )
                 break
             except PublicationError:
                 if not self._find_dead_engines() or attempt == 2:
@@ -198,14 +225,24 @@ class TrainingRun:
         cfg = self.cfg
         elapsed = time.monotonic() - self._t0
         data = {
-            "step": self.version, "loss": stats["loss"], "reward_mean": stats["reward_mean"],
-            "exact_match": stats["exact_match"], "kl": stats["kl"], "entropy": stats["entropy"],
+            "step": self.version,
+            "loss": stats["loss"],
+            "reward_mean": stats["reward_mean"],
+            "exact_match": stats["exact_match"],
+            "kl": stats["kl"],
+            "entropy": stats["entropy"],
             "staleness_max": max((self.version - 1 - g.min_version for g in groups), default=0),
-            "pg_loss": stats["pg_loss"], "clip_frac": stats["clip_frac"], "grad_norm": stats["grad_norm"],
-            "filtered_rate": self.metrics.get("filtered_rate", 0.0), "groups": len(groups),
-            "group_ids": [g.group_id for g in groups], "epochs": [g.epoch for g in groups],
-            "train_seconds": stats["train_seconds"], "elapsed_s": elapsed,
-            "samples_per_s": self.samples / max(elapsed, 1e-9), "gate_closed_share": self.gate_closed_s / max(elapsed, 1e-9),
+            "pg_loss": stats["pg_loss"],
+            "clip_frac": stats["clip_frac"],
+            "grad_norm": stats["grad_norm"],
+            "filtered_rate": self.metrics.get("filtered_rate", 0.0),
+            "groups": len(groups),
+            "group_ids": [g.group_id for g in groups],
+            "epochs": [g.epoch for g in groups],
+            "train_seconds": stats["train_seconds"],
+            "elapsed_s": elapsed,
+            "samples_per_s": self.samples / max(elapsed, 1e-9),
+            "gate_closed_share": self.gate_closed_s / max(elapsed, 1e-9),
         }
         if cfg.eval_every and (self.version % cfg.eval_every == 0 or self.version == cfg.steps):
             data.update(self.rt.trainer_call("evaluate", cfg.eval_prompts))
@@ -233,8 +270,15 @@ class TrainingRun:
             del rt.engines[engine_id]
             rt.workers_call("engine_lost", engine_id, "engine actor died")
             tombstones = sum(s["router"]["tombstones"] for s in rt.workers_call("stats"))
-            self.emit("worker", {"event": "engine_lost", "engine": engine_id, "engines": sorted(rt.engines),
-                                 "tombstoned_sessions": tombstones})
+            self.emit(
+                "worker",
+                {
+                    "event": "engine_lost",
+                    "engine": engine_id,
+                    "engines": sorted(rt.engines),
+                    "tombstoned_sessions": tombstones,
+                },
+            )
         if dead and not rt.engines:
             raise RuntimeError("every engine died")
         return dead
@@ -245,8 +289,10 @@ class TrainingRun:
 
     def emit_gate(self) -> None:
         snap = self.rt.loop.run(self.rt.publication.snapshot())
-        engines = [{k: e.get(k) for k in ("engine", "state", "version", "active", "waiting", "sessions")}
-                   for e in snap["engines"]]
+        engines = [
+            {k: e.get(k) for k in ("engine", "state", "version", "active", "waiting", "sessions")}
+            for e in snap["engines"]
+        ]
         self.emit("gate", {**snap, "engines": engines})
 
     def _emit_gate_quietly(self) -> None:
@@ -263,5 +309,10 @@ class TrainingRun:
 
     def result(self, status: str) -> RunResult:
         """What `run` returns: the status, version, metrics, consumed groups and last checkpoint."""
-        return RunResult(status=status, version=self.version, metrics=dict(self.metrics),
-                         consumed=list(self.consumed), checkpoint=self.last_checkpoint)
+        return RunResult(
+            status=status,
+            version=self.version,
+            metrics=dict(self.metrics),
+            consumed=list(self.consumed),
+            checkpoint=self.last_checkpoint,
+        )

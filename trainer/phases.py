@@ -7,6 +7,7 @@ CLI's `--sandboxed`). The batch file holds plain data only (groups as dicts) and
 `torch.load(weights_only=True)`, so loading one cannot run code. They use only the public steps of
 `TrainingRun` (collect_batch, train_step, publish, report, checkpoint, emit, result).
 """
+
 from __future__ import annotations
 
 from pathlib import Path

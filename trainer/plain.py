@@ -4,6 +4,7 @@
 code. Groups, tickets and scheduler results are dataclasses in memory; these functions turn them into dicts
 for saving and back after loading (the round trip is exact: resume stays bit-for-bit, tested).
 """
+
 from __future__ import annotations
 
 import dataclasses

@@ -1,4 +1,5 @@
 """The policy: a tiny decoder-only transformer with an incremental KV cache, and sampling with log-probs."""
+
 from __future__ import annotations
 
 import math
@@ -24,8 +25,9 @@ class Block(nn.Module):
         self.proj = nn.Linear(d_model, d_model)
         self.mlp = nn.Sequential(nn.Linear(d_model, 4 * d_model), nn.GELU(), nn.Linear(4 * d_model, d_model))
 
-    def forward(self, x: torch.Tensor, past: tuple[torch.Tensor, torch.Tensor] | None
-                ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
+    def forward(
+        self, x: torch.Tensor, past: tuple[torch.Tensor, torch.Tensor] | None
+    ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
         B, T, C = x.shape
         q, k, v = self.qkv(self.ln1(x)).split(C, dim=2)
         q, k, v = (t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2) for t in (q, k, v))  # (B, H, T, hd)
@@ -78,14 +80,22 @@ class TinyTransformer(nn.Module):
 
 
 def build_policy(cfg: TrainConfig, vocab_size: int, block_size: int) -> TinyTransformer:
-    return TinyTransformer(vocab_size=vocab_size, block_size=block_size, n_layer=cfg.n_layer,
-                           n_head=cfg.n_head, d_model=cfg.d_model)
+    return TinyTransformer(
+        vocab_size=vocab_size, block_size=block_size, n_layer=cfg.n_layer, n_head=cfg.n_head, d_model=cfg.d_model
+    )
 
 
 @torch.no_grad()
-def sample_tokens(model: TinyTransformer, new_tokens: torch.Tensor, cache: KVCache | None, n: int, *,
-                  temperature: float, generator: torch.Generator | None, greedy: bool = False,
-                  ) -> tuple[torch.Tensor, torch.Tensor, KVCache, torch.Tensor]:
+def sample_tokens(
+    model: TinyTransformer,
+    new_tokens: torch.Tensor,
+    cache: KVCache | None,
+    n: int,
+    *,
+    temperature: float,
+    generator: torch.Generator | None,
+    greedy: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor, KVCache, torch.Tensor]:
     """Feed `new_tokens` (B, t) after `cache`, then sample `n` tokens.
 
     Returns (tokens (B, n), log-probs (B, n) under the sampling distribution, cache, pending (B, 1)): the last
@@ -108,8 +118,9 @@ def sample_tokens(model: TinyTransformer, new_tokens: torch.Tensor, cache: KVCac
     return tokens, logprobs, cache, feed
 
 
-def sequence_logprobs(model: TinyTransformer, tokens: torch.Tensor, temperature: float
-                      ) -> tuple[torch.Tensor, torch.Tensor]:
+def sequence_logprobs(
+    model: TinyTransformer, tokens: torch.Tensor, temperature: float
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Log-prob and entropy of each next token: tokens (B, L) -> (B, L-1), (B, L-1)."""
     logits, _ = model(tokens[:, :-1])
     logp_all = F.log_softmax(logits.float() / temperature, dim=-1)  # (B, L-1, V)

@@ -5,11 +5,13 @@ Both continue an arithmetic sequence a, a+d, a+2d, ... modulo N written in a cha
 writes all answer terms in one generation; `agent` predicts one term per turn and a tool answers with the
 true term between turns (after `tool_latency_s`), so every turn is a separate request to an engine.
 """
+
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from trainer.config import TrainConfig
@@ -48,8 +50,17 @@ class SequenceTask:
 
     name = "base"
 
-    def __init__(self, *, modulus: int, prompt_terms_min: int, prompt_terms_max: int, answer_terms: int,
-                 held_out_fraction: float, seed: int, tool_latency_s: float = 0.0) -> None:
+    def __init__(
+        self,
+        *,
+        modulus: int,
+        prompt_terms_min: int,
+        prompt_terms_max: int,
+        answer_terms: int,
+        held_out_fraction: float,
+        seed: int,
+        tool_latency_s: float = 0.0,
+    ) -> None:
         self.modulus, self.answer_terms, self.tool_latency_s = modulus, answer_terms, tool_latency_s
         self.width = len(str(modulus - 1))
         self.shown_range = (prompt_terms_min, prompt_terms_max)
@@ -128,7 +139,7 @@ class AgentTask(SequenceTask):
     def score(self, p: Prompt, generated: list[int]) -> tuple[float, float]:
         got, want = decode(generated), self.answer_text(p)
         w = self.width
-        hits = [got[i * w:(i + 1) * w] == want[i * w:(i + 1) * w] for i in range(self.turns)]
+        hits = [got[i * w : (i + 1) * w] == want[i * w : (i + 1) * w] for i in range(self.turns)]
         return sum(hits) / self.turns, float(all(hits))
 
 
@@ -141,6 +152,12 @@ def task_build(cfg: TrainConfig) -> SequenceTask:
         cls = TASKS[cfg.task]
     except KeyError:
         raise ValueError(f"task: unknown task {cfg.task!r} (known: {sorted(TASKS)})") from None
-    return cls(modulus=cfg.modulus, prompt_terms_min=cfg.prompt_terms_min, prompt_terms_max=cfg.prompt_terms_max,
-               answer_terms=cfg.answer_terms, held_out_fraction=cfg.held_out_fraction, seed=cfg.seed,
-               tool_latency_s=cfg.tool_latency_s)
+    return cls(
+        modulus=cfg.modulus,
+        prompt_terms_min=cfg.prompt_terms_min,
+        prompt_terms_max=cfg.prompt_terms_max,
+        answer_terms=cfg.answer_terms,
+        held_out_fraction=cfg.held_out_fraction,
+        seed=cfg.seed,
+        tool_latency_s=cfg.tool_latency_s,
+    )

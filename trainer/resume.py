@@ -7,6 +7,7 @@ scheduler closed (every untrained group is then back in the sampler). A resumed 
 loads the trainer and scheduler, and publishes the restored weights before anything is generated.
 The directory layout and atomic save/load are `trainer.checkpoint`.
 """
+
 from __future__ import annotations
 
 import random
@@ -41,19 +42,31 @@ def take_checkpoint(run: TrainingRun, reason: str, *, quiesce: bool = True) -> N
         rt.scheduler.pause(drain=True)  # in-flight groups finish into `ready` (gates are still open)
         run.seal_engines()  # seal + drain every engine: nothing is generating while we save
         scheduler_state = scheduler_state_to_plain(rt.scheduler.state_dict())
-    state = {"trainer": rt.trainer_call("state_dict"), "sampler": run.sampler.state_dict(),
-             "scheduler": scheduler_state, "python_rng": random.getstate(), "torch_rng": torch.get_rng_state(),
-             "consumed": list(run.consumed)}
-    meta = {"version": run.version, "config": run.cfg.to_dict(), "sampler": run.sampler.progress(),
-            "reason": reason}
+    state = {
+        "trainer": rt.trainer_call("state_dict"),
+        "sampler": run.sampler.state_dict(),
+        "scheduler": scheduler_state,
+        "python_rng": random.getstate(),
+        "torch_rng": torch.get_rng_state(),
+        "consumed": list(run.consumed),
+    }
+    meta = {"version": run.version, "config": run.cfg.to_dict(), "sampler": run.sampler.progress(), "reason": reason}
     path = checkpoint_save(run.checkpoint_dir, step=run.version, meta=meta, state=state)
     if quiesce:
         rt.loop.run(rt.publication.resume())
         rt.scheduler.resume()
     run.last_checkpoint = str(path)
     run.checkpointed_version = run.version
-    run.emit("checkpoint", {"step": run.version, "version": run.version, "path": str(path),
-                            "reason": reason, "seconds": time.monotonic() - t0})
+    run.emit(
+        "checkpoint",
+        {
+            "step": run.version,
+            "version": run.version,
+            "path": str(path),
+            "reason": reason,
+            "seconds": time.monotonic() - t0,
+        },
+    )
 
 
 def load_for_resume(run: TrainingRun) -> Restored | None:
@@ -80,6 +93,5 @@ def apply_restore(run: TrainingRun, restored: Restored) -> None:
     run.seal_engines()
     run.publish()
     latest = checkpoint_latest(run.checkpoint_dir) if run.checkpoint_dir else None
-    run.emit("checkpoint", {"step": run.version, "version": run.version, "reason": "restored",
-                            "path": str(latest)})
+    run.emit("checkpoint", {"step": run.version, "version": run.version, "reason": "restored", "path": str(latest)})
     run.emit("sampler", run.sampler.progress())

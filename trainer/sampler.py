@@ -3,6 +3,7 @@
 Resume is exact because the state is just (group_count, epoch, position in epoch) and the permutation of an
 epoch is a pure function of (seed, epoch). Group ids are the global group count at hand-out: unique, stable.
 """
+
 from __future__ import annotations
 
 import random
@@ -55,14 +56,23 @@ class GroupSampler:
 
     def progress(self) -> dict[str, int]:
         """The `sampler` event's data."""
-        return {"epoch": self.epoch, "group_count": self.group_count, "dataset_size": self.dataset_size,
-                "consumed_in_epoch": self.position}
+        return {
+            "epoch": self.epoch,
+            "group_count": self.group_count,
+            "dataset_size": self.dataset_size,
+            "consumed_in_epoch": self.position,
+        }
 
     def state_dict(self) -> dict[str, Any]:
         with self._lock:
-            return {"group_count": self.group_count, "epoch": self.epoch, "position": self.position,
-                    "dataset_size": self.dataset_size, "seed": self.seed,
-                    "returned": [(t.group_id, t.epoch, t.prompt_index) for t in self.returned]}
+            return {
+                "group_count": self.group_count,
+                "epoch": self.epoch,
+                "position": self.position,
+                "dataset_size": self.dataset_size,
+                "seed": self.seed,
+                "returned": [(t.group_id, t.epoch, t.prompt_index) for t in self.returned],
+            }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         if state["dataset_size"] != self.dataset_size or state["seed"] != self.seed:

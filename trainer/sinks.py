@@ -4,6 +4,7 @@
 HTTP delivery retries connection failures, read timeouts and 5xx answers: re-posting is safe because the
 platform ingests idempotently by the emitter's seq. A 409 means the run is finished: `stop_requested` is set.
 """
+
 from __future__ import annotations
 
 import json
@@ -71,8 +72,16 @@ def _last_seq(path: Path) -> int:
 class HttpSink:
     """Posts batches of events (a JSON list) from a background thread; never blocks the training loop."""
 
-    def __init__(self, url: str, *, token: str | None = None, max_batch: int = 200, flush_interval_s: float = 0.5,
-                 timeout_s: float = 10.0, session: Any = None) -> None:
+    def __init__(
+        self,
+        url: str,
+        *,
+        token: str | None = None,
+        max_batch: int = 200,
+        flush_interval_s: float = 0.5,
+        timeout_s: float = 10.0,
+        session: Any = None,
+    ) -> None:
         import requests
 
         self.url = url
@@ -108,7 +117,7 @@ class HttpSink:
             with self._cond:
                 if not self._buf and not self._closing:
                     self._cond.wait(self.flush_interval_s)
-                batch, self._buf = self._buf[: self.max_batch], self._buf[self.max_batch:]
+                batch, self._buf = self._buf[: self.max_batch], self._buf[self.max_batch :]
                 done = self._closing and not batch and not self._buf
             if done:
                 return

@@ -5,10 +5,12 @@ A stop is asked for by SIGTERM (`ray job stop`) or by the platform answering 409
 (`StopControl.check` raises `StopRequested`) and `finish_stopped` ends the run: every dispatched but untrained
 group goes back to the sampler, a stop checkpoint is taken, and the run reports `cancelled`.
 """
+
 from __future__ import annotations
 
 import threading
-from typing import TYPE_CHECKING, Any, Callable
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from rollout.scheduler import RolloutScheduler
 
@@ -23,8 +25,9 @@ class StopRequested(Exception):
 class StopControl:
     """One run's stop request: a flag the loop polls, and the closing of the scheduler that wakes the driver."""
 
-    def __init__(self, emit: Callable[[str, dict[str, Any]], None],
-                 scheduler: Callable[[], RolloutScheduler | None]) -> None:
+    def __init__(
+        self, emit: Callable[[str, dict[str, Any]], None], scheduler: Callable[[], RolloutScheduler | None]
+    ) -> None:
         self.event = threading.Event()
         self._emit = emit
         self._scheduler = scheduler  # None until the run has started its runtime

@@ -3,6 +3,7 @@
 Either way the driver sees the same `Runtime`: engine handles behind a PublicationController, workers behind a
 RolloutScheduler, a trainer it calls synchronously, and the Channel that carries batches to the trainer.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -165,15 +166,32 @@ def build_runtime(cfg: TrainConfig, sampler: GroupSampler, *, engines_open: bool
         engines, workers, trainer, channel, resources = _start_ray_actors(cfg, name, engine_ids, engines_open)
         invokables = workers
         uses_ray = True
-    scheduler = RolloutScheduler(invokables, [cfg.worker_capacity] * cfg.num_workers, sampler,
-                                 cfg.prompts_per_step, filters=build_filters(cfg), poll_interval_s=0.005)
-    return Runtime(cfg=cfg, loop=loop, engines=engines, workers=workers, trainer=trainer, channel=channel,
-                   publication=PublicationController(engines), scheduler=scheduler, sampler=sampler,
-                   uses_ray=uses_ray, trainer_resources=resources)
+    scheduler = RolloutScheduler(
+        invokables,
+        [cfg.worker_capacity] * cfg.num_workers,
+        sampler,
+        cfg.prompts_per_step,
+        filters=build_filters(cfg),
+        poll_interval_s=0.005,
+    )
+    return Runtime(
+        cfg=cfg,
+        loop=loop,
+        engines=engines,
+        workers=workers,
+        trainer=trainer,
+        channel=channel,
+        publication=PublicationController(engines),
+        scheduler=scheduler,
+        sampler=sampler,
+        uses_ray=uses_ray,
+        trainer_resources=resources,
+    )
 
 
-def _start_ray_actors(cfg: TrainConfig, name: str, engine_ids: list[str], engines_open: bool
-                      ) -> tuple[dict[str, Any], list[Any], Any, Channel, dict[str, Any]]:
+def _start_ray_actors(
+    cfg: TrainConfig, name: str, engine_ids: list[str], engines_open: bool
+) -> tuple[dict[str, Any], list[Any], Any, Channel, dict[str, Any]]:
     """Engines, workers, trainer (Ray actor handles, typed Any: Ray types a handle's methods as the plain
     class's, without `.remote`), the channel, and the trainer's resources."""
     import ray
@@ -186,22 +204,28 @@ def _start_ray_actors(cfg: TrainConfig, name: str, engine_ids: list[str], engine
     # Logical CPUs are not reserved (num_cpus=0): on a 2-core machine the actors share cores anyway, and
     # reserving them would deadlock placement on small clusters. Threads are pinned to 1 per actor instead.
     engine_cls = ray.remote(Engine)
-    engines: dict[str, Any] = {e: engine_cls.options(num_cpus=0, max_concurrency=1000, runtime_env=env, name=f"{name}-{e}")
-               .remote(cfg, e, initially_open=engines_open) for e in engine_ids}
+    engines: dict[str, Any] = {
+        e: engine_cls.options(num_cpus=0, max_concurrency=1000, runtime_env=env, name=f"{name}-{e}").remote(
+            cfg, e, initially_open=engines_open
+        )
+        for e in engine_ids
+    }
     worker_cls = ray.remote(RolloutWorker)
-    workers: list[Any] = [worker_cls.options(num_cpus=0, max_concurrency=cfg.worker_capacity + 16, runtime_env=env)
-               .remote(cfg, f"worker-{i}", engines) for i in range(cfg.num_workers)]
+    workers: list[Any] = [
+        worker_cls.options(num_cpus=0, max_concurrency=cfg.worker_capacity + 16, runtime_env=env).remote(
+            cfg, f"worker-{i}", engines
+        )
+        for i in range(cfg.num_workers)
+    ]
     channel = Channel.create(name, actor_options={"runtime_env": env})
     gpus = ray.cluster_resources().get("GPU", 0)  # type: ignore[no-untyped-call]  # ray leaves it unannotated
     num_gpus = 1 if cfg.device != "cpu" and gpus >= 1 else 0
     trainer: Any = ray.remote(LearnerActor).options(num_cpus=0, num_gpus=num_gpus, runtime_env=env).remote(cfg, name)
     info = ray.get(trainer.info.remote())
     ray.get([h.ping.remote() for h in engines.values()] + [w.stats.remote() for w in workers])
-    return engines, workers, trainer, channel, {"device": info["device"], "num_gpus": num_gpus,
-                                                  "cluster_gpus": gpus}
+    return engines, workers, trainer, channel, {"device": info["device"], "num_gpus": num_gpus, "cluster_gpus": gpus}
 
 
 def actor_env() -> dict[str, str]:
     path = os.pathsep.join(p for p in [str(REPO_ROOT), os.environ.get("PYTHONPATH", "")] if p)
     return {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "PYTHONPATH": path}
-

@@ -5,6 +5,7 @@ dies takes its sessions with it: they are tombstoned in the router, the episode 
 back to the sampler to be run again as a new session. Plain class; `trainer.topology` deploys it as an async
 Ray actor with `max_concurrency >= capacity`.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -48,24 +49,38 @@ class RolloutWorker:
         session_id = f"{self.worker_id}:g{ticket.group_id}:a{next(self._attempt)}"
         prompt = self.task.train_prompts[ticket.prompt_index]
         try:
-            group = await run_group(self.task, ticket, prompt, group_size=self.cfg.group_size, seed=self.cfg.seed,
-                                    generate=self._generate, session_id=session_id)
+            group = await run_group(
+                self.task,
+                ticket,
+                prompt,
+                group_size=self.cfg.group_size,
+                seed=self.cfg.seed,
+                generate=self._generate,
+                session_id=session_id,
+            )
         except (SessionGoneError, NoEngineError) as exc:
             self.aborted += 1
             return GroupResult(rewards=[], aborted=True, group_id=ticket.group_id, meta={"reason": str(exc)})
         finally:
             await self._end_session(session_id)
-        valid = [all(VOCAB[t].isdigit() for t, turn in zip(row, group.token_turn) if turn >= 0)
-                 for row in group.tokens]
-        return GroupResult(rewards=group.rewards, payload=group, valid=valid, attempt_ids=group.sample_ids,
-                           group_id=ticket.group_id, meta={"versions": group.versions})
+        valid = [all(VOCAB[t].isdigit() for t, turn in zip(row, group.token_turn) if turn >= 0) for row in group.tokens]
+        return GroupResult(
+            rewards=group.rewards,
+            payload=group,
+            valid=valid,
+            attempt_ids=group.sample_ids,
+            group_id=ticket.group_id,
+            meta={"versions": group.versions},
+        )
 
-    async def _generate(self, session_id: str, new_tokens: list[list[int]], n: int, seed: int, request_id: str,
-                        greedy: bool) -> dict[str, Any]:
+    async def _generate(
+        self, session_id: str, new_tokens: list[list[int]], n: int, seed: int, request_id: str, greedy: bool
+    ) -> dict[str, Any]:
         engine_id = self.router.acquire(session_id)  # SessionGoneError for a tombstoned session
         try:
-            out: dict[str, Any] = await call(self.engines[engine_id], "generate", session_id, new_tokens, n, seed,
-                                             request_id, greedy)
+            out: dict[str, Any] = await call(
+                self.engines[engine_id], "generate", session_id, new_tokens, n, seed, request_id, greedy
+            )
             return out
         except Exception as exc:
             if _engine_died(exc):
@@ -93,8 +108,12 @@ class RolloutWorker:
         return self.router.remove_engine(engine_id, reason=reason)
 
     def stats(self) -> dict[str, Any]:
-        return {"worker": self.worker_id, "aborted": self.aborted, "engines": sorted(self.engines),
-                "router": self.router.snapshot()}
+        return {
+            "worker": self.worker_id,
+            "aborted": self.aborted,
+            "engines": sorted(self.engines),
+            "router": self.router.snapshot(),
+        }
 
     async def close(self) -> None:
         await asyncio.sleep(0)

@@ -1,6 +1,7 @@
 """Login and logout pages (Django's auth views with this project's templates). Login is sign-in limited
 (runs.auth_limit): while the username or the client address has too many recent failures the page answers 429
 without checking the password."""
+
 from __future__ import annotations
 
 from django.contrib import messages

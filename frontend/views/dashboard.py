@@ -1,5 +1,6 @@
 """Dashboard pages: queue board, run page and run submit form. Thin: each page embeds the same JSON the
 REST API / websockets serve (runs.selectors, runs.dashboard) and the browser code in frontend/static draws it."""
+
 from __future__ import annotations
 
 import json
@@ -15,11 +16,31 @@ from runs.errors import RunNotFound
 from runs.execution.kinds import DEFAULT_KIND, kind_get
 
 # Shown first on the submit form; every other schema field sits under "Advanced".
-COMMON_FIELDS = ("task", "steps", "prompts_per_step", "group_size", "lr", "mode", "max_staleness",
-                 "num_engines", "num_workers", "checkpoint_every", "seed", "device")
+COMMON_FIELDS = (
+    "task",
+    "steps",
+    "prompts_per_step",
+    "group_size",
+    "lr",
+    "mode",
+    "max_staleness",
+    "num_engines",
+    "num_workers",
+    "checkpoint_every",
+    "seed",
+    "device",
+)
 
-LABELS = {"lr": "Learning rate", "kl_coef": "KL coefficient", "clip_eps": "PPO clip range", "ppo_epochs": "PPO epochs",
-          "d_model": "Model width", "n_layer": "Layers", "n_head": "Attention heads", "max_staleness": "Max staleness"}
+LABELS = {
+    "lr": "Learning rate",
+    "kl_coef": "KL coefficient",
+    "clip_eps": "PPO clip range",
+    "ppo_epochs": "PPO epochs",
+    "d_model": "Model width",
+    "n_layer": "Layers",
+    "n_head": "Attention heads",
+    "max_staleness": "Max staleness",
+}
 
 
 @login_required
@@ -37,9 +58,16 @@ def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
     except RunNotFound as exc:
         raise Http404(str(exc)) from exc
     data = selectors.runs_json([run])[0]
-    return render(request, "frontend/run.html", {
-        "run": run, "run_data": data, "config_json": json.dumps(run.config, indent=2, sort_keys=True), "nav": "run",
-    })
+    return render(
+        request,
+        "frontend/run.html",
+        {
+            "run": run,
+            "run_data": data,
+            "config_json": json.dumps(run.config, indent=2, sort_keys=True),
+            "nav": "run",
+        },
+    )
 
 
 def schema_fields(schema: dict[str, Any]) -> list[dict[str, Any]]:
@@ -72,9 +100,13 @@ def run_submit_form(request: HttpRequest) -> HttpResponse:
     """Form for an interactive training run; the browser posts it to POST /api/runs/ (origin dashboard)."""
     kind = kind_get(DEFAULT_KIND)
     fields = schema_fields(kind.json_schema())
-    return render(request, "frontend/submit.html", {
-        "kind": kind,
-        "common_fields": [f for f in fields if f["common"]],
-        "advanced_fields": [f for f in fields if not f["common"]],
-        "nav": "submit",
-    })
+    return render(
+        request,
+        "frontend/submit.html",
+        {
+            "kind": kind,
+            "common_fields": [f for f in fields if f["common"]],
+            "advanced_fields": [f for f in fields if not f["common"]],
+            "nav": "submit",
+        },
+    )

@@ -1,6 +1,7 @@
 """Staff page for the concurrency settings (slot policy, per-user caps, run time limits): a plain HTML form
 (works without JavaScript) over the same service as PUT /api/settings/concurrency/; blank fields mean "use the
 default"."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -94,27 +95,49 @@ def concurrency_settings(request: HttpRequest) -> HttpResponse:
     snapshot = selectors.slots_snapshot()
     rows = [
         {
-            "name": c, "limit_field": f"{c}_limit", "priority_field": f"{c}_priority",
-            "limit": values.get(f"{c}_limit", ""), "priority": values.get(f"{c}_priority", ""),
-            "limit_error": errors.get(f"{c}_limit"), "priority_error": errors.get(f"{c}_priority"),
-            "effective": effective.classes[c], "default_limit": policy_defaults(
-                effective.max_total, raw.get("interactive_reserve") if isinstance(raw.get("interactive_reserve"),
-                                                                                  int) else None).classes[c].limit,
-            "default_priority": defaults.classes[c].priority, "usage": snapshot["classes"][c],
+            "name": c,
+            "limit_field": f"{c}_limit",
+            "priority_field": f"{c}_priority",
+            "limit": values.get(f"{c}_limit", ""),
+            "priority": values.get(f"{c}_priority", ""),
+            "limit_error": errors.get(f"{c}_limit"),
+            "priority_error": errors.get(f"{c}_priority"),
+            "effective": effective.classes[c],
+            "default_limit": policy_defaults(
+                effective.max_total,
+                raw.get("interactive_reserve") if isinstance(raw.get("interactive_reserve"), int) else None,
+            )
+            .classes[c]
+            .limit,
+            "default_priority": defaults.classes[c].priority,
+            "usage": snapshot["classes"][c],
         }
         for c in CLASSES
     ]
     in_effect = limits_effective(raw).to_dict()
     limit_rows = [
-        {"name": k, "label": LIMIT_LABELS[k][0], "help": LIMIT_LABELS[k][1], "low": LIMIT_RULES[k][0],
-         "high": LIMIT_RULES[k][1], "default": LIMIT_RULES[k][2], "value": values.get(k, ""),
-         "error": errors.get(k), "effective": in_effect[k]}
+        {
+            "name": k,
+            "label": LIMIT_LABELS[k][0],
+            "help": LIMIT_LABELS[k][1],
+            "low": LIMIT_RULES[k][0],
+            "high": LIMIT_RULES[k][1],
+            "default": LIMIT_RULES[k][2],
+            "value": values.get(k, ""),
+            "error": errors.get(k),
+            "effective": in_effect[k],
+        }
         for k in LIMIT_KEYS
     ]
     context = {
         "limit_rows": limit_rows,
-        "values": values, "errors": errors, "form_error": errors.get("__all__"), "rows": rows, "effective": effective,
+        "values": values,
+        "errors": errors,
+        "form_error": errors.get("__all__"),
+        "rows": rows,
+        "effective": effective,
         "default_max_total": django_settings.SLOTS_DEFAULT_MAX_TOTAL,
-        "default_reserve": max(1, effective.max_total // 4), "total": snapshot["total"],
+        "default_reserve": max(1, effective.max_total // 4),
+        "total": snapshot["total"],
     }
     return render(request, "frontend/settings.html", context, status=status)

@@ -3,6 +3,7 @@ share it.
 
 Plain class; `ray.remote` is applied in Channel.create (Ray stays at the edge).
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -18,8 +19,15 @@ class ChannelActor:
     async def put(self, entries: list[Entry], key: str, timeout: float | None, nowait: bool) -> int:
         return await ops.put_waiting(self.state, entries, key, timeout, nowait)
 
-    async def take(self, key: str, consumer: str | None, target_weight: float | None, max_items: int,
-                   timeout: float | None, nowait: bool) -> tuple[int, list[Any]]:
+    async def take(
+        self,
+        key: str,
+        consumer: str | None,
+        target_weight: float | None,
+        max_items: int,
+        timeout: float | None,
+        nowait: bool,
+    ) -> tuple[int, list[Any]]:
         return await ops.take_waiting(self.state, key, consumer, target_weight, max_items, timeout, nowait)
 
     async def qsize(self, key: str, consumer: str | None) -> int:

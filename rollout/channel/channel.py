@@ -1,4 +1,5 @@
 """Channel: a keyed, weighted FIFO shared by producers and consumers, in-process (local) or via a named Ray actor."""
+
 from __future__ import annotations
 
 import asyncio
@@ -19,8 +20,9 @@ _ACTOR_PREFIX = "rollout-channel:"
 class Channel:
     """Use Channel.create / Channel.connect. Sync methods block the calling thread; *_async ones await."""
 
-    def __init__(self, name: str, *, state: ChannelState | None = None, actor: Any = None,
-                 linger_ms: float = 0.0) -> None:
+    def __init__(
+        self, name: str, *, state: ChannelState | None = None, actor: Any = None, linger_ms: float = 0.0
+    ) -> None:
         self.name = name
         self._state = state
         self._actor = actor
@@ -29,17 +31,34 @@ class Channel:
 
     # --- lifecycle ----------------------------------------------------------------------------------------
     @classmethod
-    def create(cls, name: str, *, maxsize: int = 0, local: bool = False, collector: Any = None,
-               dispatcher: Any = None, consumers: Iterable[str] = (), hook_options: dict[str, Any] | None = None,
-               cfg: Any = None, namespace: str | None = None, actor_options: dict[str, Any] | None = None,
-               linger_ms: float = 0.0) -> Channel:
+    def create(
+        cls,
+        name: str,
+        *,
+        maxsize: int = 0,
+        local: bool = False,
+        collector: Any = None,
+        dispatcher: Any = None,
+        consumers: Iterable[str] = (),
+        hook_options: dict[str, Any] | None = None,
+        cfg: Any = None,
+        namespace: str | None = None,
+        actor_options: dict[str, Any] | None = None,
+        linger_ms: float = 0.0,
+    ) -> Channel:
         """A new channel. local=True: this process only; otherwise a named Ray actor any process can connect to.
 
         linger_ms > 0 (unbounded Ray channels only): this client's puts are written behind, see writer.py.
         """
         _check_linger(linger_ms, maxsize, local)
-        kwargs = {"maxsize": maxsize, "collector": collector, "dispatcher": dispatcher,
-                  "consumers": tuple(consumers), "hook_options": hook_options, "cfg": cfg}
+        kwargs = {
+            "maxsize": maxsize,
+            "collector": collector,
+            "dispatcher": dispatcher,
+            "consumers": tuple(consumers),
+            "hook_options": hook_options,
+            "cfg": cfg,
+        }
         if local:
             with _LOCAL_LOCK:
                 if name in _LOCAL:
@@ -106,8 +125,11 @@ class Channel:
     def __reduce__(self) -> Any:
         if self._state is not None:
             raise ChannelError(f"local channel {self.name!r} cannot leave its process; create it with local=False")
-        return (Channel, (self.name,), {"_actor": self._actor, "_state": None, "_linger_ms": self._linger_ms,
-                                        "_writer": None})
+        return (
+            Channel,
+            (self.name,),
+            {"_actor": self._actor, "_state": None, "_linger_ms": self._linger_ms, "_writer": None},
+        )
 
     # --- put ----------------------------------------------------------------------------------------------
     def put(self, item: Any, weight: float = 0, key: str = DEFAULT_KEY, timeout: float | None = None) -> None:
@@ -116,17 +138,28 @@ class Channel:
     def put_nowait(self, item: Any, weight: float = 0, key: str = DEFAULT_KEY) -> None:
         self._put_sync([(item, check_weight(weight))], key, None, True)
 
-    def put_many(self, items: Iterable[Any], weights: Iterable[float] | None = None, key: str = DEFAULT_KEY,
-                 timeout: float | None = None) -> None:
+    def put_many(
+        self,
+        items: Iterable[Any],
+        weights: Iterable[float] | None = None,
+        key: str = DEFAULT_KEY,
+        timeout: float | None = None,
+    ) -> None:
         """Many items in one call (one actor round trip): what a producer of many small items should use."""
         self._put_sync(_entries(items, weights), key, timeout, False)
 
-    async def put_async(self, item: Any, weight: float = 0, key: str = DEFAULT_KEY,
-                        timeout: float | None = None) -> None:
+    async def put_async(
+        self, item: Any, weight: float = 0, key: str = DEFAULT_KEY, timeout: float | None = None
+    ) -> None:
         await self._put_async([(item, check_weight(weight))], key, timeout)
 
-    async def put_many_async(self, items: Iterable[Any], weights: Iterable[float] | None = None,
-                             key: str = DEFAULT_KEY, timeout: float | None = None) -> None:
+    async def put_many_async(
+        self,
+        items: Iterable[Any],
+        weights: Iterable[float] | None = None,
+        key: str = DEFAULT_KEY,
+        timeout: float | None = None,
+    ) -> None:
         await self._put_async(_entries(items, weights), key, timeout)
 
     def _put_sync(self, entries: list[Entry], key: str, timeout: float | None, nowait: bool) -> None:
@@ -158,26 +191,39 @@ class Channel:
     def get_nowait(self, key: str = DEFAULT_KEY, consumer: str | None = None) -> Any:
         return self._take_sync(key, consumer, None, 1, None, True)[0]
 
-    def get_many(self, max_items: int, key: str = DEFAULT_KEY, consumer: str | None = None,
-                 timeout: float | None = None) -> list[Any]:
+    def get_many(
+        self, max_items: int, key: str = DEFAULT_KEY, consumer: str | None = None, timeout: float | None = None
+    ) -> list[Any]:
         """At least one and at most max_items items, in FIFO order, in one call."""
         return self._take_sync(key, consumer, None, _positive(max_items), timeout, False)
 
-    def get_batch(self, target_weight: float, key: str = DEFAULT_KEY, consumer: str | None = None,
-                  timeout: float | None = None, max_items: int | None = None) -> list[Any]:
+    def get_batch(
+        self,
+        target_weight: float,
+        key: str = DEFAULT_KEY,
+        consumer: str | None = None,
+        timeout: float | None = None,
+        max_items: int | None = None,
+    ) -> list[Any]:
         """Blocks for at least one item; the first always comes, then more while the total <= target_weight."""
         return self._take_sync(key, consumer, _target(target_weight), _cap(max_items), timeout, False)
 
-    async def get_async(self, key: str = DEFAULT_KEY, consumer: str | None = None,
-                        timeout: float | None = None) -> Any:
+    async def get_async(self, key: str = DEFAULT_KEY, consumer: str | None = None, timeout: float | None = None) -> Any:
         return (await self._take_async(key, consumer, None, 1, timeout))[0]
 
-    async def get_many_async(self, max_items: int, key: str = DEFAULT_KEY, consumer: str | None = None,
-                             timeout: float | None = None) -> list[Any]:
+    async def get_many_async(
+        self, max_items: int, key: str = DEFAULT_KEY, consumer: str | None = None, timeout: float | None = None
+    ) -> list[Any]:
         return await self._take_async(key, consumer, None, _positive(max_items), timeout)
 
-    async def get_batch_async(self, target_weight: float, key: str = DEFAULT_KEY, consumer: str | None = None,
-                              timeout: float | None = None, max_items: int | None = None) -> list[Any]:
+    async def get_batch_async(
+        self,
+        target_weight: float,
+        key: str = DEFAULT_KEY,
+        consumer: str | None = None,
+        timeout: float | None = None,
+        max_items: int | None = None,
+    ) -> list[Any]:
         return await self._take_async(key, consumer, _target(target_weight), _cap(max_items), timeout)
 
     def _write_behind(self) -> WriteBehind:
@@ -193,8 +239,9 @@ class Channel:
             self._writer = WriteBehind(send, self._linger_ms / 1000.0)
         return self._writer
 
-    def _take_sync(self, key: str, consumer: str | None, target: float | None, max_items: int,
-                   timeout: float | None, nowait: bool) -> list[Any]:
+    def _take_sync(
+        self, key: str, consumer: str | None, target: float | None, max_items: int, timeout: float | None, nowait: bool
+    ) -> list[Any]:
         self.flush()  # read your own writes
         if self._state is not None:
             code, items = ops.take_blocking(self._state, key, consumer, target, max_items, timeout, nowait)
@@ -205,8 +252,9 @@ class Channel:
         _raise_take(code, self.name, key, timeout)
         return items
 
-    async def _take_async(self, key: str, consumer: str | None, target: float | None, max_items: int,
-                          timeout: float | None) -> list[Any]:
+    async def _take_async(
+        self, key: str, consumer: str | None, target: float | None, max_items: int, timeout: float | None
+    ) -> list[Any]:
         # Cancelling an awaiting get on a Ray channel cannot un-take an item the actor already handed out:
         # prefer a timeout over cancellation there.
         if self._writer is not None:
@@ -256,8 +304,10 @@ def _check_linger(linger_ms: float, maxsize: int, local: bool) -> None:
     if linger_ms < 0:
         raise ChannelError("linger_ms must be >= 0")
     if linger_ms and (maxsize or local):
-        raise ChannelError("linger_ms (write-behind) needs an unbounded Ray channel: a bounded put must see "
-                           "fullness and a local put is already cheap")
+        raise ChannelError(
+            "linger_ms (write-behind) needs an unbounded Ray channel: a bounded put must see "
+            "fullness and a local put is already cheap"
+        )
 
 
 def _entries(items: Iterable[Any], weights: Iterable[float] | None) -> list[Entry]:

@@ -1,4 +1,5 @@
 """Channel hooks: Collectors reshape items on the way in, Dispatchers pick the consumer; both selectable by name."""
+
 from __future__ import annotations
 
 import importlib
@@ -57,6 +58,7 @@ def register_collector(name: str) -> Callable[[type[Collector]], type[Collector]
     def deco(cls: type[Collector]) -> type[Collector]:
         _COLLECTORS[name] = cls
         return cls
+
     return deco
 
 
@@ -64,6 +66,7 @@ def register_dispatcher(name: str) -> Callable[[type[Dispatcher]], type[Dispatch
     def deco(cls: type[Dispatcher]) -> type[Dispatcher]:
         _DISPATCHERS[name] = cls
         return cls
+
     return deco
 
 
@@ -124,8 +127,7 @@ def resolve_hook(spec: Any, kind: str, ctx: ChannelContext) -> Any:
             except (ImportError, AttributeError) as exc:
                 raise ChannelError(f"{kind} {spec!r} cannot be imported: {exc}") from exc
         else:
-            raise ChannelError(f"unknown {kind} {spec!r}: registered are {sorted(registry)}; "
-                               f"or give 'module:Class'")
+            raise ChannelError(f"unknown {kind} {spec!r}: registered are {sorted(registry)}; or give 'module:Class'")
     elif isinstance(spec, type):
         hook = spec()
     else:

@@ -2,6 +2,7 @@
 
 Status codes instead of exceptions keep the Ray actor's replies small and unwrapped; the client raises.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -13,8 +14,7 @@ from rollout.channel.state import ChannelState, Entry
 OK, NOT_NOW, TIMED_OUT = 0, 1, 2  # NOT_NOW: full (put) or empty (get) with nowait
 
 
-def put_blocking(state: ChannelState, entries: list[Entry], key: str, timeout: float | None,
-                 nowait: bool) -> int:
+def put_blocking(state: ChannelState, entries: list[Entry], key: str, timeout: float | None, nowait: bool) -> int:
     prepared = state.prepare(entries, key)
     deadline = None if timeout is None else time.monotonic() + timeout
     with state.cond:
@@ -31,8 +31,7 @@ def put_blocking(state: ChannelState, entries: list[Entry], key: str, timeout: f
     return OK
 
 
-async def put_waiting(state: ChannelState, entries: list[Entry], key: str, timeout: float | None,
-                      nowait: bool) -> int:
+async def put_waiting(state: ChannelState, entries: list[Entry], key: str, timeout: float | None, nowait: bool) -> int:
     prepared = state.prepare(entries, key)
     try:
         async with asyncio.timeout(timeout):
@@ -48,8 +47,15 @@ async def put_waiting(state: ChannelState, entries: list[Entry], key: str, timeo
         return TIMED_OUT
 
 
-def take_blocking(state: ChannelState, key: str, consumer: str | None, target_weight: float | None,
-                  max_items: int, timeout: float | None, nowait: bool) -> tuple[int, list[Any]]:
+def take_blocking(
+    state: ChannelState,
+    key: str,
+    consumer: str | None,
+    target_weight: float | None,
+    max_items: int,
+    timeout: float | None,
+    nowait: bool,
+) -> tuple[int, list[Any]]:
     deadline = None if timeout is None else time.monotonic() + timeout
     with state.cond:
         while True:
@@ -67,8 +73,15 @@ def take_blocking(state: ChannelState, key: str, consumer: str | None, target_we
                 state.cond.wait(remaining)
 
 
-async def take_waiting(state: ChannelState, key: str, consumer: str | None, target_weight: float | None,
-                       max_items: int, timeout: float | None, nowait: bool) -> tuple[int, list[Any]]:
+async def take_waiting(
+    state: ChannelState,
+    key: str,
+    consumer: str | None,
+    target_weight: float | None,
+    max_items: int,
+    timeout: float | None,
+    nowait: bool,
+) -> tuple[int, list[Any]]:
     try:
         async with asyncio.timeout(timeout):
             while True:

@@ -4,6 +4,7 @@ Used directly by a local channel and inside the named Ray actor. Thread-safe; wa
 tasks) are woken on every change. Every take happens in the caller's own call, so a cancelled waiter loses
 nothing.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -28,8 +29,17 @@ def check_weight(weight: Any) -> float:
 
 
 class ChannelState:
-    def __init__(self, name: str, *, maxsize: int = 0, collector: Any = None, dispatcher: Any = None,
-                 consumers: tuple[str, ...] = (), hook_options: dict[str, Any] | None = None, cfg: Any = None) -> None:
+    def __init__(
+        self,
+        name: str,
+        *,
+        maxsize: int = 0,
+        collector: Any = None,
+        dispatcher: Any = None,
+        consumers: tuple[str, ...] = (),
+        hook_options: dict[str, Any] | None = None,
+        cfg: Any = None,
+    ) -> None:
         if maxsize < 0:
             raise ChannelError("maxsize must be >= 0 (0: unbounded)")
         self.name = name
@@ -93,8 +103,9 @@ class ChannelState:
         return True
 
     # --- get ----------------------------------------------------------------------------------------------
-    def try_take_locked(self, key: str, consumer: str | None, target_weight: float | None, max_items: int,
-                        rebalance: bool) -> list[Any] | None:
+    def try_take_locked(
+        self, key: str, consumer: str | None, target_weight: float | None, max_items: int, rebalance: bool
+    ) -> list[Any] | None:
         """Up to max_items from one queue; with target_weight, the first item always, then while the total fits."""
         if self.closed:
             raise ChannelError(f"channel {self.name!r} is closed")
@@ -114,15 +125,20 @@ class ChannelState:
                 break
             items.append(queue.popleft()[0])
             total += weight
-            if consumer is not None and rebalance and queue is not queues.get(consumer) \
-                    and queue is not queues.get(None):
+            if (
+                consumer is not None
+                and rebalance
+                and queue is not queues.get(consumer)
+                and queue is not queues.get(None)
+            ):
                 break  # a steal takes one item only
         self._counts[key] -= len(items)
         self._changed_locked()
         return items
 
-    def _pick_queue_locked(self, key: str, queues: dict[str | None, deque[Entry]], consumer: str | None,
-                           rebalance: bool) -> deque[Entry] | None:
+    def _pick_queue_locked(
+        self, key: str, queues: dict[str | None, deque[Entry]], consumer: str | None, rebalance: bool
+    ) -> deque[Entry] | None:
         candidates = [consumer, None] if consumer is not None else [None, *self.consumers]
         for owner in candidates:
             queue = queues.get(owner)
@@ -151,8 +167,10 @@ class ChannelState:
             keys = {k: {(c or "shared"): len(q) for c, q in qs.items() if q} for k, qs in self._queues.items()}
             keys = {k: v for k, v in keys.items() if v}
         bound = f"maxsize={self.maxsize}" if self.maxsize else "unbounded"
-        return (f"Channel({self.name!r}, {bound}, collector={type(self.collector).__name__}, "
-                f"dispatcher={type(self.dispatcher).__name__}, queued={keys})")
+        return (
+            f"Channel({self.name!r}, {bound}, collector={type(self.collector).__name__}, "
+            f"dispatcher={type(self.dispatcher).__name__}, queued={keys})"
+        )
 
     def close(self) -> None:
         with self._lock:

@@ -4,6 +4,7 @@ A put returns at once; a daemon thread sends what accumulated every `linger_s` (
 are waiting), one actor call per key run, in put order. Only for unbounded channels: a bounded put must see
 fullness, so it cannot be deferred. A failed send is raised by the next put or flush.
 """
+
 from __future__ import annotations
 
 import threading
@@ -14,8 +15,9 @@ Entry = tuple[Any, float]
 
 
 class WriteBehind:
-    def __init__(self, send: Callable[[list[tuple[str, list[Entry]]]], None], linger_s: float,
-                 max_items: int = 1024) -> None:
+    def __init__(
+        self, send: Callable[[list[tuple[str, list[Entry]]]], None], linger_s: float, max_items: int = 1024
+    ) -> None:
         if linger_s <= 0:
             raise ValueError("linger_s must be positive")
         self._send = send

@@ -1,6 +1,7 @@
 """`/api/auth/token/`: POST exchanges username + password for an API token (sign-in limited: 429 while the
 username or the client address has too many recent failures, runs.auth_limit); DELETE revokes the caller's
 token. Expiry is enforced by runs.api.tokens."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -27,8 +28,12 @@ class SignInThrottled(APIException):
 
     def __init__(self, wait: int) -> None:
         self.wait = wait  # DRF's handler sends it as Retry-After
-        super().__init__(detail={"detail": f"too many failed sign-ins for this username or address; try again in "
-                                           f"{wait} s", "field": None})
+        super().__init__(
+            detail={
+                "detail": f"too many failed sign-ins for this username or address; try again in {wait} s",
+                "field": None,
+            }
+        )
 
 
 class SignInThrottle(BaseThrottle):
@@ -63,21 +68,31 @@ class TokenView(ServiceView):
     def throttled(self, request: Request, wait: float | None) -> None:
         raise SignInThrottled(int(wait or 1))
 
-    @extend_schema(operation_id="auth_token", request=s.TokenInputSerializer,
-                   responses={200: s.TokenSerializer, 400: OpenApiResponse(s.ErrorSerializer),
-                              429: OpenApiResponse(s.ErrorSerializer, description="too many failed sign-ins")},
-                   auth=[])
+    @extend_schema(
+        operation_id="auth_token",
+        request=s.TokenInputSerializer,
+        responses={
+            200: s.TokenSerializer,
+            400: OpenApiResponse(s.ErrorSerializer),
+            429: OpenApiResponse(s.ErrorSerializer, description="too many failed sign-ins"),
+        },
+        auth=[],
+    )
     def post(self, request: Request) -> Response:
         body = s.TokenInputSerializer(data=_body(request))
         body.is_valid(raise_exception=True)
-        user = authenticate(request=request._request, username=body.validated_data["username"],
-                            password=body.validated_data["password"])
+        user = authenticate(
+            request=request._request, username=body.validated_data["username"], password=body.validated_data["password"]
+        )
         if user is None or not user.is_active:
             raise InvalidInput("wrong username or password", field="password")
         return Response({"token": token_issue(user).key})
 
-    @extend_schema(operation_id="auth_token_revoke", request=None,
-                   responses={204: OpenApiResponse(description="the caller's token is deleted (if it had one)")})
+    @extend_schema(
+        operation_id="auth_token_revoke",
+        request=None,
+        responses={204: OpenApiResponse(description="the caller's token is deleted (if it had one)")},
+    )
     def delete(self, request: Request) -> Response:
         Token.objects.filter(user=request.user).delete()
         return Response(status=http.HTTP_204_NO_CONTENT)

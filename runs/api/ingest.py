@@ -1,4 +1,5 @@
 """`POST /api/runs/<id>/ingest/`: a job's event batches, authenticated by the run's own token (not a user)."""
+
 from __future__ import annotations
 
 from drf_spectacular.utils import extend_schema
@@ -32,13 +33,18 @@ class RunIngestView(APIView):
     @extend_schema(
         request={"application/json": {"type": "array", "items": {"type": "object"}}},
         # 400: an event breaks the schema (named); 401: not this run's token; 404: no run; 409: run finished.
-        responses={200: IngestResultSerializer, 400: ErrorSerializer, 401: ErrorSerializer, 404: ErrorSerializer,
-                   409: ErrorSerializer},
+        responses={
+            200: IngestResultSerializer,
+            400: ErrorSerializer,
+            401: ErrorSerializer,
+            404: ErrorSerializer,
+            409: ErrorSerializer,
+        },
         auth=[],
     )
     def post(self, request: Request, run_id: int) -> Response:
         header = request.headers.get("Authorization", "")
-        token = header[len("Bearer "):].strip() if header.startswith("Bearer ") else None
+        token = header[len("Bearer ") :].strip() if header.startswith("Bearer ") else None
         try:
             run = run_for_ingest(run_id=run_id, token=token)
             result = run_events_ingest(run=run, payload=request.data)

@@ -6,6 +6,7 @@ cannot encode) and NUL characters (PostgreSQL refuses them in text and jsonb). E
 (settings.REST_FRAMEWORK DEFAULT_PARSER_CLASSES); a refused body answers `{"detail", "field"}` with the field's
 dotted path (`config.prompt`, `[0].data.msg`), or `body` for the body as a whole.
 """
+
 from __future__ import annotations
 
 import json

@@ -1,5 +1,6 @@
 """Staff API for cron schedules: `GET/POST /api/schedules/`, `GET/PATCH/DELETE /api/schedules/<id>/`.
 Writes go through runs.schedules (cron and kind config validated there)."""
+
 from __future__ import annotations
 
 from drf_spectacular.utils import extend_schema
@@ -10,10 +11,10 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from runs import schedules
-from runs.execution import kinds
 from runs.api.serializers import ErrorSerializer
 from runs.api.views import ServiceView, _body
 from runs.errors import RunNotFound
+from runs.execution import kinds
 from runs.models import Schedule
 
 ERRORS = {400: ErrorSerializer, 403: ErrorSerializer, 404: ErrorSerializer}
@@ -25,8 +26,7 @@ class ScheduleSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = Schedule
-        fields = ["id", "name", "cron", "kind", "config", "enabled", "owner", "next_run_at", "last_run",
-                  "created_at"]
+        fields = ["id", "name", "cron", "kind", "config", "enabled", "owner", "next_run_at", "last_run", "created_at"]
         read_only_fields = fields
 
 
@@ -54,8 +54,9 @@ class ScheduleListCreateView(ServiceView):
         rows = Schedule.objects.select_related("owner").order_by("id")
         return Response(ScheduleSerializer(rows, many=True).data)
 
-    @extend_schema(operation_id="schedules_create", request=ScheduleCreateSerializer,
-                   responses={201: ScheduleSerializer, **ERRORS})
+    @extend_schema(
+        operation_id="schedules_create", request=ScheduleCreateSerializer, responses={201: ScheduleSerializer, **ERRORS}
+    )
     def post(self, request: Request) -> Response:
         body = ScheduleCreateSerializer(data=_body(request))
         body.is_valid(raise_exception=True)
@@ -70,8 +71,11 @@ class ScheduleDetailView(ServiceView):
     def get(self, request: Request, schedule_id: int) -> Response:
         return Response(ScheduleSerializer(_schedule(schedule_id)).data)
 
-    @extend_schema(operation_id="schedules_update", request=ScheduleCreateSerializer(partial=True),
-                   responses={200: ScheduleSerializer, **ERRORS})
+    @extend_schema(
+        operation_id="schedules_update",
+        request=ScheduleCreateSerializer(partial=True),
+        responses={200: ScheduleSerializer, **ERRORS},
+    )
     def patch(self, request: Request, schedule_id: int) -> Response:
         schedule = schedules.schedule_update(schedule=_schedule(schedule_id), changes=_body(request))
         return Response(ScheduleSerializer(schedule).data)

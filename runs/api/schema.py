@@ -1,5 +1,6 @@
 """OpenAPI post-processing: document the answers DRF gives before a view runs: authentication/permission
 refusals on protected operations and 415 for a request body in a media type the operation does not parse."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -22,10 +23,13 @@ def add_pre_view_responses(result: dict[str, Any], generator: Any, request: Any,
             if not isinstance(operation, dict) or "responses" not in operation:
                 continue
             if "requestBody" in operation:
-                operation["responses"].setdefault("415", {
-                    "description": "Unsupported media type of the request body.",
-                    "content": {"application/json": {"schema": ERROR_REF}},
-                })
+                operation["responses"].setdefault(
+                    "415",
+                    {
+                        "description": "Unsupported media type of the request body.",
+                        "content": {"application/json": {"schema": ERROR_REF}},
+                    },
+                )
             security = operation.get("security")
             if security is not None and all(not item for item in security):
                 continue  # no authentication required

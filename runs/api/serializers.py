@@ -1,4 +1,5 @@
 """Small input/output serializers of the REST API (shapes of ARCHITECTURE.md section 4)."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -8,7 +9,7 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from runs.execution.kinds import DEFAULT_KIND
-from runs.models import Origin, Run, RunStatus
+from runs.models import Origin, Run
 from runs.selectors import QueueInfo, run_json
 from runs.slots.grant import PENDING_REASONS
 from runs.slots.policy import CLASSES, LIMIT_RULES
@@ -23,18 +24,25 @@ class RunSubmitSerializer(serializers.Serializer):
     # Plain fields: origin/kind/config are validated by the services so the 400 names the field exactly.
     name = serializers.CharField(max_length=200)
     origin = serializers.CharField(
-        required=False, allow_null=True,
+        required=False,
+        allow_null=True,
         help_text=f"{' | '.join(Origin.values)}. Omitted: earned from how the request came in (browser session: "
-                  "dashboard; API token: api). Non-staff users may only send the origin they earn (else 403); "
-                  "staff may send any.")
+        "dashboard; API token: api). Non-staff users may only send the origin they earn (else 403); "
+        "staff may send any.",
+    )
     kind = serializers.CharField(default=DEFAULT_KIND, help_text="a registered run kind")
     config = serializers.JSONField(default=dict, help_text="validated against the kind's schema")
     time_limit_seconds = serializers.IntegerField(
-        required=False, allow_null=True, min_value=1, max_value=10**9,
+        required=False,
+        allow_null=True,
+        min_value=1,
+        max_value=10**9,
         help_text="seconds from the grant; omitted: the staff default (default_time_limit_seconds); above "
-                  "max_time_limit_seconds: 400")
+        "max_time_limit_seconds: 400",
+    )
     auto_resume = StrictBooleanField(
-        default=False, help_text="true: if the run fails, resume it from its last checkpoint")
+        default=False, help_text="true: if the run fails, resume it from its last checkpoint"
+    )
 
 
 class PositionSerializer(serializers.Serializer):
@@ -58,9 +66,28 @@ class RunSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = Run
-        fields = ["id", "name", "origin", "run_class", "kind", "status", "owner", "config", "created_at",
-                  "granted_at", "started_at", "finished_at", "queued_seconds", "position", "pending_reason",
-                  "eta_seconds", "error", "summary", "auto_resume", "time_limit_seconds"]
+        fields = [
+            "id",
+            "name",
+            "origin",
+            "run_class",
+            "kind",
+            "status",
+            "owner",
+            "config",
+            "created_at",
+            "granted_at",
+            "started_at",
+            "finished_at",
+            "queued_seconds",
+            "position",
+            "pending_reason",
+            "eta_seconds",
+            "error",
+            "summary",
+            "auto_resume",
+            "time_limit_seconds",
+        ]
         read_only_fields = fields
 
     def to_representation(self, run: Run) -> dict[str, Any]:
@@ -93,8 +120,9 @@ class ClassPolicySerializer(serializers.Serializer):
 
 
 def _per_class(child: serializers.Serializer) -> serializers.Serializer:
-    return type("PerClass" + child.__class__.__name__, (serializers.Serializer,),
-                {k: child.__class__() for k in CLASSES})()
+    return type(
+        "PerClass" + child.__class__.__name__, (serializers.Serializer,), {k: child.__class__() for k in CLASSES}
+    )()
 
 
 class PolicySerializer(serializers.Serializer):
@@ -108,7 +136,7 @@ class PolicySerializer(serializers.Serializer):
 LIMIT_HELP = {
     "max_queued_per_user": "queued runs one user may have; a submit past it is a 429",
     "max_running_per_user": "active (starting/running/stopping) runs one user may have when submitting; past "
-                            "it a submit is a 429",
+    "it a submit is a 429",
     "default_time_limit_seconds": "time limit of a run submitted without one (at most max_time_limit_seconds)",
     "max_time_limit_seconds": "largest time_limit_seconds a submit may ask for",
 }
@@ -125,8 +153,13 @@ class ConcurrencySettingsSerializer(PolicySerializer):
 
 def _limit_input(key: str) -> serializers.IntegerField:
     low, high, default = LIMIT_RULES[key]
-    return serializers.IntegerField(required=False, allow_null=True, min_value=low, max_value=high,
-                                    help_text=f"{LIMIT_HELP[key]}; default {default}; null resets to the default")
+    return serializers.IntegerField(
+        required=False,
+        allow_null=True,
+        min_value=low,
+        max_value=high,
+        help_text=f"{LIMIT_HELP[key]}; default {default}; null resets to the default",
+    )
 
 
 class ConcurrencySettingsInputSerializer(serializers.Serializer):

@@ -1,11 +1,12 @@
 """API token lifetime: tokens expire API_TOKEN_MAX_AGE_SECONDS after they were issued (and are deleted when
-presented after that), `token_issue` replaces an expired one (both in runs/tokens.py). Loaded by DRF's settings (the authentication class),
-so this module must not import rest_framework.views.
+presented after that), `token_issue` replaces an expired one (both in runs/tokens.py). Loaded by DRF's
+settings (the authentication class), so this module must not import rest_framework.views.
 
 A token presented in `Authorization: Token <key>` that is unknown, revoked or expired answers 401 with
 `WWW-Authenticate: Token` and a message saying which; requests without credentials keep DRF's 403
 (session authentication comes first).
 """
+
 from __future__ import annotations
 
 from typing import Any

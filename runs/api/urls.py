@@ -1,4 +1,5 @@
 """REST API routes under /api/."""
+
 from django.urls import path
 from drf_spectacular.views import SpectacularAPIView
 from rest_framework.permissions import IsAuthenticated

@@ -1,4 +1,5 @@
 """REST views: one thin view per operation; business rules live in runs.services / runs.selectors."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -40,8 +41,10 @@ class ServiceView(APIView):
             return Response(exc.as_dict(), status=exc.status_code)
         if isinstance(exc, ValidationError):  # serializer errors: same shape, first field named
             field, message = _first_error(exc.detail)
-            return Response({"detail": f"{field}: {message}" if field else message, "field": field or None,
-                             "errors": exc.detail}, status=400)
+            return Response(
+                {"detail": f"{field}: {message}" if field else message, "field": field or None, "errors": exc.detail},
+                status=400,
+            )
         return super().handle_exception(exc)
 
 
@@ -68,7 +71,8 @@ def _runs_json(runs: list, request: Request) -> list[dict[str, Any]]:
 
 class RunListCreateView(ServiceView):
     @extend_schema(
-        operation_id="runs_list", responses={200: s.RunPageSerializer, 400: s.ErrorSerializer, 404: s.ErrorSerializer},
+        operation_id="runs_list",
+        responses={200: s.RunPageSerializer, 400: s.ErrorSerializer, 404: s.ErrorSerializer},
         parameters=[
             OpenApiParameter("page", int, description="page number (1-based)"),
             OpenApiParameter("status", str, enum=RunStatus.values, description="only runs in this status"),
@@ -76,47 +80,65 @@ class RunListCreateView(ServiceView):
         ],
     )
     def get(self, request: Request) -> Response:
-        qs = selectors.run_list(user=request.user, status=request.query_params.get("status"),
-                                run_class=request.query_params.get("run_class"))
+        qs = selectors.run_list(
+            user=request.user,
+            status=request.query_params.get("status"),
+            run_class=request.query_params.get("run_class"),
+        )
         paginator = PageNumberPagination()
         page = paginator.paginate_queryset(qs, request, view=self)
         return paginator.get_paginated_response(_runs_json(list(page), request))
 
     @extend_schema(
-        operation_id="runs_create", request=s.RunSubmitSerializer,
-        responses={201: s.RunSerializer, **ERRORS,
-                   403: OpenApiResponse(s.ErrorSerializer, description="`origin` claimed but not earned (field "
-                                        "`origin`)"),
-                   429: OpenApiResponse(s.ErrorSerializer, description="a per-user cap is reached: field "
-                                        "`max_queued_per_user` or `max_running_per_user`")},
+        operation_id="runs_create",
+        request=s.RunSubmitSerializer,
+        responses={
+            201: s.RunSerializer,
+            **ERRORS,
+            403: OpenApiResponse(s.ErrorSerializer, description="`origin` claimed but not earned (field `origin`)"),
+            429: OpenApiResponse(
+                s.ErrorSerializer,
+                description="a per-user cap is reached: field `max_queued_per_user` or `max_running_per_user`",
+            ),
+        },
     )
     def post(self, request: Request) -> Response:
         body = s.RunSubmitSerializer(data=_body(request))
         body.is_valid(raise_exception=True)
         fields = dict(body.validated_data)
         fields["origin"] = limits.origin_for_request(
-            claimed=fields.get("origin"), is_staff=request.user.is_staff,
-            via_session=isinstance(request.successful_authenticator, SessionAuthentication))
+            claimed=fields.get("origin"),
+            is_staff=request.user.is_staff,
+            via_session=isinstance(request.successful_authenticator, SessionAuthentication),
+        )
         run = services.run_submit(owner=request.user, **fields)
         return Response(_runs_json([run], request)[0], status=http.HTTP_201_CREATED)
 
 
 class RunDetailView(ServiceView):
-    @extend_schema(operation_id="runs_retrieve", parameters=[RUN_ID], responses={200: s.RunSerializer, 404: s.ErrorSerializer})
+    @extend_schema(
+        operation_id="runs_retrieve", parameters=[RUN_ID], responses={200: s.RunSerializer, 404: s.ErrorSerializer}
+    )
     def get(self, request: Request, run_id: int) -> Response:
         return Response(_runs_json([selectors.run_get(user=request.user, run_id=run_id)], request)[0])
 
 
 class RunCancelView(ServiceView):
-    @extend_schema(operation_id="runs_cancel", parameters=[RUN_ID], request=None, responses={200: s.RunSerializer, **ERRORS})
+    @extend_schema(
+        operation_id="runs_cancel", parameters=[RUN_ID], request=None, responses={200: s.RunSerializer, **ERRORS}
+    )
     def post(self, request: Request, run_id: int) -> Response:
         run = services.run_cancel(run=selectors.run_get(user=request.user, run_id=run_id), by=request.user)
         return Response(_runs_json([run], request)[0])
 
 
 class RunResumeView(ServiceView):
-    @extend_schema(operation_id="runs_resume", parameters=[RUN_ID], request=None,
-                   responses={200: s.RunSerializer, **ERRORS, 429: s.ErrorSerializer})
+    @extend_schema(
+        operation_id="runs_resume",
+        parameters=[RUN_ID],
+        request=None,
+        responses={200: s.RunSerializer, **ERRORS, 429: s.ErrorSerializer},
+    )
     def post(self, request: Request, run_id: int) -> Response:
         run = services.run_resume(run=selectors.run_get(user=request.user, run_id=run_id), by=request.user)
         return Response(_runs_json([run], request)[0])
@@ -124,10 +146,18 @@ class RunResumeView(ServiceView):
 
 class RunEventsView(ServiceView):
     @extend_schema(
-        operation_id="runs_events", responses={200: s.RunEventSerializer(many=True), **ERRORS},
-        parameters=[RUN_ID, OpenApiParameter("after", int, description="only events with seq greater than this"),
-                    OpenApiParameter("limit", int, description="page size, 1..EVENTS_PAGE_MAX (default the max, 1000); "
-                                     "a full page carries a Link rel=next header: ask again with after=<last seq>")],
+        operation_id="runs_events",
+        responses={200: s.RunEventSerializer(many=True), **ERRORS},
+        parameters=[
+            RUN_ID,
+            OpenApiParameter("after", int, description="only events with seq greater than this"),
+            OpenApiParameter(
+                "limit",
+                int,
+                description="page size, 1..EVENTS_PAGE_MAX (default the max, 1000); "
+                "a full page carries a Link rel=next header: ask again with after=<last seq>",
+            ),
+        ],
     )
     def get(self, request: Request, run_id: int) -> Response:
         raw = request.query_params.get("after", "0")
@@ -163,8 +193,11 @@ class SlotsView(ServiceView):
 
 
 class SlotDryRunView(ServiceView):
-    @extend_schema(operation_id="slots_dry_run", request=s.DryRunInputSerializer,
-                   responses={200: s.DryRunSerializer, 400: s.ErrorSerializer})
+    @extend_schema(
+        operation_id="slots_dry_run",
+        request=s.DryRunInputSerializer,
+        responses={200: s.DryRunSerializer, 400: s.ErrorSerializer},
+    )
     def post(self, request: Request) -> Response:
         return Response(selectors.slot_dry_run(origin=_body(request).get("origin")))
 
@@ -175,20 +208,27 @@ class ConcurrencySettingsView(ServiceView):
     def _effective(self) -> Response:
         return Response({**store.policy_load(fresh=True).to_dict(), **limits.limits_load().to_dict()})
 
-    @extend_schema(operation_id="settings_concurrency_retrieve", responses={200: s.ConcurrencySettingsSerializer, 403: s.ErrorSerializer})
+    @extend_schema(
+        operation_id="settings_concurrency_retrieve",
+        responses={200: s.ConcurrencySettingsSerializer, 403: s.ErrorSerializer},
+    )
     def get(self, request: Request) -> Response:
         return self._effective()
 
-    @extend_schema(operation_id="settings_concurrency_partial_update", request=s.ConcurrencySettingsInputSerializer,
-                   responses={200: s.ConcurrencySettingsSerializer, 400: s.ErrorSerializer,
-                              403: s.ErrorSerializer})
+    @extend_schema(
+        operation_id="settings_concurrency_partial_update",
+        request=s.ConcurrencySettingsInputSerializer,
+        responses={200: s.ConcurrencySettingsSerializer, 400: s.ErrorSerializer, 403: s.ErrorSerializer},
+    )
     def patch(self, request: Request) -> Response:
         services.settings_update(changes=_body(request), partial=True, by=request.user)
         return self._effective()
 
-    @extend_schema(operation_id="settings_concurrency_update", request=s.ConcurrencySettingsInputSerializer,
-                   responses={200: s.ConcurrencySettingsSerializer, 400: s.ErrorSerializer,
-                              403: s.ErrorSerializer})
+    @extend_schema(
+        operation_id="settings_concurrency_update",
+        request=s.ConcurrencySettingsInputSerializer,
+        responses={200: s.ConcurrencySettingsSerializer, 400: s.ErrorSerializer, 403: s.ErrorSerializer},
+    )
     def put(self, request: Request) -> Response:
         services.settings_update(changes=_body(request), partial=False, by=request.user)
         return self._effective()

@@ -2,6 +2,7 @@
 runs.lifecycle.run_finish schedules in the finishing transaction: a succeeded `rl_train` run gets an `eval`
 run (origin `system`, same owner, parent = the run), a failed run with `auto_resume` is resumed (at most
 RUN_AUTO_RESUME_MAX attempts), however it failed (job, reclaim, time limit, launch error)."""
+
 from __future__ import annotations
 
 import logging
@@ -25,8 +26,15 @@ def eval_run_submit(*, run: Run) -> Run | None:
         store.slots_lock()
         if Run.objects.filter(parent=run, origin=Origin.SYSTEM, kind=EVAL_KIND).exists():
             return None
-        return run_submit(owner=run.owner, name=f"eval of {run.name}"[:200], origin=Origin.SYSTEM,
-                          kind=EVAL_KIND, config={"source_run": run.pk}, parent=run, user_caps=False)
+        return run_submit(
+            owner=run.owner,
+            name=f"eval of {run.name}"[:200],
+            origin=Origin.SYSTEM,
+            kind=EVAL_KIND,
+            config={"source_run": run.pk},
+            parent=run,
+            user_caps=False,
+        )
 
 
 def run_followups(*, run_id: int, attempt: int) -> str:

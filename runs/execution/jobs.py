@@ -1,5 +1,6 @@
 """What each run kind asks Ray to run: `JobSpec` and the kinds' pure `job_spec(run)` functions, plus the
 per-run paths they are built from. Nothing here writes a file or talks to Ray (runs/execution/launch.py does)."""
+
 from __future__ import annotations
 
 import json
@@ -43,19 +44,42 @@ def rl_train_job(run: Run) -> JobSpec:
     Every path is chosen here from the run id; `--sandboxed` makes the job refuse a config that names a file
     (a debug phase, `batch_path`) even if one was stored before the submit check existed."""
     config_path = run_artifacts_dir(run.pk) / "config.json"
-    cmd = ["python", "-m", "trainer", "run", "--config", str(config_path), "--events", run_events_url(run),
-           "--checkpoint-dir", str(run_checkpoint_dir(run.pk)), "--sandboxed"]
+    cmd = [
+        "python",
+        "-m",
+        "trainer",
+        "run",
+        "--config",
+        str(config_path),
+        "--events",
+        run_events_url(run),
+        "--checkpoint-dir",
+        str(run_checkpoint_dir(run.pk)),
+        "--sandboxed",
+    ]
     if run.resume_requested:
         cmd.append("--resume")
     # 'local' trains inside the entrypoint process; the other modes place a learner actor that asks Ray for
     # its own GPU, so reserving one for the entrypoint too would deadlock a one-GPU cluster.
     wants_gpu = run.config.get("mode") == "local" and run.config.get("device", "auto") != "cpu"
-    return JobSpec(entrypoint=cmd, wants_gpu=wants_gpu,
-                   files={str(config_path): json.dumps(run.config, indent=2, sort_keys=True)})
+    return JobSpec(
+        entrypoint=cmd, wants_gpu=wants_gpu, files={str(config_path): json.dumps(run.config, indent=2, sort_keys=True)}
+    )
 
 
 def eval_job(run: Run) -> JobSpec:
     """`python -m trainer eval` of the source run's last checkpoint."""
     checkpoint = run_checkpoint_dir(run.config["source_run"])
-    return JobSpec(entrypoint=["python", "-m", "trainer", "eval", "--checkpoint", str(checkpoint),
-                               "--events", run_events_url(run)], wants_gpu=True)
+    return JobSpec(
+        entrypoint=[
+            "python",
+            "-m",
+            "trainer",
+            "eval",
+            "--checkpoint",
+            str(checkpoint),
+            "--events",
+            run_events_url(run),
+        ],
+        wants_gpu=True,
+    )

@@ -4,6 +4,7 @@ submit it (`authorize`), and the job that runs it (`job_spec`, pure). The launch
 `rl_train`'s config is `trainer.config.TrainConfig` (imported when first needed, so the web process does not
 load the trainer until it validates a config); `eval` measures a finished training run's last checkpoint.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -54,7 +55,7 @@ def _rl_train_validate(config: dict[str, Any]) -> dict[str, Any]:
         field = getattr(exc, "field", "") or ""
         message = str(exc)
         if field and message.startswith(f"{field}: "):  # ConfigError's text already leads with the field
-            message = message[len(field) + 2:]
+            message = message[len(field) + 2 :]
         raise InvalidInput(message, field=f"config.{field}" if field else "config") from exc
     return config
 
@@ -68,8 +69,11 @@ EVAL_SCHEMA: dict[str, Any] = {
     "additionalProperties": False,
     "required": ["source_run"],
     "properties": {
-        "source_run": {"type": "integer", "minimum": 1,
-                       "description": "Id of the rl_train run whose last checkpoint is evaluated."},
+        "source_run": {
+            "type": "integer",
+            "minimum": 1,
+            "description": "Id of the rl_train run whose last checkpoint is evaluated.",
+        },
     },
 }
 
@@ -94,11 +98,17 @@ def eval_authorize(config: dict[str, Any], owner: Any) -> None:
 
 KINDS: dict[str, RunKind] = {
     DEFAULT_KIND: RunKind(
-        name=DEFAULT_KIND, validate_config=_rl_train_validate, json_schema=_rl_train_schema, job_spec=rl_train_job,
+        name=DEFAULT_KIND,
+        validate_config=_rl_train_validate,
+        json_schema=_rl_train_schema,
+        job_spec=rl_train_job,
         description="RL training of a policy with the asynchronous rollout/train loop (trainer.config.TrainConfig)",
     ),
     EVAL_KIND: RunKind(
-        name=EVAL_KIND, validate_config=eval_config_validate, json_schema=lambda: EVAL_SCHEMA, job_spec=eval_job,
+        name=EVAL_KIND,
+        validate_config=eval_config_validate,
+        json_schema=lambda: EVAL_SCHEMA,
+        job_spec=eval_job,
         authorize=eval_authorize,
         description="Held-out evaluation of an rl_train run's last checkpoint (python -m trainer eval)",
     ),

@@ -2,6 +2,7 @@
 `starting` run, asks its kind for the job (`job_spec`, pure), writes the spec's files, submits and moves the
 run to `running`; any error on the way fails the run through runs.lifecycle.run_finish (so auto-resume
 applies). `job_stop` asks the run's job to stop; the reconcile (or the job's own final event) records it."""
+
 from __future__ import annotations
 
 import logging

@@ -1,6 +1,7 @@
 """How a job's outcome finishes its run, whoever observed it: the job's own final `status` event (runs/ingest.py,
 at once) or the tick's look at the Ray job (runs/execution/reconcile.py). Both go through `run_job_finished`,
 which records an eval job's metrics before runs.lifecycle.run_finish."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -38,8 +39,13 @@ def event_outcome(run: Run, data: dict[str, Any]) -> tuple[str, str] | None:
 def eval_summary_record(*, run: Run) -> None:
     """Put the metrics of the eval job's final status event under `summary["eval"]` (the live fold keeps only
     gate/version/sampler/train/checkpoint)."""
-    final = (RunEvent.objects.filter(run=run, type="status").exclude(source=PLATFORM_SOURCE)
-             .order_by("-seq").values_list("data", flat=True).first())
+    final = (
+        RunEvent.objects.filter(run=run, type="status")
+        .exclude(source=PLATFORM_SOURCE)
+        .order_by("-seq")
+        .values_list("data", flat=True)
+        .first()
+    )
     if final and isinstance(final.get("metrics"), dict):
         with transaction.atomic():
             locked = Run.objects.select_for_update().get(pk=run.pk)

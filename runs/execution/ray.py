@@ -4,6 +4,7 @@ hand-over file, submitting a job (idempotent per attempt) and stopping one.
 A launch is idempotent: the Ray `submission_id` is derived from the run id and attempt, so a second launch of
 the same attempt (a redelivered Celery task, the tick's lost-launch sweep) finds the job and only records it.
 """
+
 from __future__ import annotations
 
 import logging
@@ -107,8 +108,10 @@ def job_submit(run: Run, spec: JobSpec) -> str:
     while True:
         try:
             client.submit_job(
-                entrypoint=shlex.join(spec.entrypoint), submission_id=submission_id,
-                runtime_env={"env_vars": env}, entrypoint_num_gpus=gpus,
+                entrypoint=shlex.join(spec.entrypoint),
+                submission_id=submission_id,
+                runtime_env={"env_vars": env},
+                entrypoint_num_gpus=gpus,
                 metadata={"platform_run": str(run.pk), "attempt": str(run.attempt), "kind": run.kind},
             )
             logger.info("run %s: submitted Ray job %s (gpus=%s)", run.pk, submission_id, gpus or 0)

@@ -6,6 +6,7 @@ after submitting) is re-attached as `running`, never relaunched; a `stopping` ru
 until it does. Runs granted but never launched are relaunched by the tick's lost-launch sweep (runs/tasks.py).
 A job's own final event usually finished the run already; then the run is no longer active and not looked at.
 """
+
 from __future__ import annotations
 
 import logging
@@ -59,8 +60,11 @@ def _job_missing(run: Run) -> str:
     if run.status == RunStatus.STOPPING:
         run_job_finished(run=run, status=RunStatus.CANCELLED, error=run.error)
         return "cancelled"
-    run_job_finished(run=run, status=RunStatus.FAILED, error=(
-        f"Ray job {run.ray_submission_id} vanished: the Ray cluster no longer knows it (was it restarted?)"))
+    run_job_finished(
+        run=run,
+        status=RunStatus.FAILED,
+        error=(f"Ray job {run.ray_submission_id} vanished: the Ray cluster no longer knows it (was it restarted?)"),
+    )
     return "vanished"
 
 
@@ -83,9 +87,12 @@ def run_reconcile(*, run: Run, info: JobDetails | None) -> str:
 
 def runs_reconcile() -> dict[int, str]:
     """Observe the Ray job of every active run that has one; returns {run id: what was done}."""
-    runs = [run for run in Run.objects.filter(status__in=ACTIVE_STATUSES).exclude(ray_submission_id="")
-            # A resumed run still shows its previous attempt's job until the launch records the new one.
-            if run.ray_submission_id == submission_id_for(run)]
+    runs = [
+        run
+        for run in Run.objects.filter(status__in=ACTIVE_STATUSES).exclude(ray_submission_id="")
+        # A resumed run still shows its previous attempt's job until the launch records the new one.
+        if run.ray_submission_id == submission_id_for(run)
+    ]
     if not runs:
         return {}
     try:

@@ -1,5 +1,6 @@
 """Submitting a run: validate it against its kind and the owner's limits, create it `queued` with a waiting
 slot, and grant, in one transaction (runs.lifecycle.run_enqueue)."""
+
 from __future__ import annotations
 
 import json
@@ -21,8 +22,15 @@ TIME_LIMIT_MAX = TIME_LIMIT_CEILING
 
 
 def run_submit(
-    *, owner: Any, name: str, origin: str, kind: str, config: Any,
-    time_limit_seconds: int | None = None, parent: Run | None = None, auto_resume: bool = False,
+    *,
+    owner: Any,
+    name: str,
+    origin: str,
+    kind: str,
+    config: Any,
+    time_limit_seconds: int | None = None,
+    parent: Run | None = None,
+    auto_resume: bool = False,
     user_caps: bool = True,
 ) -> Run:
     """Validate, create the run with a waiting slot, and grant in the same transaction. `auto_resume`: when the
@@ -35,11 +43,13 @@ def run_submit(
     if not isinstance(name, str) or not name.strip() or len(name) > NAME_MAX:
         raise InvalidInput(f"must be a non-empty string of at most {NAME_MAX} characters", field="name")
     if time_limit_seconds is not None and (
-        not isinstance(time_limit_seconds, int) or isinstance(time_limit_seconds, bool)
+        not isinstance(time_limit_seconds, int)
+        or isinstance(time_limit_seconds, bool)
         or not 1 <= time_limit_seconds <= TIME_LIMIT_MAX
     ):
-        raise InvalidInput(f"must be an integer number of seconds from 1 to {TIME_LIMIT_MAX}",
-                           field="time_limit_seconds")
+        raise InvalidInput(
+            f"must be an integer number of seconds from 1 to {TIME_LIMIT_MAX}", field="time_limit_seconds"
+        )
     if not isinstance(auto_resume, bool):
         raise InvalidInput("must be true or false", field="auto_resume")
     run_kind = kind_get(kind)
@@ -57,8 +67,15 @@ def run_submit(
         if user_caps:
             limits.user_caps_check(owner=owner, limits=user_limits)
         run = Run.objects.create(
-            name=name.strip(), origin=origin, run_class=ORIGIN_TO_CLASS[origin], kind=run_kind.name, config=config,
-            owner=owner, time_limit_seconds=time_limit_seconds, parent=parent, status=RunStatus.QUEUED,
+            name=name.strip(),
+            origin=origin,
+            run_class=ORIGIN_TO_CLASS[origin],
+            kind=run_kind.name,
+            config=config,
+            owner=owner,
+            time_limit_seconds=time_limit_seconds,
+            parent=parent,
+            status=RunStatus.QUEUED,
             auto_resume=auto_resume,
         )
         run_enqueue(run=run, now=timezone.now())

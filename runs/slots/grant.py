@@ -4,6 +4,7 @@ Rules: priority descending, then request time, then id; a class at its limit is 
 other classes); never past max_total; the non-interactive classes together stay within max_total - reserve;
 running runs are never preempted (the function only ever adds grants).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field

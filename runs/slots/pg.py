@@ -3,6 +3,7 @@
 allowed and which columns a move stamps are parameters from runs.lifecycle (through runs/stores.py), and
 which runs get a slot is decided by the pure `runs.slots.grant.grant` on the snapshot these queries return.
 """
+
 from __future__ import annotations
 
 import json
@@ -25,8 +26,10 @@ from runs.slots.policy import CLASSES, Policy, policy_effective
 _lock = threading.Lock()
 _grant_policy: tuple[str | None, int, Policy] | None = None
 
-_VERSION_SQL = ("(SELECT xmin::text || ':' || id::text || ':' || updated_at::text FROM runs_concurrencysettings "
-                "ORDER BY id LIMIT 1)")
+_VERSION_SQL = (
+    "(SELECT xmin::text || ':' || id::text || ':' || updated_at::text FROM runs_concurrencysettings "
+    "ORDER BY id LIMIT 1)"
+)
 
 # Held counts and, per class, the FIFO heads one pass could take: LIMIT mirrors Snapshot.head_budget
 # (min(free slots, class headroom)), so every part is an index seek and the cost does not grow with the queue.
@@ -52,7 +55,8 @@ _SNAPSHOT_COLUMNS = f"""
 (SELECT array_agg(requested_at ORDER BY requested_at, run_id) FROM heads) AS head_times,
 {_VERSION_SQL} AS policy_version"""
 
-_RELEASE_SQL = """WITH
+_RELEASE_SQL = (
+    """WITH
 cur AS (SELECT id, status FROM runs_run WHERE id = %(run)s FOR UPDATE),
 upd AS (UPDATE runs_run r SET status = %(status)s, {columns}, error = %(error)s, last_seq = r.last_seq + 1
         FROM cur WHERE r.id = cur.id AND cur.status = ANY(%(allowed)s::text[])
@@ -62,9 +66,13 @@ ev AS (INSERT INTO runs_runevent (run_id, seq, source, ts, type, data)
               jsonb_build_object('status', %(status)s::text, 'previous', previous_status, 'error', %(error)s::text)
        FROM upd RETURNING 1),
 rel AS (DELETE FROM runs_slot WHERE run_id IN (SELECT id FROM upd) RETURNING 1),
-""" + _SNAPSHOT_CTES.replace("{", "{{").replace("}", "}}") + """
-SELECT upd.*, (SELECT count(*) FROM ev) AS events_added, """ + _SNAPSHOT_COLUMNS.replace("{", "{{").replace(
-    "}", "}}") + " FROM upd"
+"""
+    + _SNAPSHOT_CTES.replace("{", "{{").replace("}", "}}")
+    + """
+SELECT upd.*, (SELECT count(*) FROM ev) AS events_added, """
+    + _SNAPSHOT_COLUMNS.replace("{", "{{").replace("}", "}}")
+    + " FROM upd"
+)
 
 _SNAPSHOT_SQL = f"WITH {_SNAPSHOT_CTES}\nSELECT {_SNAPSHOT_COLUMNS}"
 
@@ -97,8 +105,11 @@ def _set_columns(columns: dict[str, datetime | None], params: dict[str, Any]) ->
 
 
 def _policy_params(policy: Policy) -> dict[str, Any]:
-    return {"max_total": policy.max_total, "classes": list(CLASSES),
-            "limits": [policy.classes[c].limit for c in CLASSES]}
+    return {
+        "max_total": policy.max_total,
+        "classes": list(CLASSES),
+        "limits": [policy.classes[c].limit for c in CLASSES],
+    }
 
 
 def _cached_policy() -> tuple[str | None, Policy] | None:
@@ -128,8 +139,9 @@ def _snapshot_from(row: dict[str, Any], policy: Policy) -> Snapshot:
     for run_class, n in zip(row["held_classes"] or [], row["held_counts"] or []):
         held[run_class] = n
     waiting: dict[str, list[WaitingSlot]] = {}
-    for run_class, run_id, requested_at in zip(row["head_classes"] or [], row["head_ids"] or [],
-                                               row["head_times"] or []):
+    for run_class, run_id, requested_at in zip(
+        row["head_classes"] or [], row["head_ids"] or [], row["head_times"] or []
+    ):
         waiting.setdefault(run_class, []).append(WaitingSlot(run_id=run_id, requested_at=requested_at))
     return Snapshot(policy=policy, held=held, waiting=waiting)
 
@@ -164,8 +176,16 @@ def _run_from_row(names: list[str], values: tuple) -> Run:
     return run
 
 
-def release_with_snapshot(*, run_id: int, status: str, error: str, allowed_from: list[str], source: str,
-                          now: datetime, columns: dict[str, datetime | None]) -> tuple[Run | None, Snapshot | None]:
+def release_with_snapshot(
+    *,
+    run_id: int,
+    status: str,
+    error: str,
+    allowed_from: list[str],
+    source: str,
+    now: datetime,
+    columns: dict[str, datetime | None],
+) -> tuple[Run | None, Snapshot | None]:
     """Take the grant lock, finish a run (status, finished_at, error, numbered `status` event, slot deleted)
     and load the grant snapshot as it is after that release: one round trip (two statements, run in order,
     so the lock is held before the run row is touched). (None, None) when the run's status does not allow
@@ -174,8 +194,16 @@ def release_with_snapshot(*, run_id: int, status: str, error: str, allowed_from:
     if policy is None:
         store.slots_lock()
         version, policy = policy_for_grant_reload()
-    params = {"lock": store.GRANT_LOCK_KEY, "run": run_id, "status": status, "error": error,
-              "allowed": allowed_from, "source": source, "now": now, **_policy_params(policy)}
+    params = {
+        "lock": store.GRANT_LOCK_KEY,
+        "run": run_id,
+        "status": status,
+        "error": error,
+        "allowed": allowed_from,
+        "source": source,
+        "now": now,
+        **_policy_params(policy),
+    }
     with connection.cursor() as cursor:
         # Client-side binding (Django's default psycopg cursor) sends both statements in one message.
         sql = _RELEASE_SQL.format(columns=_set_columns(columns, params))
@@ -194,25 +222,52 @@ def release_with_snapshot(*, run_id: int, status: str, error: str, allowed_from:
     return run, _snapshot_from(row, policy)
 
 
-def grants_apply(*, decisions: list[Decision], now: datetime, source: str, notify: dict[str, Any], status: str,
-                 allowed_from: list[str], columns: dict[str, datetime | None]) -> list[dict[str, Any]]:
+def grants_apply(
+    *,
+    decisions: list[Decision],
+    now: datetime,
+    source: str,
+    notify: dict[str, Any],
+    status: str,
+    allowed_from: list[str],
+    columns: dict[str, datetime | None],
+) -> list[dict[str, Any]]:
     """Mark the decided slots held, move their runs to `status` (`starting`) with a numbered `status` event each,
     and queue the NOTIFY (delivered on commit), in one statement. Returns one dict per moved run."""
     ids = [d.run_id for d in decisions]
-    params = {"channel": CHANNEL, "payload": json.dumps(notify, separators=(",", ":")), "now": now, "ids": ids,
-              "source": source, "status": status, "allowed": allowed_from}
+    params = {
+        "channel": CHANNEL,
+        "payload": json.dumps(notify, separators=(",", ":")),
+        "now": now,
+        "ids": ids,
+        "source": source,
+        "status": status,
+        "allowed": allowed_from,
+    }
     with connection.cursor() as cursor:
         cursor.execute(_APPLY_SQL.format(columns=_set_columns(columns, params)), params)
         rows = cursor.fetchall()
     slots_held, events = (rows[0][0], rows[0][1]) if rows else (0, 0)
-    moved = [{"id": r[2], "last_seq": r[3], "owner_id": r[4], "name": r[5], "run_class": r[6], "error": r[7],
-              "previous": r[8]}
-             for r in rows if r[2] is not None]
+    moved = [
+        {
+            "id": r[2],
+            "last_seq": r[3],
+            "owner_id": r[4],
+            "name": r[5],
+            "run_class": r[6],
+            "error": r[7],
+            "previous": r[8],
+        }
+        for r in rows
+        if r[2] is not None
+    ]
     if slots_held != len(ids) or len(moved) != len(ids) or events != len(ids):
-        raise InvalidTransition(f"cannot move runs {ids} to {status}: found {slots_held} waiting slots and "
-                                f"{len(moved)} runs in {allowed_from}", field="status")
+        raise InvalidTransition(
+            f"cannot move runs {ids} to {status}: found {slots_held} waiting slots and "
+            f"{len(moved)} runs in {allowed_from}",
+            field="status",
+        )
     return moved
 
 
-__all__ = ["grants_apply", "policy_for_grant_reload", "release_with_snapshot",
-           "snapshot_fetch"]
+__all__ = ["grants_apply", "policy_for_grant_reload", "release_with_snapshot", "snapshot_fetch"]

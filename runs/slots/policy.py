@@ -4,6 +4,7 @@ the slot policy the grant uses (`Policy`) and the per-user caps and run time lim
 
 Pure: no Django imports, so grant tests and the settings form share one definition of every rule.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -131,8 +132,9 @@ def limits_effective(raw: Any) -> UserLimits:
     """Stored settings -> effective caps and time limits; bad or missing values use defaults, and a default
     time limit above the maximum is lowered to it (every run gets a finite limit within the maximum)."""
     raw = raw if isinstance(raw, dict) else {}
-    values = {k: raw[k] if _in_range(raw.get(k), low, high) else default
-              for k, (low, high, default) in LIMIT_RULES.items()}
+    values = {
+        k: raw[k] if _in_range(raw.get(k), low, high) else default for k, (low, high, default) in LIMIT_RULES.items()
+    }
     values["default_time_limit_seconds"] = min(values["default_time_limit_seconds"], values["max_time_limit_seconds"])
     return UserLimits(**values)
 
@@ -222,7 +224,9 @@ def _check_time_limits(raw: dict[str, Any], changes: dict[str, Any]) -> None:
     if default <= maximum:
         return
     if changes.get("default_time_limit_seconds") is not None:
-        raise PolicyError("default_time_limit_seconds",
-                          f"must not exceed max_time_limit_seconds ({maximum}), got {default}")
-    raise PolicyError("max_time_limit_seconds",
-                      f"must be at least default_time_limit_seconds ({default}), got {maximum}")
+        raise PolicyError(
+            "default_time_limit_seconds", f"must not exceed max_time_limit_seconds ({maximum}), got {default}"
+        )
+    raise PolicyError(
+        "max_time_limit_seconds", f"must be at least default_time_limit_seconds ({default}), got {maximum}"
+    )

@@ -2,6 +2,7 @@
 queue snapshot that the pure `grant` function decides on. Grant cost is independent of queue depth: it
 counts held slots and seeks each class's head through the (state, run_class, requested_at, run) index.
 """
+
 from __future__ import annotations
 
 import threading
@@ -70,15 +71,15 @@ def _counts_by_class(rows) -> dict[str, int]:
 
 def held_counts() -> dict[str, int]:
     """Held slots per class (what a grant decides on; at most max_total rows)."""
-    return _counts_by_class(
-        Slot.objects.filter(state=SlotState.HELD).values("run_class").annotate(n=Count("run_id")))
+    return _counts_by_class(Slot.objects.filter(state=SlotState.HELD).values("run_class").annotate(n=Count("run_id")))
 
 
 def slot_counts() -> dict[str, dict[str, int]]:
     """Held and waiting slots per class in one query: {"held": {...}, "waiting": {...}}."""
     rows = list(Slot.objects.values("state", "run_class").annotate(n=Count("run_id")))
-    return {state: _counts_by_class(r for r in rows if r["state"] == state)
-            for state in (SlotState.HELD, SlotState.WAITING)}
+    return {
+        state: _counts_by_class(r for r in rows if r["state"] == state) for state in (SlotState.HELD, SlotState.WAITING)
+    }
 
 
 def snapshot_load(policy: Policy) -> Snapshot:
@@ -88,8 +89,10 @@ def snapshot_load(policy: Policy) -> Snapshot:
     waiting: dict[str, list[WaitingSlot]] = {}
     heads = [
         Slot.objects.filter(state=SlotState.WAITING, run_class=run_class)
-        .order_by("requested_at", "run_id").values_list("run_class", "run_id", "requested_at")[:budget]
-        for run_class in CLASSES if (budget := probe.head_budget(run_class)) > 0
+        .order_by("requested_at", "run_id")
+        .values_list("run_class", "run_id", "requested_at")[:budget]
+        for run_class in CLASSES
+        if (budget := probe.head_budget(run_class)) > 0
     ]
     if not heads:
         return Snapshot(policy=policy, held=held, waiting=waiting)
@@ -116,8 +119,8 @@ def slots_grant_locked(*, now: datetime) -> list[Decision]:
 
 def slot_enqueue(*, run_id: int, run_class: str, now: datetime) -> None:
     Slot.objects.update_or_create(
-        run_id=run_id, defaults={"run_class": run_class, "state": SlotState.WAITING, "requested_at": now,
-                                 "granted_at": None},
+        run_id=run_id,
+        defaults={"run_class": run_class, "state": SlotState.WAITING, "requested_at": now, "granted_at": None},
     )
 
 
@@ -127,5 +130,17 @@ def slot_release(*, run_id: int) -> bool:
     return deleted > 0
 
 
-__all__ = ["GRANT_LOCK_KEY", "held_counts", "policy_forget", "policy_load", "policy_stored_raw", "slot_enqueue",
-           "slot_release", "slots_grant_locked", "slots_lock", "slot_counts", "snapshot_load", "transaction"]
+__all__ = [
+    "GRANT_LOCK_KEY",
+    "held_counts",
+    "policy_forget",
+    "policy_load",
+    "policy_stored_raw",
+    "slot_enqueue",
+    "slot_release",
+    "slots_grant_locked",
+    "slots_lock",
+    "slot_counts",
+    "snapshot_load",
+    "transaction",
+]

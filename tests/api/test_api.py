@@ -1,4 +1,5 @@
 """REST API: authentication and permissions, and the shape of every endpoint's answer."""
+
 from __future__ import annotations
 
 import pytest
@@ -10,9 +11,28 @@ from tests.runs.helpers import TEST_KIND
 
 pytestmark = pytest.mark.django_db
 
-RUN_FIELDS = {"id", "name", "origin", "run_class", "kind", "status", "owner", "config", "created_at", "granted_at",
-              "started_at", "finished_at", "queued_seconds", "position", "pending_reason", "eta_seconds", "error",
-              "summary", "auto_resume", "time_limit_seconds"}
+RUN_FIELDS = {
+    "id",
+    "name",
+    "origin",
+    "run_class",
+    "kind",
+    "status",
+    "owner",
+    "config",
+    "created_at",
+    "granted_at",
+    "started_at",
+    "finished_at",
+    "queued_seconds",
+    "position",
+    "pending_reason",
+    "eta_seconds",
+    "error",
+    "summary",
+    "auto_resume",
+    "time_limit_seconds",
+}
 
 
 def client_for(user=None) -> APIClient:
@@ -30,16 +50,28 @@ def session_for(user) -> APIClient:
 
 
 def post_run(client, **body):
-    return client.post("/api/runs/", {"name": "r", "origin": "api", "kind": TEST_KIND, "config": {"steps": 2}} | body,
-                       format="json")
+    return client.post(
+        "/api/runs/", {"name": "r", "origin": "api", "kind": TEST_KIND, "config": {"steps": 2}} | body, format="json"
+    )
 
 
-@pytest.mark.parametrize("method,url", [
-    ("get", "/api/runs/"), ("post", "/api/runs/"), ("get", "/api/runs/1/"), ("post", "/api/runs/1/cancel/"),
-    ("post", "/api/runs/1/resume/"), ("get", "/api/runs/1/events/"), ("get", "/api/slots/"),
-    ("post", "/api/slots/dry-run/"), ("get", "/api/settings/concurrency/"), ("patch", "/api/settings/concurrency/"),
-    ("put", "/api/settings/concurrency/"), ("get", "/api/schema/"),
-])
+@pytest.mark.parametrize(
+    "method,url",
+    [
+        ("get", "/api/runs/"),
+        ("post", "/api/runs/"),
+        ("get", "/api/runs/1/"),
+        ("post", "/api/runs/1/cancel/"),
+        ("post", "/api/runs/1/resume/"),
+        ("get", "/api/runs/1/events/"),
+        ("get", "/api/slots/"),
+        ("post", "/api/slots/dry-run/"),
+        ("get", "/api/settings/concurrency/"),
+        ("patch", "/api/settings/concurrency/"),
+        ("put", "/api/settings/concurrency/"),
+        ("get", "/api/schema/"),
+    ],
+)
 def test_unauthenticated_is_refused(method, url):
     assert getattr(APIClient(), method)(url, {}, format="json").status_code in (401, 403)
 
@@ -84,11 +116,18 @@ def test_queued_run_has_position_reason_eta(user, staff, handoffs):
     assert queued["eta_seconds"] is None or queued["eta_seconds"] > 0
 
 
-@pytest.mark.parametrize("body,field", [
-    ({"origin": "cli"}, "origin"), ({"kind": "nope"}, "kind"), ({"config": {"steps": "x"}}, "config.steps"),
-    ({"config": {"lr": 0.1}}, "config.lr"), ({"config": [1]}, "config"),
-    ({"auto_resume": "true"}, "auto_resume"), ({"auto_resume": 1}, "auto_resume"),
-])
+@pytest.mark.parametrize(
+    "body,field",
+    [
+        ({"origin": "cli"}, "origin"),
+        ({"kind": "nope"}, "kind"),
+        ({"config": {"steps": "x"}}, "config.steps"),
+        ({"config": {"lr": 0.1}}, "config.lr"),
+        ({"config": [1]}, "config"),
+        ({"auto_resume": "true"}, "auto_resume"),
+        ({"auto_resume": 1}, "auto_resume"),
+    ],
+)
 def test_submit_rejects_bad_input_naming_the_field(user, body, field):
     answer = post_run(client_for(user), **body)
     assert answer.status_code == 400
@@ -126,8 +165,12 @@ def test_list_is_paginated_filtered_and_private(user, other_user, staff, handoff
 def test_other_users_runs_are_invisible(user, other_user, staff, handoffs):
     run_id = post_run(client_for(other_user)).json()["id"]
     client = client_for(user)
-    for method, url in [("get", f"/api/runs/{run_id}/"), ("post", f"/api/runs/{run_id}/cancel/"),
-                        ("post", f"/api/runs/{run_id}/resume/"), ("get", f"/api/runs/{run_id}/events/")]:
+    for method, url in [
+        ("get", f"/api/runs/{run_id}/"),
+        ("post", f"/api/runs/{run_id}/cancel/"),
+        ("post", f"/api/runs/{run_id}/resume/"),
+        ("get", f"/api/runs/{run_id}/events/"),
+    ]:
         assert getattr(client, method)(url).status_code == 404
     assert client_for(staff).get(f"/api/runs/{run_id}/").status_code == 200
     assert client_for(staff).post(f"/api/runs/{run_id}/cancel/").json()["status"] == "stopping"
@@ -167,22 +210,38 @@ def test_settings_are_staff_only(user, staff):
     assert client_for(user).patch("/api/settings/concurrency/", {"max_total": 9}, format="json").status_code == 403
     admin = client_for(staff)
     assert admin.get("/api/settings/concurrency/").json()["max_total"] == 4
-    patched = admin.patch("/api/settings/concurrency/", {"max_total": 8, "classes": {"system": {"limit": 2}}},
-                          format="json").json()
-    assert patched == {"max_total": 8, "interactive_reserve": 2, "classes": {
-        "interactive": {"limit": 8, "priority": 40}, "app": {"limit": 6, "priority": 30},
-        "schedule": {"limit": 6, "priority": 20}, "system": {"limit": 2, "priority": 10}},
-        "max_queued_per_user": 20, "max_running_per_user": 8, "default_time_limit_seconds": 86400,
-        "max_time_limit_seconds": 604800}
+    patched = admin.patch(
+        "/api/settings/concurrency/", {"max_total": 8, "classes": {"system": {"limit": 2}}}, format="json"
+    ).json()
+    assert patched == {
+        "max_total": 8,
+        "interactive_reserve": 2,
+        "classes": {
+            "interactive": {"limit": 8, "priority": 40},
+            "app": {"limit": 6, "priority": 30},
+            "schedule": {"limit": 6, "priority": 20},
+            "system": {"limit": 2, "priority": 10},
+        },
+        "max_queued_per_user": 20,
+        "max_running_per_user": 8,
+        "default_time_limit_seconds": 86400,
+        "max_time_limit_seconds": 604800,
+    }
     put = admin.put("/api/settings/concurrency/", {"max_total": 2}, format="json").json()
     assert put["classes"]["system"]["limit"] == 1 and put["interactive_reserve"] == 1
 
 
-@pytest.mark.parametrize("body,field", [
-    ({"max_total": 0}, "max_total"), ({"max_total": True}, "max_total"), ({"interactive_reserve": 4}, "interactive_reserve"),
-    ({"classes": {"gpu": {}}}, "classes.gpu"), ({"classes": {"app": {"priority": 500}}}, "classes.app.priority"),
-    ([1], "body"),
-])
+@pytest.mark.parametrize(
+    "body,field",
+    [
+        ({"max_total": 0}, "max_total"),
+        ({"max_total": True}, "max_total"),
+        ({"interactive_reserve": 4}, "interactive_reserve"),
+        ({"classes": {"gpu": {}}}, "classes.gpu"),
+        ({"classes": {"app": {"priority": 500}}}, "classes.app.priority"),
+        ([1], "body"),
+    ],
+)
 def test_settings_validation_names_field(staff, body, field):
     answer = client_for(staff).patch("/api/settings/concurrency/", body, format="json")
     assert answer.status_code == 400 and answer.json()["field"] == field and field in answer.json()["detail"]
@@ -191,9 +250,17 @@ def test_settings_validation_names_field(staff, body, field):
 def test_schema_is_openapi(user):
     schema = client_for(user).get("/api/schema/", {"format": "json"}).json()
     assert schema["openapi"].startswith("3.")
-    for path in ("/api/runs/", "/api/runs/{run_id}/", "/api/runs/{run_id}/cancel/", "/api/runs/{run_id}/resume/",
-                 "/api/runs/{run_id}/events/", "/api/slots/", "/api/slots/dry-run/", "/api/settings/concurrency/",
-                 "/api/auth/token/"):
+    for path in (
+        "/api/runs/",
+        "/api/runs/{run_id}/",
+        "/api/runs/{run_id}/cancel/",
+        "/api/runs/{run_id}/resume/",
+        "/api/runs/{run_id}/events/",
+        "/api/slots/",
+        "/api/slots/dry-run/",
+        "/api/settings/concurrency/",
+        "/api/auth/token/",
+    ):
         assert path in schema["paths"], path
 
 
@@ -206,7 +273,8 @@ def test_rl_train_config_is_validated_against_trainer_schema(user, config, field
 
 
 def test_rl_train_is_the_default_kind(user, handoffs):
-    answer = session_for(user).post("/api/runs/", {"name": "r", "origin": "dashboard", "config": {"steps": 2}},
-                                   format="json")
+    answer = session_for(user).post(
+        "/api/runs/", {"name": "r", "origin": "dashboard", "config": {"steps": 2}}, format="json"
+    )
     assert answer.status_code == 201, answer.content
     assert answer.json()["kind"] == "rl_train"

@@ -1,4 +1,5 @@
 """Server-rendered pages: login/logout and the staff concurrency settings form (no JavaScript involved)."""
+
 from __future__ import annotations
 
 import re
@@ -48,22 +49,25 @@ def test_settings_page_access(user, staff):
 
 def test_settings_form_saves_and_blank_means_default(staff):
     client = logged_in(staff)
-    saved = client.post("/settings/", {"max_total": "8", "interactive_reserve": "", "system_limit": "2",
-                                       "app_priority": "35"})
+    saved = client.post(
+        "/settings/", {"max_total": "8", "interactive_reserve": "", "system_limit": "2", "app_priority": "35"}
+    )
     assert saved.status_code == 302
-    assert store.policy_stored_raw() == {"max_total": 8, "classes": {"system": {"limit": 2},
-                                                                      "app": {"priority": 35}}}
+    assert store.policy_stored_raw() == {"max_total": 8, "classes": {"system": {"limit": 2}, "app": {"priority": 35}}}
     html = client.get("/settings/").content.decode()
     assert 'value="8"' in html and 'data-testid="effective-reserve">2<' in html
 
 
-@pytest.mark.parametrize("form,field,fragment", [
-    ({"max_total": "0"}, "max_total", "from 1 to 1000"),
-    ({"max_total": "abc"}, "max_total", "whole number"),
-    ({"max_total": "4", "interactive_reserve": "4"}, "interactive_reserve", "must be below max_total"),
-    ({"app_limit": "0"}, "app_limit", "from 1 to 1000"),
-    ({"system_priority": "101"}, "system_priority", "from 0 to 100"),
-])
+@pytest.mark.parametrize(
+    "form,field,fragment",
+    [
+        ({"max_total": "0"}, "max_total", "from 1 to 1000"),
+        ({"max_total": "abc"}, "max_total", "whole number"),
+        ({"max_total": "4", "interactive_reserve": "4"}, "interactive_reserve", "must be below max_total"),
+        ({"app_limit": "0"}, "app_limit", "from 1 to 1000"),
+        ({"system_priority": "101"}, "system_priority", "from 0 to 100"),
+    ],
+)
 def test_settings_form_errors_beside_fields(staff, form, field, fragment):
     answer = logged_in(staff).post("/settings/", form)
     assert answer.status_code == 400

@@ -1,5 +1,6 @@
 """Property-based run of the OpenAPI schema against the live Django app (WSGI, in-process), authenticated as a
 normal user and as staff: no 5xx, and every answer conforms to the schema (status, content type, body)."""
+
 from __future__ import annotations
 
 import pytest
@@ -9,7 +10,9 @@ from hypothesis import HealthCheck, settings
 from rest_framework.authtoken.models import Token
 from schemathesis.checks import not_a_server_error
 from schemathesis.specs.openapi.checks import (
-    content_type_conformance, response_schema_conformance, status_code_conformance,
+    content_type_conformance,
+    response_schema_conformance,
+    status_code_conformance,
 )
 
 CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance, response_schema_conformance]
@@ -17,8 +20,9 @@ CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance,
 
 @pytest.fixture(params=["user", "staff"])
 def auth_headers(request, db, django_user_model, handoffs):
-    user = django_user_model.objects.create_user(f"st-{request.param}", password="pw",
-                                                 is_staff=request.param == "staff")
+    user = django_user_model.objects.create_user(
+        f"st-{request.param}", password="pw", is_staff=request.param == "staff"
+    )
     return {"Authorization": f"Token {Token.objects.create(user=user).key}"}
 
 

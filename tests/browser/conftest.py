@@ -1,10 +1,11 @@
 """Browser-test fixtures: a real daphne server on the test database (PostgreSQL) and Redis, one headless
 Chromium per test session, users, and helpers that drive runs through the real services and ingest endpoint."""
+
 from __future__ import annotations
 
 import os
-from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
@@ -23,7 +24,9 @@ def browser() -> Iterator[Browser]:
     Django refuse ORM calls as "async context"; they are plain sync calls here, so allow them exactly while
     Playwright runs (module scope: the loop is gone before other packages' tests run)."""
     if not os.path.exists(CHROMIUM):
-        pytest.fail(f"{CHROMIUM} is missing: install it with `apt-get install -y chromium` (.ci/run does)", pytrace=False)
+        pytest.fail(
+            f"{CHROMIUM} is missing: install it with `apt-get install -y chromium` (.ci/run does)", pytrace=False
+        )
     previous = os.environ.get("DJANGO_ALLOW_ASYNC_UNSAFE")
     os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
     try:
@@ -47,10 +50,16 @@ def server(django_db_setup, django_db_blocker, redis_url: str) -> Iterator[Serve
         db = connection.settings_dict
         assert connection.vendor == "postgresql", "browser tests run on PostgreSQL (set DATABASE_URL)"
         database_url = f"postgres://{db['USER']}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}"
-    srv = server_start(database_url=database_url, redis_url=redis_url, extra_env={
-        "CELERY_TASK_ALWAYS_EAGER": "1", "RAY_ADDRESS": f"http://127.0.0.1:{free_port()}",
-        "SLOTS_POLICY_CACHE_SECONDS": "0", "SLOTS_HEARTBEAT_TIMEOUT_SECONDS": "600",
-    })
+    srv = server_start(
+        database_url=database_url,
+        redis_url=redis_url,
+        extra_env={
+            "CELERY_TASK_ALWAYS_EAGER": "1",
+            "RAY_ADDRESS": f"http://127.0.0.1:{free_port()}",
+            "SLOTS_POLICY_CACHE_SECONDS": "0",
+            "SLOTS_HEARTBEAT_TIMEOUT_SECONDS": "600",
+        },
+    )
     try:
         yield srv
     finally:

@@ -1,6 +1,7 @@
 """The real stack the browser tests and bench/dashboard.py drive: a daphne ASGI server on PostgreSQL + Redis,
 and a trainer-like emitter that posts real trainer-schema events to the real ingest endpoint with the run's
 own token (the path a Ray job takes), so runs progress without waiting for Ray."""
+
 from __future__ import annotations
 
 import math
@@ -20,8 +21,13 @@ from tests.processes import stop_process_group
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 CHROMIUM = os.environ.get("CHROMIUM_PATH", "/usr/bin/chromium")
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-                 "--disable-sync"]
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
 ARTIFACTS = REPO_ROOT / "tests" / "artifacts"
 
 
@@ -47,21 +53,27 @@ def server_start(*, database_url: str, redis_url: str, extra_env: dict[str, str]
     port = free_port()
     prefix = f"fe{uuid.uuid4().hex[:8]}"
     env = dict(os.environ)
-    env.update({
-        "DATABASE_URL": database_url,
-        "REDIS_URL": redis_url,
-        # Pub/sub channels are global in Redis: a prefix of our own keeps parallel runs apart.
-        "CHANNEL_LAYER_PREFIX": prefix,
-        "DJANGO_ALLOWED_HOSTS": "127.0.0.1,localhost",
-        "PYTHONPATH": str(REPO_ROOT),
-        **(extra_env or {}),
-    })
+    env.update(
+        {
+            "DATABASE_URL": database_url,
+            "REDIS_URL": redis_url,
+            # Pub/sub channels are global in Redis: a prefix of our own keeps parallel runs apart.
+            "CHANNEL_LAYER_PREFIX": prefix,
+            "DJANGO_ALLOWED_HOSTS": "127.0.0.1,localhost",
+            "PYTHONPATH": str(REPO_ROOT),
+            **(extra_env or {}),
+        }
+    )
     log_path = ARTIFACTS / "logs" / f"daphne-{port}.log"
     log_path.parent.mkdir(parents=True, exist_ok=True)
     log = open(log_path, "w")
     proc = subprocess.Popen(
         [str(Path(sys.executable).parent / "daphne"), "-b", "127.0.0.1", "-p", str(port), "config.asgi:application"],
-        cwd=REPO_ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+        cwd=REPO_ROOT,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
     )
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 40
@@ -99,19 +111,41 @@ class Emitter:
         return {"seq": self.seq, "ts": self.t, "type": etype, "data": data}
 
     def post(self, events: list[dict[str, Any]]) -> dict[str, Any]:
-        resp = self.session.post(f"{self.base_url}/api/runs/{self.run_id}/ingest/", json=events,
-                                 headers={"Authorization": f"Bearer {self.token}"}, timeout=10)
+        resp = self.session.post(
+            f"{self.base_url}/api/runs/{self.run_id}/ingest/",
+            json=events,
+            headers={"Authorization": f"Bearer {self.token}"},
+            timeout=10,
+        )
         if resp.status_code != 200:
             raise AssertionError(f"ingest refused ({resp.status_code}): {resp.text[:500]}")
         return resp.json()
 
     def engines(self, state: str) -> list[dict[str, Any]]:
-        return [{"id": f"engine-{i}", "state": state, "version": self.version, "active": 0 if state != "open" else 2,
-                 "sessions": 3 + i, "alive": True} for i in range(2)]
+        return [
+            {
+                "id": f"engine-{i}",
+                "state": state,
+                "version": self.version,
+                "active": 0 if state != "open" else 2,
+                "sessions": 3 + i,
+                "alive": True,
+            }
+            for i in range(2)
+        ]
 
     def gate(self, state: str, dt: float) -> dict[str, Any]:
-        return self.event("gate", {"state": state, "version": self.version, "active": 0 if state != "open" else 4,
-                                   "waiting": 0, "engines": self.engines(state)}, dt)
+        return self.event(
+            "gate",
+            {
+                "state": state,
+                "version": self.version,
+                "active": 0 if state != "open" else 4,
+                "waiting": 0,
+                "engines": self.engines(state),
+            },
+            dt,
+        )
 
     def start(self) -> list[dict[str, Any]]:
         """What a job emits first: workers up, gate open at version 0, the sampler at the start."""
@@ -120,8 +154,9 @@ class Emitter:
             self.event("worker", {"worker": "worker-1", "state": "alive", "capacity": 16, "sessions": 0}),
             self.event("version", {"version": 0, "published_at": self.t, "pause_ms": 0.0}),
             self.gate("open", 0.05),
-            self.event("sampler", {"epoch": 0, "group_count": 0, "dataset_size": self.dataset_size,
-                                   "consumed_in_epoch": 0}),
+            self.event(
+                "sampler", {"epoch": 0, "group_count": 0, "dataset_size": self.dataset_size, "consumed_in_epoch": 0}
+            ),
             self.event("log", {"level": "info", "message": "training started"}),
         ]
 
@@ -130,20 +165,48 @@ class Emitter:
         self.step += 1
         out = [self.gate("sealed", 0.6), self.gate("draining", 0.02), self.gate("installing", 0.08)]
         self.version += 1
-        out.append(self.event("version", {"version": self.version, "published_at": self.t + 0.05, "pause_ms": 150.0}, 0.05))
+        out.append(
+            self.event("version", {"version": self.version, "published_at": self.t + 0.05, "pause_ms": 150.0}, 0.05)
+        )
         out.append(self.gate("open", 0.01))
         self.consumed += groups
         if self.consumed >= self.dataset_size:
             self.epoch, self.consumed = self.epoch + 1, self.consumed - self.dataset_size
-        out.append(self.event("sampler", {"epoch": self.epoch, "group_count": self.step * groups,
-                                          "dataset_size": self.dataset_size, "consumed_in_epoch": self.consumed}))
+        out.append(
+            self.event(
+                "sampler",
+                {
+                    "epoch": self.epoch,
+                    "group_count": self.step * groups,
+                    "dataset_size": self.dataset_size,
+                    "consumed_in_epoch": self.consumed,
+                },
+            )
+        )
         x = self.step
-        out.append(self.event("train", {
-            "step": x, "loss": 1.0 / (1 + 0.3 * x), "reward_mean": 1 - math.exp(-0.15 * x), "exact_match": min(1.0, 0.04 * x),
-            "kl": 0.01, "entropy": 1.2 - 0.01 * x, "staleness_max": x % 2, "staleness_mean": (x % 2) / 2,
-            "samples": groups * 8,
-        }))
-        out.append(self.event("worker", {"worker": f"worker-{x % 2}", "state": "alive", "capacity": 16, "sessions": 4 + x % 3}))
+        out.append(
+            self.event(
+                "train",
+                {
+                    "step": x,
+                    "loss": 1.0 / (1 + 0.3 * x),
+                    "reward_mean": 1 - math.exp(-0.15 * x),
+                    "exact_match": min(1.0, 0.04 * x),
+                    "kl": 0.01,
+                    "entropy": 1.2 - 0.01 * x,
+                    "staleness_max": x % 2,
+                    "staleness_mean": (x % 2) / 2,
+                    "samples": groups * 8,
+                },
+            )
+        )
+        out.append(
+            self.event("worker", {"worker": f"worker-{x % 2}", "state": "alive", "capacity": 16, "sessions": 4 + x % 3})
+        )
         if x % 5 == 0:
-            out.append(self.event("checkpoint", {"step": x, "version": self.version, "path": f"var/runs/{self.run_id}/ckpt-{x}"}))
+            out.append(
+                self.event(
+                    "checkpoint", {"step": x, "version": self.version, "path": f"var/runs/{self.run_id}/ckpt-{x}"}
+                )
+            )
         return out

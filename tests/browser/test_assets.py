@@ -1,4 +1,5 @@
 """The shipped assets: the TypeScript sources type-check (strict), and what the pages load stays small."""
+
 from __future__ import annotations
 
 import gzip

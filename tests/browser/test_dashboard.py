@@ -1,6 +1,7 @@
 """The dashboard as a person uses it, in headless Chromium against a real daphne + PostgreSQL + Redis: submit a
 run from the form, watch it on the queue board and on its own page move without a reload, cancel it; staff
 tune the reserve; non-staff cannot. Runs progress through the real services and the real ingest endpoint."""
+
 from __future__ import annotations
 
 import re
@@ -176,7 +177,9 @@ def test_cancel_from_run_page(server, users, context) -> None:
     # The run stops (stopping), its job is asked to end, and with no Ray job behind it the platform
     # finalizes it at once: the page follows both changes without a reload.
     expect(page.get_by_test_id("run-status")).to_have_text("cancelled")
-    statuses = list(RunEvent.objects.filter(run=run, type="status").order_by("seq").values_list("data__status", flat=True))
+    statuses = list(
+        RunEvent.objects.filter(run=run, type="status").order_by("seq").values_list("data__status", flat=True)
+    )
     assert statuses[-2:] == ["stopping", "cancelled"], statuses
     expect(page.locator("#log-body")).to_contain_text('"status":"stopping"')
     expect(page.get_by_role("button", name="Resume run")).to_be_visible()

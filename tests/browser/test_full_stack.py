@@ -1,6 +1,7 @@
 """One real tiny run through the whole stack, watched in the browser: submitted from the form, granted,
 launched by a real Celery worker as a real Ray job running the real trainer, its events ingested and
 streamed to the board and the run page until it succeeds."""
+
 from __future__ import annotations
 
 import re
@@ -11,6 +12,7 @@ from playwright.sync_api import expect
 
 from runs.models import Run
 from tests.browser.conftest import login, shot
+
 # The execution tests' real-process platform (daphne + Celery worker/beat on the test DB, the shared Ray head).
 from tests.execution.conftest import TINY_TRAIN_CONFIG, platform, ray_jobs_ready, submission_prefix  # noqa: F401
 

@@ -1,5 +1,6 @@
 """Real platform processes for execution tests: daphne and Celery workers as subprocesses on the test database,
 the shared Ray cluster, and Redis; plus an API client and helpers to wait for run states."""
+
 from __future__ import annotations
 
 import os
@@ -21,9 +22,18 @@ from tests.processes import stop_process_group
 
 # Tiny training run: a few steps of the digits task so a run takes well under a minute on two cores.
 TINY_TRAIN_CONFIG: dict[str, Any] = {
-    "steps": 6, "prompts_per_step": 8, "group_size": 4, "num_engines": 1, "num_workers": 1,
-    "worker_capacity": 8, "eval_every": 3, "eval_prompts": 16, "checkpoint_every": 3, "d_model": 32,
-    "n_layer": 1, "n_head": 2,
+    "steps": 6,
+    "prompts_per_step": 8,
+    "group_size": 4,
+    "num_engines": 1,
+    "num_workers": 1,
+    "worker_capacity": 8,
+    "eval_every": 3,
+    "eval_prompts": 16,
+    "checkpoint_every": 3,
+    "d_model": 32,
+    "n_layer": 1,
+    "n_head": 2,
 }
 
 
@@ -38,21 +48,49 @@ class Platform:
 
     def _start(self, name: str, cmd: list[str], extra_env: dict[str, str] | None = None) -> subprocess.Popen:
         log = open(self.log_dir / f"{name}.log", "ab")
-        proc = subprocess.Popen(cmd, cwd=REPO_ROOT, env={**self.env, **(extra_env or {})}, stdout=log,
-                                stderr=subprocess.STDOUT, start_new_session=True)
+        proc = subprocess.Popen(
+            cmd,
+            cwd=REPO_ROOT,
+            env={**self.env, **(extra_env or {})},
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
         self.procs[name] = proc
         return proc
 
     def start_web(self) -> None:
         port = self.web_url.rsplit(":", 1)[1]
         self._start("web", [str(VENV_BIN / "daphne"), "-b", "127.0.0.1", "-p", port, "config.asgi:application"])
-        wait_for(lambda: _http_up(f"{self.web_url}/api/schema/"), timeout=60, what="daphne to serve",
-                 on_timeout=lambda: self.log("web"))
+        wait_for(
+            lambda: _http_up(f"{self.web_url}/api/schema/"),
+            timeout=60,
+            what="daphne to serve",
+            on_timeout=lambda: self.log("web"),
+        )
 
-    def start_worker(self, name: str = "worker", *, beat: bool = True, include: str | None = None,
-                     extra_env: dict[str, str] | None = None) -> subprocess.Popen:
-        cmd = [str(VENV_BIN / "celery"), "-A", "config", "worker", "--loglevel", "INFO", "--concurrency", "2",
-               "--hostname", f"{name}-{uuid.uuid4().hex[:6]}@%h", "--without-gossip", "--without-mingle"]
+    def start_worker(
+        self,
+        name: str = "worker",
+        *,
+        beat: bool = True,
+        include: str | None = None,
+        extra_env: dict[str, str] | None = None,
+    ) -> subprocess.Popen:
+        cmd = [
+            str(VENV_BIN / "celery"),
+            "-A",
+            "config",
+            "worker",
+            "--loglevel",
+            "INFO",
+            "--concurrency",
+            "2",
+            "--hostname",
+            f"{name}-{uuid.uuid4().hex[:6]}@%h",
+            "--without-gossip",
+            "--without-mingle",
+        ]
         if beat:
             cmd += ["--beat", "--schedule", str(self.log_dir / f"beat-{name}")]
         if include:
@@ -81,8 +119,14 @@ def _http_up(url: str) -> bool:
         return False
 
 
-def wait_for(check: Callable[[], Any], *, timeout: float, what: str, interval: float = 0.3,
-             on_timeout: Callable[[], str] | None = None) -> Any:
+def wait_for(
+    check: Callable[[], Any],
+    *,
+    timeout: float,
+    what: str,
+    interval: float = 0.3,
+    on_timeout: Callable[[], str] | None = None,
+) -> Any:
     deadline = time.monotonic() + timeout
     while True:
         value = check()
@@ -130,8 +174,9 @@ def ray_settings(ray_jobs_ready: RayCluster, settings, submission_prefix: str) -
 
 
 @pytest.fixture
-def platform(transactional_db, ray_jobs_ready: RayCluster, redis_url: str, tmp_path: Path,
-             submission_prefix: str) -> Iterator[Platform]:
+def platform(
+    transactional_db, ray_jobs_ready: RayCluster, redis_url: str, tmp_path: Path, submission_prefix: str
+) -> Iterator[Platform]:
     """Web started; workers are started by the test (it decides which to kill). Everything on the test DB."""
     db = connection.settings_dict
     database_url = f"postgres://{db['USER']}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}"
@@ -139,16 +184,26 @@ def platform(transactional_db, ray_jobs_ready: RayCluster, redis_url: str, tmp_p
     web_url = f"http://127.0.0.1:{free_port()}"
     env = dict(os.environ)
     ray_cluster = ray_jobs_ready
-    env.update({
-        "DATABASE_URL": database_url, "REDIS_URL": redis_url, "RAY_ADDRESS": ray_cluster.dashboard_url,
-        "PLATFORM_PUBLIC_URL": web_url, "RUN_ARTIFACTS_DIR": str(tmp_path / "runs"),
-        "RAY_SUBMISSION_PREFIX": submission_prefix, "CELERY_QUEUE": f"{submission_prefix}-tasks",
-        "SCHEDULER_TICK_SECONDS": "1",
-        "CELERY_VISIBILITY_TIMEOUT": "10", "CELERY_UNACKED_RESTORE_INTERVAL": "1",
-        "RUN_STOP_GRACE_SECONDS": "60", "SLOTS_HEARTBEAT_TIMEOUT_SECONDS": "120",
-        "PATH": f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}",
-        "PYTHONPATH": str(REPO_ROOT), "OMP_NUM_THREADS": "1", "DJANGO_SETTINGS_MODULE": "config.settings",
-    })
+    env.update(
+        {
+            "DATABASE_URL": database_url,
+            "REDIS_URL": redis_url,
+            "RAY_ADDRESS": ray_cluster.dashboard_url,
+            "PLATFORM_PUBLIC_URL": web_url,
+            "RUN_ARTIFACTS_DIR": str(tmp_path / "runs"),
+            "RAY_SUBMISSION_PREFIX": submission_prefix,
+            "CELERY_QUEUE": f"{submission_prefix}-tasks",
+            "SCHEDULER_TICK_SECONDS": "1",
+            "CELERY_VISIBILITY_TIMEOUT": "10",
+            "CELERY_UNACKED_RESTORE_INTERVAL": "1",
+            "RUN_STOP_GRACE_SECONDS": "60",
+            "SLOTS_HEARTBEAT_TIMEOUT_SECONDS": "120",
+            "PATH": f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}",
+            "PYTHONPATH": str(REPO_ROOT),
+            "OMP_NUM_THREADS": "1",
+            "DJANGO_SETTINGS_MODULE": "config.settings",
+        }
+    )
     log_dir = tmp_path / "logs"
     log_dir.mkdir()
     plat = Platform(env=env, web_url=web_url, log_dir=log_dir)
@@ -168,9 +223,13 @@ def _stop_jobs(ray_cluster: RayCluster, prefix: str) -> None:
     for job in client.list_jobs():
         if (job.submission_id or "").startswith(prefix + "-") and not job.status.is_terminal():
             client.stop_job(job.submission_id)
-    wait_for(lambda: all(j.status.is_terminal() for j in client.list_jobs()
-                         if (j.submission_id or "").startswith(prefix + "-")),
-             timeout=60, what="test jobs to stop")
+    wait_for(
+        lambda: all(
+            j.status.is_terminal() for j in client.list_jobs() if (j.submission_id or "").startswith(prefix + "-")
+        ),
+        timeout=60,
+        what="test jobs to stop",
+    )
 
 
 class Api:
@@ -199,8 +258,9 @@ class Api:
     def run(self, run_id: int) -> dict[str, Any]:
         return self.get(f"/api/runs/{run_id}/")
 
-    def wait_status(self, run_id: int, statuses: set[str] | str, *, timeout: float,
-                    on_timeout: Callable[[], str] | None = None) -> dict[str, Any]:
+    def wait_status(
+        self, run_id: int, statuses: set[str] | str, *, timeout: float, on_timeout: Callable[[], str] | None = None
+    ) -> dict[str, Any]:
         wanted = {statuses} if isinstance(statuses, str) else statuses
         seen: list[str] = []
 
@@ -210,8 +270,9 @@ class Api:
                 seen.append(run["status"])
             return run if run["status"] in wanted else None
 
-        return wait_for(check, timeout=timeout, what=f"run {run_id} to reach {sorted(wanted)} (seen {seen})",
-                        on_timeout=on_timeout)
+        return wait_for(
+            check, timeout=timeout, what=f"run {run_id} to reach {sorted(wanted)} (seen {seen})", on_timeout=on_timeout
+        )
 
 
 @pytest.fixture

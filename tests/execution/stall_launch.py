@@ -1,6 +1,7 @@
 """Loaded into a test's Celery worker (`--include tests.execution.stall_launch`): every launch stalls after
 its Ray job was submitted and before the run is recorded as running, so a test can SIGKILL the worker in
 exactly that window. Nothing else changes: the real submit, the real task, the real worker."""
+
 from __future__ import annotations
 
 import os

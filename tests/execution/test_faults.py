@@ -1,6 +1,7 @@
 """Faults on real processes: a Celery worker SIGKILLed while it launches (exactly one Ray job afterwards, the
 run reaches `running` through Celery's redelivery), a worker SIGKILLed during a run (the job keeps going and
 its end is recorded), and a Ray job killed (the run fails with the reason within 10 s, slot released)."""
+
 from __future__ import annotations
 
 import os
@@ -30,8 +31,12 @@ def test_worker_killed_while_launching_leaves_exactly_one_job(platform, api, ray
     # This worker stalls between submitting the Ray job and recording the run as running.
     platform.start_worker("stalling", beat=False, include="tests.execution.stall_launch")
     run = submit(api, LONG_TRAIN_CONFIG)
-    wait_for(lambda: ray_jobs_of_run(ray_cluster, run["id"]), timeout=90, what="the Ray job to be submitted",
-             on_timeout=lambda: platform.log("stalling"))
+    wait_for(
+        lambda: ray_jobs_of_run(ray_cluster, run["id"]),
+        timeout=90,
+        what="the Ray job to be submitted",
+        on_timeout=lambda: platform.log("stalling"),
+    )
     assert api.run(run["id"])["status"] == "starting"
     platform.kill("stalling")
     killed_at = time.monotonic()
@@ -71,8 +76,11 @@ def test_worker_killed_during_a_run_the_run_still_finishes(platform, api, ray_cl
     seq_at_kill = api.run(run["id"])["summary"].get("train", {}).get("step", 0)
 
     # The job does not depend on the worker: it keeps training and posting events to the web process.
-    wait_for(lambda: api.run(run["id"])["summary"].get("train", {}).get("step", 0) > seq_at_kill,
-             timeout=120, what="training progress while no worker runs")
+    wait_for(
+        lambda: api.run(run["id"])["summary"].get("train", {}).get("step", 0) > seq_at_kill,
+        timeout=120,
+        what="training progress while no worker runs",
+    )
     platform.start_worker("second")
     done = api.wait_status(run["id"], {"succeeded", "failed"}, timeout=180, on_timeout=lambda: platform.log("second"))
     assert done["status"] == "succeeded", done["error"]
@@ -94,8 +102,11 @@ def test_killed_ray_job_fails_the_run_within_10_s(platform, api, ray_cluster):
     platform.start_worker()
     run = submit(api, LONG_TRAIN_CONFIG)
     api.wait_status(run["id"], "running", timeout=120, on_timeout=lambda: platform.log("worker"))
-    proc = wait_for(lambda: entrypoint_process(run["id"], platform.env["RUN_ARTIFACTS_DIR"]), timeout=30,
-                    what="the job's entrypoint process")
+    proc = wait_for(
+        lambda: entrypoint_process(run["id"], platform.env["RUN_ARTIFACTS_DIR"]),
+        timeout=30,
+        what="the job's entrypoint process",
+    )
     os.kill(proc.pid, signal.SIGKILL)
     killed_at = time.monotonic()
 

@@ -1,6 +1,7 @@
 """The launcher against the real Ray job API: a second launch of the same attempt is a no-op (one job), the job
 gets the run's token (in a 0600 file, not its env), event URL and stop grace, and the rl_train job spec carries
 --resume and GPU choices."""
+
 from __future__ import annotations
 
 import json
@@ -20,8 +21,16 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 def _starting_run(user, **fields) -> Run:
     now = timezone.now()
-    run = Run.objects.create(name="l", origin="api", run_class="app", kind="rl_train", owner=user,
-                             status=RunStatus.STARTING, granted_at=now, **fields)
+    run = Run.objects.create(
+        name="l",
+        origin="api",
+        run_class="app",
+        kind="rl_train",
+        owner=user,
+        status=RunStatus.STARTING,
+        granted_at=now,
+        **fields,
+    )
     Slot.objects.create(run=run, run_class="app", state=SlotState.HELD, requested_at=now, granted_at=now)
     return run
 
@@ -58,16 +67,28 @@ def test_second_launch_is_a_no_op(ray_settings, settings, django_user_model, sub
 def test_rl_train_job_spec(settings, tmp_path, django_user_model):
     settings.RUN_ARTIFACTS_DIR = tmp_path
     settings.PLATFORM_PUBLIC_URL = "https://rl.example.com/"
-    run = _starting_run(django_user_model.objects.create_user(username="l2"), config={"steps": 3},
-                        attempt=2, resume_requested=True)
+    run = _starting_run(
+        django_user_model.objects.create_user(username="l2"), config={"steps": 3}, attempt=2, resume_requested=True
+    )
     spec = rl_train_job(run)
     assert spec.entrypoint == [
-        "python", "-m", "trainer", "run", "--config", str(tmp_path / str(run.pk) / "config.json"),
-        "--events", f"https://rl.example.com/api/runs/{run.pk}/ingest/",
-        "--checkpoint-dir", str(tmp_path / str(run.pk) / "checkpoints"), "--sandboxed", "--resume"]
+        "python",
+        "-m",
+        "trainer",
+        "run",
+        "--config",
+        str(tmp_path / str(run.pk) / "config.json"),
+        "--events",
+        f"https://rl.example.com/api/runs/{run.pk}/ingest/",
+        "--checkpoint-dir",
+        str(tmp_path / str(run.pk) / "checkpoints"),
+        "--sandboxed",
+        "--resume",
+    ]
     # job_spec is pure: the config is a file of the spec, written by the launcher before it submits.
     assert {path: json.loads(text) for path, text in spec.files.items()} == {
-        str(tmp_path / str(run.pk) / "config.json"): {"steps": 3}}
+        str(tmp_path / str(run.pk) / "config.json"): {"steps": 3}
+    }
     assert not (tmp_path / str(run.pk)).exists()
     assert submission_id_for(run).endswith(f"-{run.pk}-2")
     assert not spec.wants_gpu  # colocated: the learner actor asks Ray for its GPU itself

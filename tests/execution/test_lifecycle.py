@@ -3,6 +3,7 @@ the shared Ray cluster running the real trainer. A run goes queued -> starting -
 summary shows weight versions and sampler progress, its slot goes to the next run, the platform evaluates the
 trained checkpoint as a system run, a cancel stops the job (which checkpoints) and frees the slot, and a
 resume continues from that checkpoint as a new attempt."""
+
 from __future__ import annotations
 
 import json
@@ -41,14 +42,22 @@ class RunStream(threading.Thread):
 
         deadline = time.monotonic() + self.timeout
         try:
-            with connect(self.url, additional_headers={"Cookie": f"sessionid={self.cookie}"},
-                         origin="http://127.0.0.1", open_timeout=10) as ws:
+            with connect(
+                self.url,
+                additional_headers={"Cookie": f"sessionid={self.cookie}"},
+                origin="http://127.0.0.1",
+                open_timeout=10,
+            ) as ws:
                 self.snapshot = json.loads(ws.recv(timeout=10))
                 while time.monotonic() < deadline:
                     message = json.loads(ws.recv(timeout=max(deadline - time.monotonic(), 0.1)))
                     self.events += message["events"]
-                    if any(e["type"] == "status" and "previous" in e["data"]
-                           and e["data"]["status"] in {"succeeded", "failed", "cancelled"} for e in message["events"]):
+                    if any(
+                        e["type"] == "status"
+                        and "previous" in e["data"]
+                        and e["data"]["status"] in {"succeeded", "failed", "cancelled"}
+                        for e in message["events"]
+                    ):
                         return
         except Exception as exc:  # noqa: BLE001 - reported by the test's assertion
             self.error = repr(exc)
@@ -73,8 +82,7 @@ def test_run_succeeds_frees_its_slot_and_is_evaluated(platform, api, ray_cluster
     stream.start()
     assert second["status"] == "queued" and second["pending_reason"] == "class_limit_reached"
 
-    done = api.wait_status(first["id"], {"succeeded", "failed"}, timeout=240,
-                           on_timeout=lambda: platform.log("worker"))
+    done = api.wait_status(first["id"], {"succeeded", "failed"}, timeout=240, on_timeout=lambda: platform.log("worker"))
     assert done["status"] == "succeeded", done["error"]
     assert status_history(api, first["id"]) == ["queued", "starting", "running", "succeeded"]
     summary = done["summary"]
@@ -88,8 +96,10 @@ def test_run_succeeds_frees_its_slot_and_is_evaluated(platform, api, ray_cluster
 
     # The websocket delivered the whole stream as stored: every seq once, in order, versions and sampler included.
     stream.join(timeout=30)
-    assert stream.error is None and stream.snapshot is not None and stream.snapshot["type"] == "snapshot", \
-        (stream.error, stream.snapshot)
+    assert stream.error is None and stream.snapshot is not None and stream.snapshot["type"] == "snapshot", (
+        stream.error,
+        stream.snapshot,
+    )
     stored = api.get(f"/api/runs/{first['id']}/events/?after=0")
     assert [e["seq"] for e in stream.events] == [e["seq"] for e in stored] == list(range(1, len(stored) + 1))
     streamed_types = {e["type"] for e in stream.events}
@@ -103,8 +113,11 @@ def test_run_succeeds_frees_its_slot_and_is_evaluated(platform, api, ray_cluster
 
     # The platform evaluates the trained checkpoint: a system run owned by the same user, parent = the run.
     # It is submitted right after the finish commits (its own transaction), so wait for it.
-    child = wait_for(lambda: Run.objects.filter(parent_id=first["id"]).first(), timeout=30,
-                     what="the platform to submit the eval run")
+    child = wait_for(
+        lambda: Run.objects.filter(parent_id=first["id"]).first(),
+        timeout=30,
+        what="the platform to submit the eval run",
+    )
     assert (child.origin, child.run_class, child.kind, child.owner.username) == ("system", "system", "eval", "alice")
     evaluated = api.wait_status(child.pk, {"succeeded", "failed"}, timeout=120)
     assert evaluated["status"] == "succeeded", evaluated["error"]
@@ -113,8 +126,11 @@ def test_run_succeeds_frees_its_slot_and_is_evaluated(platform, api, ray_cluster
 
     # Cancel: stopping -> the job is signalled (the trainer checkpoints) -> cancelled, slot released.
     api.wait_status(second["id"], "running", timeout=60)
-    wait_for(lambda: (api.run(second["id"])["summary"].get("version") or {}).get("version", 0) >= 1, timeout=90,
-             what="a first weight version of the second run")
+    wait_for(
+        lambda: (api.run(second["id"])["summary"].get("version") or {}).get("version", 0) >= 1,
+        timeout=90,
+        what="a first weight version of the second run",
+    )
     api.post(f"/api/runs/{second['id']}/cancel/")
     cancelled = api.wait_status(second["id"], {"cancelled", "failed", "succeeded"}, timeout=60)
     assert cancelled["status"] == "cancelled", cancelled["error"]
@@ -123,24 +139,32 @@ def test_run_succeeds_frees_its_slot_and_is_evaluated(platform, api, ray_cluster
     assert not Slot.objects.filter(run_id=second["id"]).exists()
     events = api.get(f"/api/runs/{second['id']}/events/?after=0")
     stop_checkpoint = [e["data"] for e in events if e["type"] == "checkpoint" and e["data"]["reason"] == "stop"]
-    assert stop_checkpoint, ("the trainer wrote no checkpoint when stopped",
-                             [(e["type"], e["data"]) for e in events if e["type"] in ("status", "log", "checkpoint")])
+    assert stop_checkpoint, (
+        "the trainer wrote no checkpoint when stopped",
+        [(e["type"], e["data"]) for e in events if e["type"] in ("status", "log", "checkpoint")],
+    )
 
     # Resume: a new attempt (a new Ray job, with --resume) continues from that checkpoint.
     api.post(f"/api/runs/{second['id']}/resume/")
     api.wait_status(second["id"], "running", timeout=90)
 
     def restored() -> list[dict]:
-        return [e["data"] for e in api.get(f"/api/runs/{second['id']}/events/?after=0")
-                if e["type"] == "checkpoint" and e["data"]["reason"] == "restored"]
+        return [
+            e["data"]
+            for e in api.get(f"/api/runs/{second['id']}/events/?after=0")
+            if e["type"] == "checkpoint" and e["data"]["reason"] == "restored"
+        ]
 
-    assert [r["step"] for r in wait_for(restored, timeout=90, what="the resumed job to restore")] == \
-        [stop_checkpoint[-1]["step"]]
-    wait_for(lambda: api.run(second["id"])["summary"]["version"]["version"] > stop_checkpoint[-1]["step"],
-             timeout=90, what="training to continue past the checkpoint")
+    assert [r["step"] for r in wait_for(restored, timeout=90, what="the resumed job to restore")] == [
+        stop_checkpoint[-1]["step"]
+    ]
+    wait_for(
+        lambda: api.run(second["id"])["summary"]["version"]["version"] > stop_checkpoint[-1]["step"],
+        timeout=90,
+        what="training to continue past the checkpoint",
+    )
     api.post(f"/api/runs/{second['id']}/cancel/")
     assert api.wait_status(second["id"], {"cancelled", "failed"}, timeout=60)["status"] == "cancelled"
     jobs = sorted(ray_jobs_of_run(ray_cluster, second["id"]), key=lambda j: j.submission_id)
-    assert [(j.submission_id.rsplit("-", 1)[1], j.status.value) for j in jobs] == [("0", "STOPPED"),
-                                                                                   ("1", "STOPPED")]
+    assert [(j.submission_id.rsplit("-", 1)[1], j.status.value) for j in jobs] == [("0", "STOPPED"), ("1", "STOPPED")]
     assert "--resume" in jobs[1].entrypoint and "--resume" not in jobs[0].entrypoint

@@ -1,5 +1,6 @@
 """Reconcile against the real Ray job API: outcomes map to run statuses, a vanished job fails its run with a
 reason and frees its slot, a starting run whose job already runs is re-attached (not relaunched)."""
+
 from __future__ import annotations
 
 import time
@@ -8,8 +9,8 @@ import pytest
 from django.utils import timezone
 from ray.job_submission import JobDetails, JobStatus, JobSubmissionClient
 
-from runs.models import Run, RunStatus, Slot, SlotState
 from runs.execution.reconcile import job_outcome, runs_reconcile
+from runs.models import Run, RunStatus, Slot, SlotState
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -18,16 +19,19 @@ def _details(status: JobStatus, message: str = "") -> JobDetails:
     return JobDetails(type="SUBMISSION", submission_id="x-1-0", entrypoint="python", status=status, message=message)
 
 
-@pytest.mark.parametrize("run_status,job_status,expected", [
-    (RunStatus.RUNNING, JobStatus.SUCCEEDED, RunStatus.SUCCEEDED),
-    (RunStatus.RUNNING, JobStatus.FAILED, RunStatus.FAILED),
-    (RunStatus.RUNNING, JobStatus.STOPPED, RunStatus.FAILED),
-    (RunStatus.STOPPING, JobStatus.STOPPED, RunStatus.CANCELLED),
-    (RunStatus.STOPPING, JobStatus.FAILED, RunStatus.CANCELLED),
-    (RunStatus.STOPPING, JobStatus.SUCCEEDED, RunStatus.SUCCEEDED),
-    (RunStatus.RUNNING, JobStatus.RUNNING, None),
-    (RunStatus.STARTING, JobStatus.PENDING, None),
-])
+@pytest.mark.parametrize(
+    "run_status,job_status,expected",
+    [
+        (RunStatus.RUNNING, JobStatus.SUCCEEDED, RunStatus.SUCCEEDED),
+        (RunStatus.RUNNING, JobStatus.FAILED, RunStatus.FAILED),
+        (RunStatus.RUNNING, JobStatus.STOPPED, RunStatus.FAILED),
+        (RunStatus.STOPPING, JobStatus.STOPPED, RunStatus.CANCELLED),
+        (RunStatus.STOPPING, JobStatus.FAILED, RunStatus.CANCELLED),
+        (RunStatus.STOPPING, JobStatus.SUCCEEDED, RunStatus.SUCCEEDED),
+        (RunStatus.RUNNING, JobStatus.RUNNING, None),
+        (RunStatus.STARTING, JobStatus.PENDING, None),
+    ],
+)
 def test_job_outcome_maps_ray_states(run_status, job_status, expected):
     run = Run(status=run_status, ray_submission_id="x-1-0", error="cancel requested by bob")
     outcome = job_outcome(run, _details(job_status, "Job entrypoint command failed with exit code 1"))
@@ -38,8 +42,18 @@ def test_job_outcome_maps_ray_states(run_status, job_status, expected):
 
 def _active_run(user, *, status: str, submission_id: str) -> Run:
     now = timezone.now()
-    run = Run.objects.create(name="r", origin="api", run_class="app", kind="rl_train", owner=user, status=status,
-                             granted_at=now, started_at=now, heartbeat_at=now, ray_submission_id=submission_id)
+    run = Run.objects.create(
+        name="r",
+        origin="api",
+        run_class="app",
+        kind="rl_train",
+        owner=user,
+        status=status,
+        granted_at=now,
+        started_at=now,
+        heartbeat_at=now,
+        ray_submission_id=submission_id,
+    )
     Slot.objects.create(run=run, run_class="app", state=SlotState.HELD, requested_at=now, granted_at=now)
     return run
 
@@ -92,13 +106,11 @@ def test_starting_run_with_a_running_job_is_reattached(ray_settings, django_user
         client.stop_job(sid)
 
 
-def test_vanished_job_of_an_auto_resume_run_is_resumed(ray_settings, django_user_model, submission_prefix,
-                                                       monkeypatch):
+def test_vanished_job_of_an_auto_resume_run_is_resumed(ray_settings, django_user_model, submission_prefix, monkeypatch):
     from config.celery_app import app as celery_app
 
     monkeypatch.setattr(celery_app.conf, "task_default_queue", f"{submission_prefix}-unit")  # no worker here
-    run = _active_run(django_user_model.objects.create_user(username="a"), status=RunStatus.RUNNING,
-                      submission_id="")
+    run = _active_run(django_user_model.objects.create_user(username="a"), status=RunStatus.RUNNING, submission_id="")
     Run.objects.filter(pk=run.pk).update(auto_resume=True, ray_submission_id=f"{submission_prefix}-{run.pk}-0")
 
     assert runs_reconcile() == {run.pk: "vanished"}

@@ -1,5 +1,6 @@
 """Schedules: the staff CRUD API validates cron and kind config, non-staff get 403, and the tick's
 `schedules_submit_due` submits exactly one `schedule`-origin run per due schedule and moves it on."""
+
 from __future__ import annotations
 
 from datetime import timedelta
@@ -29,8 +30,9 @@ def staff(django_user_model):
 
 
 def test_staff_crud_with_validation(staff, django_user_model):
-    created = staff.post("/api/schedules/", {"name": "nightly", "cron": "0 3 * * *",
-                                            "config": {"steps": 10}}, format="json")
+    created = staff.post(
+        "/api/schedules/", {"name": "nightly", "cron": "0 3 * * *", "config": {"steps": 10}}, format="json"
+    )
     assert created.status_code == 201, created.content
     body = created.json()
     assert (body["kind"], body["enabled"], body["owner"]) == ("rl_train", True, "ops")
@@ -38,8 +40,9 @@ def test_staff_crud_with_validation(staff, django_user_model):
 
     bad_cron = staff.post("/api/schedules/", {"name": "x", "cron": "every day"}, format="json")
     assert bad_cron.status_code == 400 and bad_cron.json()["field"] == "cron"
-    bad_config = staff.post("/api/schedules/", {"name": "x", "cron": "* * * * *", "config": {"steps": -1}},
-                            format="json")
+    bad_config = staff.post(
+        "/api/schedules/", {"name": "x", "cron": "* * * * *", "config": {"steps": -1}}, format="json"
+    )
     assert bad_config.status_code == 400 and bad_config.json()["field"] == "config.steps"
     bad_kind = staff.post("/api/schedules/", {"name": "x", "cron": "* * * * *", "kind": "nope"}, format="json")
     assert bad_kind.status_code == 400 and bad_kind.json()["field"] == "kind"
@@ -61,12 +64,25 @@ def test_staff_crud_with_validation(staff, django_user_model):
 def test_due_schedules_submit_one_run_each(django_user_model):
     owner = django_user_model.objects.create_user(username="cron-owner")
     now = timezone.now()
-    due = Schedule.objects.create(name="due", cron="*/10 * * * *", kind="rl_train", config={"steps": 5},
-                                  owner=owner, next_run_at=now - timedelta(minutes=25))
-    Schedule.objects.create(name="later", cron="0 0 1 1 *", kind="rl_train", owner=owner,
-                            next_run_at=now + timedelta(days=1))
-    Schedule.objects.create(name="off", cron="* * * * *", kind="rl_train", owner=owner, enabled=False,
-                            next_run_at=now - timedelta(minutes=5))
+    due = Schedule.objects.create(
+        name="due",
+        cron="*/10 * * * *",
+        kind="rl_train",
+        config={"steps": 5},
+        owner=owner,
+        next_run_at=now - timedelta(minutes=25),
+    )
+    Schedule.objects.create(
+        name="later", cron="0 0 1 1 *", kind="rl_train", owner=owner, next_run_at=now + timedelta(days=1)
+    )
+    Schedule.objects.create(
+        name="off",
+        cron="* * * * *",
+        kind="rl_train",
+        owner=owner,
+        enabled=False,
+        next_run_at=now - timedelta(minutes=5),
+    )
 
     submitted = schedules_submit_due(now=now)
     assert len(submitted) == 1  # missed cron times are not replayed as a burst

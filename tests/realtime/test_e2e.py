@@ -3,6 +3,7 @@
 Restarting Redis mid-stream must leave every client with exactly 1..N; two ASGI processes and two Celery
 workers on one database and Redis: a client on either process gets every event, and slot limits hold.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -74,8 +75,11 @@ def test_redis_restart_during_a_stream_leaves_clients_exact(redis_server):
             redis_server.kill()
             try:
                 # Down until several posts were sent and answered inside the outage (at least 1 s).
-                wait_until(lambda: len(made_while_down()) >= during_wanted, timeout=60,
-                           what=f"{during_wanted} posts answered while Redis is down")
+                wait_until(
+                    lambda: len(made_while_down()) >= during_wanted,
+                    timeout=60,
+                    what=f"{during_wanted} posts answered while Redis is down",
+                )
                 wait_until(lambda: time.monotonic() - outage["down"] >= 1.0, timeout=5, what="1 s of outage")
             finally:
                 outage["during"] = made_while_down()

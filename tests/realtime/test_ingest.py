@@ -1,4 +1,5 @@
 """POST /api/runs/<id>/ingest/: per-run token, validation naming the field, idempotent storage, summary fold."""
+
 from __future__ import annotations
 
 import pytest
@@ -18,16 +19,25 @@ def post(run, body, token=None):
 
 def test_batch_stored_once_and_summary_folded():
     run = run_make(user_make("alice"))
-    batch = [gate(1, version=0), train(2, step=1), {"seq": 3, "type": "version",
-             "data": {"version": 1, "published_at": 1.5, "pause_ms": 12.0}}, train(4, step=2)]
+    batch = [
+        gate(1, version=0),
+        train(2, step=1),
+        {"seq": 3, "type": "version", "data": {"version": 1, "published_at": 1.5, "pause_ms": 12.0}},
+        train(4, step=2),
+    ]
     first = post(run, batch)
     assert first.status_code == 200, first.content
     assert first.json() == {"stored": 4, "duplicates": 0, "last_seq": 4, "status": "running", "dropped": 0}
     again = post(run, {"events": batch[1:] + [gate(5, version=1)]})  # a retried post overlapping the first
     assert again.json() == {"stored": 1, "duplicates": 3, "last_seq": 5, "status": "running", "dropped": 0}
     rows = list(RunEvent.objects.filter(run=run).values_list("seq", "source", "source_seq", "type"))
-    assert rows == [(1, "attempt-0", 1, "gate"), (2, "attempt-0", 2, "train"), (3, "attempt-0", 3, "version"),
-                    (4, "attempt-0", 4, "train"), (5, "attempt-0", 5, "gate")]
+    assert rows == [
+        (1, "attempt-0", 1, "gate"),
+        (2, "attempt-0", 2, "train"),
+        (3, "attempt-0", 3, "version"),
+        (4, "attempt-0", 4, "train"),
+        (5, "attempt-0", 5, "gate"),
+    ]
     run.refresh_from_db()
     assert run.last_seq == 5
     assert run.summary["train"]["step"] == 2
@@ -41,8 +51,13 @@ def test_a_relaunched_attempt_restarts_its_counter_without_colliding():
     assert post(run, [train(1, step=1)]).json()["stored"] == 1
     run.attempt = 1
     run.save(update_fields=["attempt"])
-    assert post(run, [train(1, step=7)]).json() == {"stored": 1, "duplicates": 0, "last_seq": 2,
-                                                    "status": "running", "dropped": 0}
+    assert post(run, [train(1, step=7)]).json() == {
+        "stored": 1,
+        "duplicates": 0,
+        "last_seq": 2,
+        "status": "running",
+        "dropped": 0,
+    }
 
 
 def test_empty_post_is_a_heartbeat_and_reports_a_cancel_request():

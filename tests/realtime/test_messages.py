@@ -1,5 +1,6 @@
 """The message types are declared once (runs/messages.py, trainer/events.py); the dashboard's TypeScript
 twin is generated from them and must be current, and what the server sends has the declared keys."""
+
 from __future__ import annotations
 
 import subprocess
@@ -17,7 +18,8 @@ TS_FILE = ROOT / "frontend" / "static" / "src" / "lib" / "messages.ts"
 def test_checked_in_typescript_matches_the_python_declarations():
     assert TS_FILE.read_text() == messages_ts.generate(), (
         "frontend/static/src/lib/messages.ts is stale: run `python -m runs.messages_ts > "
-        "frontend/static/src/lib/messages.ts`")
+        "frontend/static/src/lib/messages.ts`"
+    )
 
 
 def test_every_exported_message_is_in_the_typescript():
@@ -29,9 +31,11 @@ def test_every_exported_message_is_in_the_typescript():
 
 
 def test_message_modules_import_without_django():
-    code = ("import sys, runs.messages, runs.messages_ts, trainer.events; "
-            "bad = [m for m in sys.modules if m.split('.')[0] in ('django', 'rest_framework', 'channels')]; "
-            "assert not bad, bad")
+    code = (
+        "import sys, runs.messages, runs.messages_ts, trainer.events; "
+        "bad = [m for m in sys.modules if m.split('.')[0] in ('django', 'rest_framework', 'channels')]; "
+        "assert not bad, bad"
+    )
     subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True)
 
 
@@ -48,7 +52,12 @@ def test_nothing_in_runs_imports_the_api_layer():
         if "api" in path.relative_to(ROOT / "runs").parts[:1]:
             continue
         for node in ast.walk(ast.parse(path.read_text())):
-            names = [a.name for a in node.names] if isinstance(node, ast.Import) else (
-                [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
-            offenders += [f"{path.relative_to(ROOT)}: {n}" for n in names if n == "runs.api" or n.startswith("runs.api.")]
+            names = (
+                [a.name for a in node.names]
+                if isinstance(node, ast.Import)
+                else ([node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            )
+            offenders += [
+                f"{path.relative_to(ROOT)}: {n}" for n in names if n == "runs.api" or n.startswith("runs.api.")
+            ]
     assert offenders == []

@@ -1,5 +1,6 @@
 """Queue changes on /ws/dashboard/: a `slots` message carries slot counts and the moves of the waiting line,
 never the queue itself, so its size and the queries behind it do not grow with the queue (3,000 queued)."""
+
 from __future__ import annotations
 
 import json
@@ -31,12 +32,26 @@ register_test_kind()
 def queue_fill(owner, count: int) -> None:
     """`count` queued runs with waiting slots, each with a config of some size (what made frames big)."""
     now = timezone.now()
-    runs = Run.objects.bulk_create([
-        Run(name=f"q{i}", origin="api", run_class="app", kind=TEST_KIND, owner=owner, status=RunStatus.QUEUED,
-            config={"steps": 1, "note": "x" * 200}) for i in range(count)
-    ])
-    Slot.objects.bulk_create([Slot(run_id=r.pk, run_class="app", requested_at=now - timedelta(seconds=count - i))
-                              for i, r in enumerate(runs)])
+    runs = Run.objects.bulk_create(
+        [
+            Run(
+                name=f"q{i}",
+                origin="api",
+                run_class="app",
+                kind=TEST_KIND,
+                owner=owner,
+                status=RunStatus.QUEUED,
+                config={"steps": 1, "note": "x" * 200},
+            )
+            for i in range(count)
+        ]
+    )
+    Slot.objects.bulk_create(
+        [
+            Slot(run_id=r.pk, run_class="app", requested_at=now - timedelta(seconds=count - i))
+            for i, r in enumerate(runs)
+        ]
+    )
 
 
 def submit(owner) -> Run:
@@ -128,8 +143,9 @@ def test_dashboard_queue_moves_visibility_and_resync_on_settings(handoffs):  # n
         theirs = await sync_to_async(submit)(bob)
         mine = await sync_to_async(submit)(alice)
         keys = await sync_to_async(lambda: dict(Slot.objects.values_list("run_id", "requested_at")))()
-        got = await receive_until(comm, lambda ms: len(moves(ms, "joined")) == 2
-                                  and any(m["type"] == "run" for m in ms))
+        got = await receive_until(
+            comm, lambda ms: len(moves(ms, "joined")) == 2 and any(m["type"] == "run" for m in ms)
+        )
         await sync_to_async(services.run_cancel)(run=theirs, by=bob)
         later = await receive_until(comm, lambda ms: moves(ms, "left"))
         await sync_to_async(services.settings_update)(changes={"max_total": 2}, partial=True, by=staff)
@@ -150,7 +166,8 @@ def test_dashboard_queue_moves_visibility_and_resync_on_settings(handoffs):  # n
     # A policy change re-orders the line: the board gets a fresh snapshot instead of moves.
     snaps = [m for m in resynced if m["type"] == "snapshot"]
     assert snaps and [(r["id"], r["position"]) for r in snaps[-1]["queue"]] == [
-        (mine.pk, {"in_class": 1, "overall": 1})]  # bob's cancelled run no longer ahead; bob's runs not shown
+        (mine.pk, {"in_class": 1, "overall": 1})
+    ]  # bob's cancelled run no longer ahead; bob's runs not shown
     assert snaps[-1]["slots"]["policy"]["max_total"] == 2 and snaps[-1]["active"] == []
     assert not [m for m in resynced if m["type"] == "slots"]
 

@@ -1,10 +1,12 @@
 """In-process fakes for scheduler unit tests: a deterministic group source and controllable workers."""
+
 from __future__ import annotations
 
 import concurrent.futures as cf
 import threading
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from rollout.errors import WorkerLostError
 from rollout.types import GroupResult
@@ -62,8 +64,9 @@ class InstantWorker:
 class PooledWorker:
     """Completes each group on a thread after `delay(group)` seconds; can be made to die."""
 
-    def __init__(self, make: Callable[[int], GroupResult] = default_result,
-                 delay: Callable[[int], float] = lambda g: 0.001) -> None:
+    def __init__(
+        self, make: Callable[[int], GroupResult] = default_result, delay: Callable[[int], float] = lambda g: 0.001
+    ) -> None:
         self.make = make
         self.delay = delay
         self.pool = cf.ThreadPoolExecutor(4)

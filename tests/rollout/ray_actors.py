@@ -1,4 +1,5 @@
 """Small Ray actor classes for the rollout integration tests (importable by Ray workers; no pytest imports)."""
+
 from __future__ import annotations
 
 import asyncio

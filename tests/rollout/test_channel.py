@@ -1,4 +1,5 @@
 """Channel (local mode): put/get sync and async, nowait errors, sizes, keys, weighted get_batch, hooks, repr."""
+
 import asyncio
 import threading
 
@@ -168,6 +169,7 @@ def test_connect_finds_local_channel_and_unknown_name_is_clear(make_channel):
     with pytest.raises(ChannelError, match="already exists"):
         Channel.create("conn", local=True)
     import pickle
+
     with pytest.raises(ChannelError, match="cannot leave its process"):
         pickle.dumps(ch)
 
@@ -180,7 +182,7 @@ def test_many_threads_bounded_channel_delivers_each_item_once(make_channel):
 
     def produce(items):
         for k in range(0, len(items), 5):
-            ch.put_many(items[k:k + 5], timeout=10) if k % 2 else [ch.put(x, timeout=10) for x in items[k:k + 5]]
+            ch.put_many(items[k : k + 5], timeout=10) if k % 2 else [ch.put(x, timeout=10) for x in items[k : k + 5]]
 
     per_consumer: list[list] = [[], [], []]
 

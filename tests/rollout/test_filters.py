@@ -1,4 +1,5 @@
 """Group filters: zero variance and min_valid_attempts (what counts when an attempt id is missing)."""
+
 import pytest
 
 from rollout.filters import (

@@ -1,4 +1,5 @@
 """RequestGate rules: leases, receipts, seal/drain/install/reopen, fail-closed poison."""
+
 import asyncio
 
 import pytest
@@ -196,8 +197,10 @@ def test_rejection_before_generation_is_a_safe_failure():
     run(main())
 
 
-@pytest.mark.parametrize("outcome,exc", [("timeout", TimeoutError("backend read timeout")),
-                                         ("error", ConnectionResetError("lost connection"))])
+@pytest.mark.parametrize(
+    "outcome,exc",
+    [("timeout", TimeoutError("backend read timeout")), ("error", ConnectionResetError("lost connection"))],
+)
 def test_unknown_outcomes_poison(outcome, exc):
     async def main():
         gate = RequestGate("e0")
@@ -267,8 +270,10 @@ def test_concurrent_requests_through_three_publications_lose_nothing():
 
 
 def test_gate_event_data_folds_worst_state():
-    snaps = [{"engine": "a", "state": "open", "version": 3, "active": 2, "waiting": 0},
-             {"engine": "b", "state": "draining", "version": 2, "active": 1, "waiting": 4}]
+    snaps = [
+        {"engine": "a", "state": "open", "version": 3, "active": 2, "waiting": 0},
+        {"engine": "b", "state": "draining", "version": 2, "active": 1, "waiting": 4},
+    ]
     data = gate_event_data(snaps)
     assert data == {"state": "draining", "version": 2, "active": 3, "waiting": 4, "engines": snaps}
     snaps.append({"engine": "c", "state": "poisoned", "version": 3, "active": 0, "waiting": 0})

@@ -1,4 +1,5 @@
 """Property tests: scheduler prefetch bound and exactly-once delivery; channel weights and ordering."""
+
 import concurrent.futures as cf
 import itertools
 import random
@@ -17,13 +18,18 @@ from tests.rollout.fakes import CountingSource
 
 KEEP, DROP = FilterVerdict(True), FilterVerdict(False, "zero_variance")
 
-events = st.lists(st.tuples(st.sampled_from(["batch", "dispatch", "complete", "fail", "retire", "collect"]),
-                            st.integers(0, 1_000)), max_size=120)
+events = st.lists(
+    st.tuples(st.sampled_from(["batch", "dispatch", "complete", "fail", "retire", "collect"]), st.integers(0, 1_000)),
+    max_size=120,
+)
 
 
 @settings(max_examples=200, deadline=None)
-@given(capacities=st.lists(st.integers(0, 4), min_size=1, max_size=4).filter(lambda c: sum(c) > 0),
-       batch_size=st.integers(1, 5), script=events)
+@given(
+    capacities=st.lists(st.integers(0, 4), min_size=1, max_size=4).filter(lambda c: sum(c) > 0),
+    batch_size=st.integers(1, 5),
+    script=events,
+)
 def test_core_prefetch_bound_and_exactly_once(capacities, batch_size, script):
     core = SchedulerCore(capacities, batch_size)
     ids = itertools.count()
@@ -89,8 +95,13 @@ def test_core_prefetch_bound_and_exactly_once(capacities, batch_size, script):
 
 
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(seed=st.integers(0, 10_000), capacities=st.lists(st.integers(1, 3), min_size=1, max_size=3),
-       batch_size=st.integers(1, 4), prefetch=st.integers(0, 4), batches=st.integers(1, 3))
+@given(
+    seed=st.integers(0, 10_000),
+    capacities=st.lists(st.integers(1, 3), min_size=1, max_size=3),
+    batch_size=st.integers(1, 4),
+    prefetch=st.integers(0, 4),
+    batches=st.integers(1, 3),
+)
 def test_threaded_scheduler_delivers_each_group_once(seed, capacities, batch_size, prefetch, batches):
     rng = random.Random(seed)
     pool = cf.ThreadPoolExecutor(4)
@@ -98,22 +109,25 @@ def test_threaded_scheduler_delivers_each_group_once(seed, capacities, batch_siz
 
     class Worker:
         def generate_group(self, group, batch_id):
-            kind = outcomes.setdefault((group, len([k for k in outcomes if k[0] == group])),
-                                       rng.choice(["keep", "keep", "drop", "abort"]))
+            kind = outcomes.setdefault(
+                (group, len([k for k in outcomes if k[0] == group])), rng.choice(["keep", "keep", "drop", "abort"])
+            )
             delay = rng.random() * 0.003
 
             def work():
                 import time
+
                 time.sleep(delay)
                 if kind == "abort":
                     return GroupResult(rewards=[], aborted=True, group_id=group)
                 return GroupResult(rewards=[1.0, 1.0] if kind == "drop" else [0.0, 1.0], group_id=group)
+
             return pool.submit(work)
 
     source = CountingSource()
     from rollout.filters import ZeroVarianceFilter
-    s = RolloutScheduler([Worker() for _ in capacities], capacities, source, batch_size,
-                         filters=[ZeroVarianceFilter()])
+
+    s = RolloutScheduler([Worker() for _ in capacities], capacities, source, batch_size, filters=[ZeroVarianceFilter()])
     delivered = []
     dropped = 0
     for b in range(batches):
@@ -166,9 +180,12 @@ def test_channel_get_batch_weights_and_fifo(items, target, max_items):
 
 
 @settings(max_examples=150, deadline=None)
-@given(puts=st.lists(st.sampled_from(["k1", "k2"]), min_size=1, max_size=40),
-       takes=st.lists(st.tuples(st.sampled_from(["a", "b", "c"]), st.sampled_from(["k1", "k2"]), st.booleans()),
-                      max_size=80))
+@given(
+    puts=st.lists(st.sampled_from(["k1", "k2"]), min_size=1, max_size=40),
+    takes=st.lists(
+        st.tuples(st.sampled_from(["a", "b", "c"]), st.sampled_from(["k1", "k2"]), st.booleans()), max_size=80
+    ),
+)
 def test_channel_round_robin_dispatch_exactly_once_and_fifo(puts, takes):
     state = ChannelState("rr", dispatcher="round_robin", consumers=("a", "b", "c"))
     with state.cond:

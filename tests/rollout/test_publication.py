@@ -1,4 +1,5 @@
 """PublicationController: prepare/publish across engines, one deadline, fail-closed on any failure."""
+
 import asyncio
 
 import pytest
@@ -155,8 +156,11 @@ def test_failed_reopen_closes_the_engines_that_did_reopen():
             await pc.publish(1)
         assert info.value.engine == "e1" and info.value.stage == "reopen"
         # Reopen is not atomic across engines: the ones that opened are sealed again, so none admits work.
-        assert {e: h.gate.state.value for e, h in engines.items()} == {"e0": "sealed", "e1": "installing",
-                                                                        "e2": "sealed"}
+        assert {e: h.gate.state.value for e, h in engines.items()} == {
+            "e0": "sealed",
+            "e1": "installing",
+            "e2": "sealed",
+        }
         assert all(h.gate.version == 1 for h in engines.values())
 
     asyncio.run(main())

@@ -1,5 +1,6 @@
 """Rollout pieces on a real Ray cluster: killed worker retired with results recovered, channel across processes,
 publication across engine actors, a killed engine's sessions turned into tombstones."""
+
 import asyncio
 import threading
 import time

@@ -1,4 +1,5 @@
 """SessionAffinityRouter: least-loaded binding, stickiness, tombstones (bounded, expiring), capacity."""
+
 import threading
 
 import pytest

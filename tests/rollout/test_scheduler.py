@@ -1,4 +1,5 @@
 """RolloutScheduler with in-process fake workers: batches, filters, backpressure, pause, state, failures."""
+
 import threading
 
 import pytest
@@ -12,8 +13,9 @@ from tests.rollout.fakes import CountingSource, InstantWorker, ManualWorker, Poo
 
 def test_generate_returns_exactly_batch_size_replacing_filtered_groups():
     source = CountingSource()
-    s = RolloutScheduler([InstantWorker(), InstantWorker()], [2, 2], source, batch_size=6,
-                         filters=[ZeroVarianceFilter()])
+    s = RolloutScheduler(
+        [InstantWorker(), InstantWorker()], [2, 2], source, batch_size=6, filters=[ZeroVarianceFilter()]
+    )
     try:
         batch = s.generate("b0", prefetch=0)
         ids = [g.group_id for g in batch.groups]
@@ -121,8 +123,9 @@ def test_state_dict_only_when_paused_and_load_only_before_start():
 def test_pause_state_dict_load_round_trip_reproduces_next_batch():
     def run_until_checkpoint():
         source = CountingSource()
-        s = RolloutScheduler([InstantWorker(), InstantWorker()], [3, 3], source, batch_size=4,
-                             filters=[ZeroVarianceFilter()])
+        s = RolloutScheduler(
+            [InstantWorker(), InstantWorker()], [3, 3], source, batch_size=4, filters=[ZeroVarianceFilter()]
+        )
         s.generate(0, prefetch=5)
         s.pause(drain=True)
         return s, source, s.state_dict(), source.state_dict()
@@ -135,8 +138,9 @@ def test_pause_state_dict_load_round_trip_reproduces_next_batch():
 
     source2 = CountingSource()
     source2.load_state_dict(source_state)
-    s2 = RolloutScheduler([InstantWorker(), InstantWorker()], [3, 3], source2, batch_size=4,
-                          filters=[ZeroVarianceFilter()])
+    s2 = RolloutScheduler(
+        [InstantWorker(), InstantWorker()], [3, 3], source2, batch_size=4, filters=[ZeroVarianceFilter()]
+    )
     s2.load_state_dict(sched_state)
     try:
         assert [(g.group_id, g.rewards) for g in s2.generate(1, prefetch=5).groups] == expected
@@ -213,8 +217,9 @@ def test_min_valid_attempts_filter_in_scheduler():
         valid = [True, group % 2 == 0, True]
         return GroupResult(rewards=[0.0, 1.0, 0.5], valid=valid, attempt_ids=["a", "b", "a"], group_id=group)
 
-    s = RolloutScheduler([InstantWorker(make)], [2], CountingSource(), batch_size=3,
-                         filters=[MinValidAttemptsFilter(2)])
+    s = RolloutScheduler(
+        [InstantWorker(make)], [2], CountingSource(), batch_size=3, filters=[MinValidAttemptsFilter(2)]
+    )
     try:
         batch = s.generate(0)
         assert [g.group_id for g in batch.groups] == [0, 2, 4]

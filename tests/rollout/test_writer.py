@@ -1,4 +1,5 @@
 """WriteBehind: buffered single-item puts are sent in order, in batches, and a failed send is not swallowed."""
+
 import threading
 
 import pytest

@@ -1,4 +1,5 @@
 """Shared test helpers for runs/ and api/ tests: a tiny run kind, users, and Celery hand-off capture."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -29,10 +30,14 @@ def _schema() -> dict[str, Any]:
 
 def register_test_kind() -> None:
     """Add the test kinds to the static registry (tests only: production kinds are the KINDS literal)."""
-    KINDS[TEST_KIND] = RunKind(name=TEST_KIND, validate_config=_validate, json_schema=_schema,
-                               description="test kind")
-    KINDS[TEST_JOB_KIND] = RunKind(name=TEST_JOB_KIND, validate_config=_validate, json_schema=_schema,
-                                   description="test kind with a job", job_spec=lambda run: JobSpec(["true"]))
+    KINDS[TEST_KIND] = RunKind(name=TEST_KIND, validate_config=_validate, json_schema=_schema, description="test kind")
+    KINDS[TEST_JOB_KIND] = RunKind(
+        name=TEST_JOB_KIND,
+        validate_config=_validate,
+        json_schema=_schema,
+        description="test kind with a job",
+        job_spec=lambda run: JobSpec(["true"]),
+    )
 
 
 class Handoffs:

@@ -1,4 +1,5 @@
 """Slot invariants checked by the stress tests, read consistently under the grant lock."""
+
 from __future__ import annotations
 
 from django.db import connection, transaction
@@ -10,8 +11,12 @@ from runs.slots.grant import INTERACTIVE, grant
 from runs.slots.policy import CLASSES
 
 OTHERS = [k for k in CLASSES if k != INTERACTIVE]
-CONSISTENCY_MESSAGES = ("a finished run still has a slot", "an active run holds no slot",
-                        "a queued run has no waiting slot", "a held slot belongs to a run that is not active")
+CONSISTENCY_MESSAGES = (
+    "a finished run still has a slot",
+    "an active run holds no slot",
+    "a queued run has no waiting slot",
+    "a held slot belongs to a run that is not active",
+)
 FINISHED_SQL = "(" + ", ".join(f"'{x}'" for x in FINISHED_STATUSES) + ")"  # constants, not input
 ACTIVE_SQL = "(" + ", ".join(f"'{x}'" for x in ACTIVE_STATUSES) + ")"
 CONSISTENCY_SQL = f"""

@@ -3,6 +3,7 @@ changes through the real services, checking the invariants after every step. Pri
 
 Usage: DATABASE_URL=... python tests/runs/stress_worker.py setup|work|drain [--ops N --seed S --owner ID]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -32,8 +33,8 @@ import runs.realtime  # noqa: E402
 import runs.stores  # noqa: E402
 
 runs.realtime.run_event_publish = runs.realtime.dashboard_publish = runs.stores.dashboard_publish = (
-    runs.stores.run_event_publish) = runs.lifecycle.dashboard_publish = (
-    runs.concurrency.dashboard_publish) = lambda *a, **k: None
+    runs.stores.run_event_publish
+) = runs.lifecycle.dashboard_publish = runs.concurrency.dashboard_publish = lambda *a, **k: None
 # Launched = nothing to do; the run stays `starting` (the launcher itself is tested in tests/runs/test_tasks.py).
 runs.execution.launch.launch_run = lambda run_id: "launched"
 
@@ -69,8 +70,9 @@ def pick(rng: random.Random, statuses: tuple) -> Run | None:
 def step(op: str, rng: random.Random, owner) -> None:
     if op == "submit":
         # One owner submits everything here: the per-user caps (tests/security/test_limits.py) are not under test.
-        services.run_submit(owner=owner, name="s", origin=rng.choice(ORIGINS), kind=TEST_KIND, config={},
-                            user_caps=False)
+        services.run_submit(
+            owner=owner, name="s", origin=rng.choice(ORIGINS), kind=TEST_KIND, config={}, user_caps=False
+        )
     elif op == "finish":
         run = pick(rng, ACTIVE_STATUSES)
         if run:
@@ -129,8 +131,11 @@ def drain() -> None:
                 print(json.dumps({"ok": False, "problems": problems}))
                 sys.exit(1)
     never_granted = Run.objects.filter(granted_at__isnull=True).exclude(status=RunStatus.CANCELLED).count()
-    print(json.dumps({"ok": never_granted == 0, "rounds": rounds, "runs": Run.objects.count(),
-                      "never_granted": never_granted}))
+    print(
+        json.dumps(
+            {"ok": never_granted == 0, "rounds": rounds, "runs": Run.objects.count(), "never_granted": never_granted}
+        )
+    )
     sys.exit(0 if never_granted == 0 else 1)
 
 

@@ -1,6 +1,7 @@
 """Every way a run ends goes through run_finish, so its follow-ups apply whatever ended it: an auto-resume run
 failed by heartbeat reclaim, by its time limit or by a launch error is resumed; and a job's own final event
 finishes its run in the ingest request itself (no tick)."""
+
 from __future__ import annotations
 
 import time
@@ -82,18 +83,27 @@ def test_auto_resume_is_bounded(user, handoffs, settings):
     assert (run.status, run.attempt) == (RunStatus.FAILED, 2)
 
 
-@pytest.mark.parametrize("final,expected", [
-    ({"status": "succeeded", "metrics": {}}, RunStatus.SUCCEEDED),
-    ({"status": "failed", "error": "ValueError: bad batch"}, RunStatus.FAILED),
-])
+@pytest.mark.parametrize(
+    "final,expected",
+    [
+        ({"status": "succeeded", "metrics": {}}, RunStatus.SUCCEEDED),
+        ({"status": "failed", "error": "ValueError: bad batch"}, RunStatus.FAILED),
+    ],
+)
 def test_terminal_event_finishes_the_run_within_one_ingest_round_trip(user, handoffs, final, expected):
     run = submit(user)
     services.run_transition(run=run, status=RunStatus.RUNNING)
-    events = [{"seq": 1, "ts": time.time(), "type": "status", "data": {"status": "running"}},
-              {"seq": 2, "ts": time.time(), "type": "status", "data": final}]
+    events = [
+        {"seq": 1, "ts": time.time(), "type": "status", "data": {"status": "running"}},
+        {"seq": 2, "ts": time.time(), "type": "status", "data": final},
+    ]
     started = time.monotonic()
-    response = Client().post(f"/api/runs/{run.pk}/ingest/", data=events, content_type="application/json",
-                             HTTP_AUTHORIZATION=f"Bearer {run.ingest_token}")
+    response = Client().post(
+        f"/api/runs/{run.pk}/ingest/",
+        data=events,
+        content_type="application/json",
+        HTTP_AUTHORIZATION=f"Bearer {run.ingest_token}",
+    )
     elapsed = time.monotonic() - started
     assert response.status_code == 200, response.content
     assert response.json()["status"] == expected and elapsed <= 1.0
@@ -107,9 +117,12 @@ def test_terminal_event_finishes_the_run_within_one_ingest_round_trip(user, hand
 def test_a_running_event_does_not_finish_the_run(user, handoffs):
     run = submit(user)
     services.run_transition(run=run, status=RunStatus.RUNNING)
-    response = Client().post(f"/api/runs/{run.pk}/ingest/", content_type="application/json",
-                             data=[{"seq": 1, "ts": time.time(), "type": "status", "data": {"status": "running"}}],
-                             HTTP_AUTHORIZATION=f"Bearer {run.ingest_token}")
+    response = Client().post(
+        f"/api/runs/{run.pk}/ingest/",
+        content_type="application/json",
+        data=[{"seq": 1, "ts": time.time(), "type": "status", "data": {"status": "running"}}],
+        HTTP_AUTHORIZATION=f"Bearer {run.ingest_token}",
+    )
     assert response.status_code == 200 and response.json()["status"] == RunStatus.RUNNING
 
 
@@ -118,7 +131,10 @@ def test_a_stopping_run_waits_for_its_job_to_end(user, handoffs):
     run = submit(user)
     services.run_transition(run=run, status=RunStatus.RUNNING)
     services.run_cancel(run=run, by=user)
-    response = Client().post(f"/api/runs/{run.pk}/ingest/", content_type="application/json",
-                             data=[{"seq": 1, "ts": time.time(), "type": "status", "data": {"status": "cancelled"}}],
-                             HTTP_AUTHORIZATION=f"Bearer {run.ingest_token}")
+    response = Client().post(
+        f"/api/runs/{run.pk}/ingest/",
+        content_type="application/json",
+        data=[{"seq": 1, "ts": time.time(), "type": "status", "data": {"status": "cancelled"}}],
+        HTTP_AUTHORIZATION=f"Bearer {run.ingest_token}",
+    )
     assert response.status_code == 200 and response.json()["status"] == RunStatus.STOPPING

@@ -1,6 +1,7 @@
 """The transition rules live in runs.lifecycle; both stores (the ORM and PostgreSQL's SQL fast path) take them
 as parameters. For every (from, to) pair each store writes exactly the moves the table allows, with the same
 columns and event."""
+
 from __future__ import annotations
 
 import itertools
@@ -29,10 +30,24 @@ def _needs_postgresql() -> None:
 
 
 def _run_in(user, status: str, slot: str, then) -> Run:
-    run = Run.objects.create(name="r", origin="api", run_class="app", kind="test_job", owner=user, status=status,
-                             granted_at=then, started_at=then, heartbeat_at=then)
-    Slot.objects.create(run_id=run.pk, run_class="app", state=slot, requested_at=then,
-                        granted_at=then if slot == SlotState.HELD else None)
+    run = Run.objects.create(
+        name="r",
+        origin="api",
+        run_class="app",
+        kind="test_job",
+        owner=user,
+        status=status,
+        granted_at=then,
+        started_at=then,
+        heartbeat_at=then,
+    )
+    Slot.objects.create(
+        run_id=run.pk,
+        run_class="app",
+        state=slot,
+        requested_at=then,
+        granted_at=then if slot == SlotState.HELD else None,
+    )
     return run
 
 
@@ -49,8 +64,14 @@ def test_finish_moves_agree(user, previous, status):
     for store in (ORM_STORE, PG_STORE):
         with transaction.atomic():
             run = _run_in(user, previous, SlotState.HELD, now - timedelta(minutes=5))
-            finished, _ = store.finish(run_id=run.pk, status=status, error="e", now=now,
-                                       allowed=lifecycle.allowed_from(status), columns=lifecycle.stamp(status, now))
+            finished, _ = store.finish(
+                run_id=run.pk,
+                status=status,
+                error="e",
+                now=now,
+                allowed=lifecycle.allowed_from(status),
+                columns=lifecycle.stamp(status, now),
+            )
             assert (finished is not None) == lifecycle.move_allowed(previous, status), (store, previous, status)
             values, event, slot = _outcome(run.pk)
             results.append((finished is not None, values, event and event["data"], slot))
@@ -69,12 +90,19 @@ def test_grant_moves_agree(user, previous):
             refused = None
             try:
                 if store is PG_STORE:
-                    pg.grants_apply(decisions=[Decision(run.pk, "app", now)], now=now, source="platform",
-                                    notify={}, status=status, allowed_from=lifecycle.allowed_from(status),
-                                    columns=lifecycle.stamp(status, now))
+                    pg.grants_apply(
+                        decisions=[Decision(run.pk, "app", now)],
+                        now=now,
+                        source="platform",
+                        notify={},
+                        status=status,
+                        allowed_from=lifecycle.allowed_from(status),
+                        columns=lifecycle.stamp(status, now),
+                    )
                 else:
-                    lifecycle.run_status_change(run=Run.objects.select_for_update().get(pk=run.pk), status=status,
-                                                now=now)
+                    lifecycle.run_status_change(
+                        run=Run.objects.select_for_update().get(pk=run.pk), status=status, now=now
+                    )
             except Exception as exc:  # noqa: BLE001 - the refusal is what is compared
                 refused = exc
             assert (refused is None) == allowed, (store, previous, refused)

@@ -1,4 +1,5 @@
 """PostgreSQL NOTIFY of slot changes: a listener on another connection hears each committed grant pass."""
+
 from __future__ import annotations
 
 import threading
@@ -18,8 +19,10 @@ def test_listener_wakes_on_commit_with_granted_ids(user, handoffs):
     assert connection.vendor == "postgresql", "NOTIFY needs PostgreSQL (make test uses it)"
     params = connection.get_connection_params()
     app = f"notify-test-{uuid.uuid4().hex[:8]}"  # names the listener's connection in pg_stat_activity
-    dsn = (f"host={params['host']} port={params.get('port') or 5432} dbname={params['dbname']} user={params['user']}"
-           f" application_name={app}")
+    dsn = (
+        f"host={params['host']} port={params.get('port') or 5432} dbname={params['dbname']} user={params['user']}"
+        f" application_name={app}"
+    )
     heard: list[dict] = []
 
     def listen() -> None:

@@ -1,10 +1,16 @@
 """Settings: effective values from raw (defaults, fallbacks, clamping), validation messages, merging."""
+
 from __future__ import annotations
 
 import pytest
 
 from runs.slots.policy import (
-    PolicyError, policy_check_merged, policy_defaults, policy_effective, policy_merge, policy_validate,
+    PolicyError,
+    policy_check_merged,
+    policy_defaults,
+    policy_effective,
+    policy_merge,
+    policy_validate,
 )
 
 
@@ -12,20 +18,33 @@ def test_defaults_follow_max_total():
     p = policy_defaults(8)
     assert p.interactive_reserve == 2 and p.borrowable == 6
     assert {k: c.limit for k, c in p.classes.items()} == {"interactive": 8, "app": 6, "schedule": 6, "system": 6}
-    assert {k: c.priority for k, c in p.classes.items()} == {"interactive": 40, "app": 30, "schedule": 20,
-                                                              "system": 10}
+    assert {k: c.priority for k, c in p.classes.items()} == {"interactive": 40, "app": 30, "schedule": 20, "system": 10}
 
 
-@pytest.mark.parametrize("total,reserve,effective", [(1, None, 0), (2, None, 1), (3, None, 1), (4, None, 1),
-                                                     (12, None, 3), (4, 9, 3), (1, 5, 0), (5, 0, 0)])
+@pytest.mark.parametrize(
+    "total,reserve,effective",
+    [(1, None, 0), (2, None, 1), (3, None, 1), (4, None, 1), (12, None, 3), (4, 9, 3), (1, 5, 0), (5, 0, 0)],
+)
 def test_reserve_effective(total, reserve, effective):
     raw = {"max_total": total} | ({} if reserve is None else {"interactive_reserve": reserve})
     assert policy_effective(raw, default_max_total=4).interactive_reserve == effective
 
 
-@pytest.mark.parametrize("raw", [None, "junk", {"max_total": True}, {"max_total": 0}, {"max_total": 5000},
-                                 {"max_total": "4"}, {"classes": "x"}, {"classes": {"app": {"limit": 0}}},
-                                 {"classes": {"app": {"priority": 101}}}, {"classes": {"app": 3}}])
+@pytest.mark.parametrize(
+    "raw",
+    [
+        None,
+        "junk",
+        {"max_total": True},
+        {"max_total": 0},
+        {"max_total": 5000},
+        {"max_total": "4"},
+        {"classes": "x"},
+        {"classes": {"app": {"limit": 0}}},
+        {"classes": {"app": {"priority": 101}}},
+        {"classes": {"app": 3}},
+    ],
+)
 def test_invalid_stored_values_fall_back_to_defaults(raw):
     p = policy_effective(raw, default_max_total=4)
     assert p == policy_defaults(4)
@@ -38,28 +57,31 @@ def test_stored_values_are_used_and_limits_follow_total():
     assert p.classes["app"].limit == 8 and p.classes["interactive"].limit == 10
 
 
-@pytest.mark.parametrize("changes,field,fragment", [
-    ({"max_total": 0}, "max_total", "from 1 to 1000"),
-    ({"max_total": 1001}, "max_total", "from 1 to 1000"),
-    ({"max_total": True}, "max_total", "integer"),
-    ({"max_total": "5"}, "max_total", "integer"),
-    ({"max_total": 2.5}, "max_total", "integer"),
-    ({"interactive_reserve": -1}, "interactive_reserve", "from 0 to 1000"),
-    ({"interactive_reserve": 1001}, "interactive_reserve", "from 0 to 1000"),
-    ({"interactive_reserve": False}, "interactive_reserve", "integer"),
-    ({"classes": {"gpu": {"limit": 1}}}, "classes.gpu", "unknown class"),
-    ({"classes": []}, "classes", "object"),
-    ({"classes": {"app": 3}}, "classes.app", "object"),
-    ({"classes": {"app": {"limit": 0}}}, "classes.app.limit", "from 1 to 1000"),
-    ({"classes": {"app": {"limit": 1001}}}, "classes.app.limit", "from 1 to 1000"),
-    ({"classes": {"app": {"limit": True}}}, "classes.app.limit", "integer"),
-    ({"classes": {"system": {"priority": 101}}}, "classes.system.priority", "from 0 to 100"),
-    ({"classes": {"system": {"priority": -1}}}, "classes.system.priority", "from 0 to 100"),
-    ({"classes": {"system": {"priority": "high"}}}, "classes.system.priority", "integer"),
-    ({"classes": {"system": {"weight": 1}}}, "classes.system.weight", "unknown field"),
-    ({"max_slots": 3}, "max_slots", "unknown setting"),
-    ([1, 2], "settings", "object"),
-])
+@pytest.mark.parametrize(
+    "changes,field,fragment",
+    [
+        ({"max_total": 0}, "max_total", "from 1 to 1000"),
+        ({"max_total": 1001}, "max_total", "from 1 to 1000"),
+        ({"max_total": True}, "max_total", "integer"),
+        ({"max_total": "5"}, "max_total", "integer"),
+        ({"max_total": 2.5}, "max_total", "integer"),
+        ({"interactive_reserve": -1}, "interactive_reserve", "from 0 to 1000"),
+        ({"interactive_reserve": 1001}, "interactive_reserve", "from 0 to 1000"),
+        ({"interactive_reserve": False}, "interactive_reserve", "integer"),
+        ({"classes": {"gpu": {"limit": 1}}}, "classes.gpu", "unknown class"),
+        ({"classes": []}, "classes", "object"),
+        ({"classes": {"app": 3}}, "classes.app", "object"),
+        ({"classes": {"app": {"limit": 0}}}, "classes.app.limit", "from 1 to 1000"),
+        ({"classes": {"app": {"limit": 1001}}}, "classes.app.limit", "from 1 to 1000"),
+        ({"classes": {"app": {"limit": True}}}, "classes.app.limit", "integer"),
+        ({"classes": {"system": {"priority": 101}}}, "classes.system.priority", "from 0 to 100"),
+        ({"classes": {"system": {"priority": -1}}}, "classes.system.priority", "from 0 to 100"),
+        ({"classes": {"system": {"priority": "high"}}}, "classes.system.priority", "integer"),
+        ({"classes": {"system": {"weight": 1}}}, "classes.system.weight", "unknown field"),
+        ({"max_slots": 3}, "max_slots", "unknown setting"),
+        ([1, 2], "settings", "object"),
+    ],
+)
 def test_validation_messages_name_the_field(changes, field, fragment):
     with pytest.raises(PolicyError) as info:
         policy_validate(changes)
@@ -67,13 +89,16 @@ def test_validation_messages_name_the_field(changes, field, fragment):
     assert str(info.value).startswith(f"{field}: ") and fragment in str(info.value)
 
 
-@pytest.mark.parametrize("stored,changes,ok", [
-    ({}, {"max_total": 4, "interactive_reserve": 4}, False),
-    ({}, {"max_total": 4, "interactive_reserve": 3}, True),
-    ({"max_total": 3}, {"interactive_reserve": 3}, False),
-    ({}, {"max_total": 1, "interactive_reserve": 1}, True),  # max_total 1: reserve clamps to 0
-    ({}, {"interactive_reserve": 4}, False),  # default max_total is 4
-])
+@pytest.mark.parametrize(
+    "stored,changes,ok",
+    [
+        ({}, {"max_total": 4, "interactive_reserve": 4}, False),
+        ({}, {"max_total": 4, "interactive_reserve": 3}, True),
+        ({"max_total": 3}, {"interactive_reserve": 3}, False),
+        ({}, {"max_total": 1, "interactive_reserve": 1}, True),  # max_total 1: reserve clamps to 0
+        ({}, {"interactive_reserve": 4}, False),  # default max_total is 4
+    ],
+)
 def test_reserve_must_stay_below_max_total(stored, changes, ok):
     policy_validate(changes)
     raw = policy_merge(stored, changes, partial=True)

@@ -1,4 +1,5 @@
 """Reads: queue position, pending reasons, ETA, slot snapshot, dry-run, and the event recorder."""
+
 from __future__ import annotations
 
 import pytest
@@ -41,9 +42,16 @@ def test_global_limit_reason(user, handoffs):
 def test_snapshot_shape(user, handoffs):
     submit(user, origin="api")
     snap = selectors.slots_snapshot()
-    assert snap["policy"] == {"max_total": 4, "interactive_reserve": 1, "classes": {
-        "interactive": {"limit": 4, "priority": 40}, "app": {"limit": 3, "priority": 30},
-        "schedule": {"limit": 3, "priority": 20}, "system": {"limit": 3, "priority": 10}}}
+    assert snap["policy"] == {
+        "max_total": 4,
+        "interactive_reserve": 1,
+        "classes": {
+            "interactive": {"limit": 4, "priority": 40},
+            "app": {"limit": 3, "priority": 30},
+            "schedule": {"limit": 3, "priority": 20},
+            "system": {"limit": 3, "priority": 10},
+        },
+    }
     assert snap["borrowable"] == 3
     assert snap["classes"]["app"] == {"running": 1, "waiting": 0, "limit": 3, "priority": 30}
     assert snap["total"] == {"running": 1, "max_total": 4}
@@ -53,8 +61,12 @@ def test_dry_run(user, handoffs):
     services.settings_update(changes={"max_total": 2}, partial=True, by=None)
     assert selectors.slot_dry_run(origin="system")["granted"] is True
     submit(user, origin="system")
-    assert selectors.slot_dry_run(origin="api") == {"origin": "api", "run_class": "app", "granted": False,
-                                                    "pending_reason": "reserve_protected"}
+    assert selectors.slot_dry_run(origin="api") == {
+        "origin": "api",
+        "run_class": "app",
+        "granted": False,
+        "pending_reason": "reserve_protected",
+    }
     assert selectors.slot_dry_run(origin="dashboard")["granted"] is True
 
 
@@ -79,8 +91,10 @@ def test_positions_by_scan_match_counts(user, handoffs):
     from runs.slots import store
 
     services.settings_update(changes={"max_total": 1, "classes": {"app": {"priority": 10}}}, partial=True, by=None)
-    runs = [submit(user, origin=o) for o in ["system", "api", "schedule", "system", "dashboard", "api", "schedule",
-                                             "dashboard", "system", "api"]]
+    runs = [
+        submit(user, origin=o)
+        for o in ["system", "api", "schedule", "system", "dashboard", "api", "schedule", "dashboard", "system", "api"]
+    ]
     queued = [r for r in runs if r.status == RunStatus.QUEUED]
     policy = store.policy_load(fresh=True)
     assert _positions_by_scan(policy, queued) == _positions_by_count(policy, queued)

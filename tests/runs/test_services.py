@@ -1,5 +1,6 @@
 """Run lifecycle services against the real database: grants on submit/release/settings, cancel, resume,
 heartbeat reclaim, time limits, status events, and after-commit hand-off to Celery."""
+
 from __future__ import annotations
 
 from datetime import timedelta
@@ -57,9 +58,14 @@ def test_release_grants_next_in_same_transaction(user, handoffs, django_capture_
 
 
 def test_unknown_origin_kind_and_bad_config(user):
-    for kwargs, field in [({"origin": "cli"}, "origin"), ({"kind": "nope"}, "kind"),
-                          ({"config": {"steps": "x"}}, "config.steps"), ({"config": {"lr": 1}}, "config.lr"),
-                          ({"name": ""}, "name"), ({"time_limit_seconds": 0}, "time_limit_seconds")]:
+    for kwargs, field in [
+        ({"origin": "cli"}, "origin"),
+        ({"kind": "nope"}, "kind"),
+        ({"config": {"steps": "x"}}, "config.steps"),
+        ({"config": {"lr": 1}}, "config.lr"),
+        ({"name": ""}, "name"),
+        ({"time_limit_seconds": 0}, "time_limit_seconds"),
+    ]:
         args = {"owner": user, "name": "r", "origin": "api", "kind": TEST_KIND, "config": {"steps": 1}} | kwargs
         with pytest.raises(InvalidInput) as info:
             services.run_submit(**args)

@@ -1,5 +1,6 @@
 """The PostgreSQL fast path of release + grant (runs/slots/pg.py) against the ORM loader and the services'
 rules: same snapshot, settings changes seen by the next grant, transitions, events and the NOTIFY."""
+
 from __future__ import annotations
 
 import json
@@ -21,8 +22,9 @@ pytestmark = pytest.mark.django_db
 def _needs_postgresql() -> None:
     # The suite runs on PostgreSQL (`make test`); on another database this path is not used, so say so loudly.
     if connection.vendor != "postgresql":
-        pytest.fail("tests/runs/test_slots_pg.py tests the PostgreSQL path: run it with a postgres DATABASE_URL",
-                    pytrace=False)
+        pytest.fail(
+            "tests/runs/test_slots_pg.py tests the PostgreSQL path: run it with a postgres DATABASE_URL", pytrace=False
+        )
 
 
 def submit(owner, origin="api", name="r"):
@@ -59,7 +61,8 @@ def test_settings_written_elsewhere_apply_to_next_grant(user):
     row.save()
     services.run_finish(run=first, status=RunStatus.SUCCEEDED)
     assert set(Run.objects.filter(pk__in=[second.pk, third.pk]).values_list("status", flat=True)) == {
-        RunStatus.STARTING}
+        RunStatus.STARTING
+    }
 
 
 def test_finish_records_event_and_keeps_transition_rules(user):
@@ -70,8 +73,11 @@ def test_finish_records_event_and_keeps_transition_rules(user):
     assert isinstance(finished, Run) and finished.status == RunStatus.FAILED and finished.error == "boom"
     assert finished.finished_at is not None and finished.config == {"steps": 1}
     last = RunEvent.objects.filter(run=run).order_by("-seq").first()
-    assert (last.seq, last.type, last.data) == (finished.last_seq, "status",
-                                                {"status": "failed", "previous": "starting", "error": "boom"})
+    assert (last.seq, last.type, last.data) == (
+        finished.last_seq,
+        "status",
+        {"status": "failed", "previous": "starting", "error": "boom"},
+    )
     queued.refresh_from_db()
     assert queued.status == RunStatus.STARTING  # granted by the release
     assert services.run_finish(run=run, status=RunStatus.SUCCEEDED).status == RunStatus.FAILED  # no-op

@@ -1,6 +1,7 @@
 """Multi-process slot stress: random operations from several processes against one real database
 (PostgreSQL: advisory lock; SQLite file: write lock), invariants checked after every step, then a drain
 that must grant every waiting run."""
+
 from __future__ import annotations
 
 import json
@@ -17,8 +18,9 @@ PG_BASE = "postgres://postgres@127.0.0.1:5432"
 
 
 def run_worker(env: dict[str, str], *args: str, timeout: float = 900) -> dict:
-    done = subprocess.run([sys.executable, str(WORKER), *args], env=env, capture_output=True, text=True,
-                          timeout=timeout)
+    done = subprocess.run(
+        [sys.executable, str(WORKER), *args], env=env, capture_output=True, text=True, timeout=timeout
+    )
     lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
     assert done.returncode == 0 and lines, f"{args}: rc={done.returncode}\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
     return json.loads(lines[-1])
@@ -29,8 +31,13 @@ def stress(database_url: str, *, processes: int, ops_each: int) -> None:
     owner = run_worker(env, "setup")["owner"]
     started = time.monotonic()
     procs = [
-        subprocess.Popen([sys.executable, str(WORKER), "work", "--ops", str(ops_each), "--seed", str(seed),
-                          "--owner", str(owner)], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        subprocess.Popen(
+            [sys.executable, str(WORKER), "work", "--ops", str(ops_each), "--seed", str(seed), "--owner", str(owner)],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         for seed in range(processes)
     ]
     results = []
@@ -70,5 +77,8 @@ def test_stress_postgresql():
 @pytest.mark.slow
 @pytest.mark.timeout(1800)
 def test_stress_sqlite(tmp_path):
-    stress(f"sqlite:///{tmp_path / 'stress.sqlite3'}", processes=2,
-           ops_each=int(os.environ.get("STRESS_OPS_EACH_SQLITE", "2500")))
+    stress(
+        f"sqlite:///{tmp_path / 'stress.sqlite3'}",
+        processes=2,
+        ops_each=int(os.environ.get("STRESS_OPS_EACH_SQLITE", "2500")),
+    )

@@ -1,5 +1,6 @@
 """Celery task bodies called directly (no broker): dispatch hands a granted run to the one launcher (Ray's
 submit replaced by a recorder), stop asks it to stop the job or cancels a run that has none."""
+
 from __future__ import annotations
 
 import logging

@@ -1,6 +1,7 @@
 """Hostile strings through every user-facing input, then every page a staff member opens, in headless Chromium
 against the real stack (issue 9, point 4): no injected element, no dialog, no CSP violation; and the policy
 really is enforced (an injected handler is blocked and reported)."""
+
 from __future__ import annotations
 
 import json
@@ -12,13 +13,27 @@ from playwright.sync_api import Page, expect
 
 from runs.models import Run, RunStatus
 from tests.browser.conftest import (  # noqa: F401 - fixtures used by name
-    browser, context, emitter_for, in_thread, login, no_celery_from_tests, same_layer_as_server, server, svc, users,
+    browser,
+    context,
+    emitter_for,
+    in_thread,
+    login,
+    no_celery_from_tests,
+    same_layer_as_server,
+    server,
+    svc,
+    users,
 )
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
-PAYLOADS = ['"><img src=x onerror=alert(1)>', "<script>alert(1)</script>", "<svg onload=alert(1)>",
-            "javascript:alert(1)", "' onmouseover='alert(1)"]
+PAYLOADS = [
+    '"><img src=x onerror=alert(1)>',
+    "<script>alert(1)</script>",
+    "<svg onload=alert(1)>",
+    "javascript:alert(1)",
+    "' onmouseover='alert(1)",
+]
 HOSTILE = " ".join(PAYLOADS)  # one string carries every breaker: names are at most 200 characters
 TINY = {"steps": 3, "prompts_per_step": 8, "group_size": 4, "num_engines": 1, "num_workers": 1}
 
@@ -53,12 +68,15 @@ def clean(page: Page, where: str, dialogs: list[str]) -> None:
 
 def api_post(page: Page, url: str, body: dict) -> tuple[int, dict]:
     """POST as the logged-in browser user, with the page's CSRF token (as lib/api.ts does)."""
-    status, text = page.evaluate("""async ([url, body]) => {
+    status, text = page.evaluate(
+        """async ([url, body]) => {
       const r = await fetch(url, {method: "POST", credentials: "same-origin", body: JSON.stringify(body),
         headers: {"Content-Type": "application/json",
                   "X-CSRFToken": document.querySelector('meta[name="csrf-token"]').content}});
       return [r.status, await r.text()];
-    }""", [url, body])
+    }""",
+        [url, body],
+    )
     return status, json.loads(text or "null")
 
 
@@ -92,29 +110,52 @@ def test_hostile_strings_render_as_text_everywhere(server, users, context) -> No
     page.wait_for_url(re.compile(r"/\?submitted=\d+$"))
     live = Run.objects.get(name=HOSTILE)
     # A string config value through the API: accepted or refused, whatever is shown is text.
-    api_post(page, "/api/runs/", {"name": HOSTILE, "origin": "api", "kind": "rl_train",
-                                  "config": {**TINY, "batch_path": HOSTILE}})
+    api_post(
+        page,
+        "/api/runs/",
+        {"name": HOSTILE, "origin": "api", "kind": "rl_train", "config": {**TINY, "batch_path": HOSTILE}},
+    )
 
     # The job reports hostile event data of every type, through the real ingest endpoint with the run's token.
     live = svc.run_transition(run=live, status=RunStatus.RUNNING)
     em = emitter_for(server, live)
     em.post(em.start() + em.step_events() + em.step_events())
-    em.post([
-        em.event("log", {"level": HOSTILE, "message": HOSTILE, HOSTILE: HOSTILE}),
-        em.event("worker", {"event": "started", "worker": HOSTILE, "mode": HOSTILE, HOSTILE: [HOSTILE]}),
-        em.event("worker", {"event": "engine_lost", "engine": HOSTILE, "tombstoned_sessions": HOSTILE}),
-        em.event("gate", {"state": "open", "version": HOSTILE, "active": HOSTILE, "waiting": 0,
-                          "engines": [{"id": HOSTILE, "state": HOSTILE, HOSTILE: HOSTILE}]}),
-        em.event("checkpoint", {"step": HOSTILE, "version": HOSTILE, "path": HOSTILE}),
-        em.event("rollout", {"note": HOSTILE}),
-        em.event("sampler", {"epoch": HOSTILE, "group_count": HOSTILE, "dataset_size": HOSTILE,
-                             "consumed_in_epoch": HOSTILE}),
-    ])
+    em.post(
+        [
+            em.event("log", {"level": HOSTILE, "message": HOSTILE, HOSTILE: HOSTILE}),
+            em.event("worker", {"event": "started", "worker": HOSTILE, "mode": HOSTILE, HOSTILE: [HOSTILE]}),
+            em.event("worker", {"event": "engine_lost", "engine": HOSTILE, "tombstoned_sessions": HOSTILE}),
+            em.event(
+                "gate",
+                {
+                    "state": "open",
+                    "version": HOSTILE,
+                    "active": HOSTILE,
+                    "waiting": 0,
+                    "engines": [{"id": HOSTILE, "state": HOSTILE, HOSTILE: HOSTILE}],
+                },
+            ),
+            em.event("checkpoint", {"step": HOSTILE, "version": HOSTILE, "path": HOSTILE}),
+            em.event("rollout", {"note": HOSTILE}),
+            em.event(
+                "sampler",
+                {"epoch": HOSTILE, "group_count": HOSTILE, "dataset_size": HOSTILE, "consumed_in_epoch": HOSTILE},
+            ),
+        ]
+    )
     # A run that failed with a hostile error message, and one with a hostile stored config.
     failed = svc.run_submit(owner=alice, name=HOSTILE, origin="api", kind="rl_train", config=TINY)
     failed = svc.run_finish(run=failed, status=RunStatus.FAILED, error=HOSTILE)
-    legacy = in_thread(Run.objects.create, name=HOSTILE, origin="api", run_class="app", kind="rl_train",
-                       owner=alice, status=RunStatus.CANCELLED, config={"task": HOSTILE, HOSTILE: HOSTILE})
+    legacy = in_thread(
+        Run.objects.create,
+        name=HOSTILE,
+        origin="api",
+        run_class="app",
+        kind="rl_train",
+        owner=alice,
+        status=RunStatus.CANCELLED,
+        config={"task": HOSTILE, HOSTILE: HOSTILE},
+    )
 
     # Staff: a schedule with a hostile name through the API, fired, so its run carries the name.
     page.get_by_role("button", name="Log out").click()
@@ -148,7 +189,11 @@ def test_hostile_strings_render_as_text_everywhere(server, users, context) -> No
     clean(page, "cancel confirmation", dialogs)
     page.keyboard.press("Escape")
 
-    for run, where in [(failed, "failed run"), (legacy, "stored config"), (Run.objects.get(pk=fired[0]), "schedule run")]:
+    for run, where in [
+        (failed, "failed run"),
+        (legacy, "stored config"),
+        (Run.objects.get(pk=fired[0]), "schedule run"),
+    ]:
         page.goto(f"{server.url}/runs/{run.pk}/")
         expect(page.get_by_role("heading", level=1)).to_contain_text(HOSTILE)
         clean(page, where, dialogs)
@@ -167,8 +212,12 @@ def test_hostile_strings_render_as_text_everywhere(server, users, context) -> No
     clean(page, "settings", dialogs)
 
     in_thread(lambda: type(boss).objects.filter(pk=boss.pk).update(is_superuser=True))  # the admin's model views
-    for path in ["/admin/runs/run/", f"/admin/runs/run/{live.pk}/change/", "/admin/runs/schedule/",
-                 "/admin/runs/runevent/"]:
+    for path in [
+        "/admin/runs/run/",
+        f"/admin/runs/run/{live.pk}/change/",
+        "/admin/runs/schedule/",
+        "/admin/runs/runevent/",
+    ]:
         response = page.goto(f"{server.url}{path}")
         assert response is not None and response.ok, path
         clean(page, path, dialogs)
@@ -177,7 +226,9 @@ def test_hostile_strings_render_as_text_everywhere(server, users, context) -> No
     response = page.goto(f"{server.url}/")
     assert "script-src 'self'" in response.headers["content-security-policy"]
     expect(row).to_be_visible()
-    page.evaluate("""document.body.insertAdjacentHTML("beforeend", '<img id="probe" src="x" onerror="window.__pwned = 1">')""")
+    page.evaluate(
+        """document.body.insertAdjacentHTML("beforeend", '<img id="probe" src="x" onerror="window.__pwned = 1">')"""
+    )
     page.wait_for_function("(window.__csp || []).some((v) => v.startsWith('script-src'))")
     page.wait_for_timeout(300)
     assert page.evaluate("window.__pwned") is None

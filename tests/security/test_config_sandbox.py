@@ -5,6 +5,7 @@ has a maximum (just over it is a 400 naming `config.<field>`, the maximum itself
 a parameter budget. Through the trainer CLI the platform launches: no config can make the job write or unpickle
 a file, every `torch.load` refuses pickled objects, and the only paths a job sees are chosen from the run id.
 """
+
 from __future__ import annotations
 
 import json
@@ -23,17 +24,35 @@ from runs.execution.jobs import rl_train_job
 from runs.execution.launch import job_files_write
 from runs.models import Run, RunStatus
 from tests.runs.helpers import (  # noqa: F401 - fixtures
-    _fast_password_hashing, _fresh_policy_cache, handoffs, other_user, user,
+    _fast_password_hashing,
+    _fresh_policy_cache,
+    handoffs,
+    other_user,
+    user,
 )
 
 ROOT = Path(__file__).resolve().parents[2]
 
 # The maxima a small RL run on a cluster needs (defaults and bench/ configs stay inside them).
 MAXIMA = {
-    "steps": 10_000, "prompts_per_step": 512, "group_size": 64, "eval_prompts": 1024, "num_engines": 16,
-    "num_workers": 16, "worker_capacity": 256, "eval_every": 10_000, "checkpoint_every": 10_000,
-    "time_limit_s": 86_400.0, "publish_deadline_s": 600.0, "max_staleness": 16, "modulus": 100, "ppo_epochs": 16,
-    "min_valid_attempts": 64, "n_layer": 24, "d_model": 1024, "tool_latency_s": 60.0,
+    "steps": 10_000,
+    "prompts_per_step": 512,
+    "group_size": 64,
+    "eval_prompts": 1024,
+    "num_engines": 16,
+    "num_workers": 16,
+    "worker_capacity": 256,
+    "eval_every": 10_000,
+    "checkpoint_every": 10_000,
+    "time_limit_s": 86_400.0,
+    "publish_deadline_s": 600.0,
+    "max_staleness": 16,
+    "modulus": 100,
+    "ppo_epochs": 16,
+    "min_valid_attempts": 64,
+    "n_layer": 24,
+    "d_model": 1024,
+    "tool_latency_s": 60.0,
 }
 # What a field's maximum needs from the others to be valid on its own (min_valid_attempts <= group_size; a
 # d_model of 1024 fits the parameter budget with one block; n_layer 24 with the default width).
@@ -56,8 +75,9 @@ def assert_refused(answer, field: str) -> None:
 
 def trainer_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
-    return subprocess.run([sys.executable, "-m", "trainer", *args], cwd=cwd, env=env, capture_output=True,
-                          text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "trainer", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=120
+    )
 
 
 class Touch:
@@ -72,14 +92,18 @@ class Touch:
 
 # --- point 1: no paths, no debug phases from users -------------------------------------------------------------
 
+
 @pytest.mark.django_db
-@pytest.mark.parametrize("config,field", [
-    ({"phase": "rollout_only", "batch_path": "/tmp/owned.pt"}, "config.phase"),
-    ({"phase": "train_only", "batch_path": "/tmp/owned.pt"}, "config.phase"),
-    ({"phase": "rollout_only"}, "config.phase"),
-    ({"batch_path": "/tmp/owned.pt"}, "config.batch_path"),
-    ({"phase": "full", "batch_path": "../../etc/cron.d/x"}, "config.batch_path"),
-])
+@pytest.mark.parametrize(
+    "config,field",
+    [
+        ({"phase": "rollout_only", "batch_path": "/tmp/owned.pt"}, "config.phase"),
+        ({"phase": "train_only", "batch_path": "/tmp/owned.pt"}, "config.phase"),
+        ({"phase": "rollout_only"}, "config.phase"),
+        ({"batch_path": "/tmp/owned.pt"}, "config.batch_path"),
+        ({"phase": "full", "batch_path": "../../etc/cron.d/x"}, "config.batch_path"),
+    ],
+)
 def test_debug_phases_and_batch_path_are_refused_at_submit(user, handoffs, config, field):
     assert_refused(submit(user, config), field)
     assert not Run.objects.exists() and not handoffs.dispatched
@@ -116,9 +140,17 @@ def test_launched_job_gets_only_run_id_paths_and_refuses_a_stored_debug_config(u
     is launched with --sandboxed and every path in its command line is under RUN_ARTIFACTS_DIR/<run id>."""
     settings.RUN_ARTIFACTS_DIR = tmp_path / "artifacts"
     target = tmp_path / "written-by-the-cluster.pt"
-    run = Run.objects.create(name="old", origin="api", run_class="app", kind="rl_train", owner=user,
-                             status=RunStatus.STARTING, granted_at=timezone.now(), resume_requested=True,
-                             config={"mode": "local", "steps": 1, "phase": "rollout_only", "batch_path": str(target)})
+    run = Run.objects.create(
+        name="old",
+        origin="api",
+        run_class="app",
+        kind="rl_train",
+        owner=user,
+        status=RunStatus.STARTING,
+        granted_at=timezone.now(),
+        resume_requested=True,
+        config={"mode": "local", "steps": 1, "phase": "rollout_only", "batch_path": str(target)},
+    )
     spec = rl_train_job(run)
     job_files_write(run, spec)  # what the launcher does before it submits
     cmd = spec.entrypoint
@@ -158,10 +190,20 @@ def test_resume_never_unpickles_objects(tmp_path):
     (step / "meta.json").write_text(json.dumps({"format": 2, "step": 1, "version": 1, "config": {}}))
     torch.save({"sampler": Touch(marker)}, step / "state.pt")
     config = tmp_path / "config.json"
-    config.write_text(json.dumps({"mode": "local", "steps": 2, "prompts_per_step": 4, "group_size": 2,
-                                  "eval_every": 0}))
-    proc = trainer_cli("run", "--config", str(config), "--checkpoint-dir", str(ckpt), "--resume",
-                       "--events", str(tmp_path / "e.jsonl"), cwd=tmp_path)
+    config.write_text(
+        json.dumps({"mode": "local", "steps": 2, "prompts_per_step": 4, "group_size": 2, "eval_every": 0})
+    )
+    proc = trainer_cli(
+        "run",
+        "--config",
+        str(config),
+        "--checkpoint-dir",
+        str(ckpt),
+        "--resume",
+        "--events",
+        str(tmp_path / "e.jsonl"),
+        cwd=tmp_path,
+    )
     assert proc.returncode != 0 and not marker.exists(), proc.stderr[-2000:]
 
 
@@ -170,8 +212,19 @@ def test_local_train_only_never_unpickles_objects(tmp_path):
     batch, marker = tmp_path / "batch.pt", tmp_path / "code-ran"
     torch.save({"groups": [Touch(marker)], "version": 0, "config": {}}, batch)
     config = tmp_path / "config.json"
-    config.write_text(json.dumps({"mode": "local", "steps": 1, "prompts_per_step": 4, "group_size": 2,
-                                  "eval_every": 0, "phase": "train_only", "batch_path": str(batch)}))
+    config.write_text(
+        json.dumps(
+            {
+                "mode": "local",
+                "steps": 1,
+                "prompts_per_step": 4,
+                "group_size": 2,
+                "eval_every": 0,
+                "phase": "train_only",
+                "batch_path": str(batch),
+            }
+        )
+    )
     proc = trainer_cli("run", "--config", str(config), "--events", str(tmp_path / "e.jsonl"), cwd=tmp_path)
     assert proc.returncode == 1 and not marker.exists(), proc.stderr[-2000:]
 
@@ -195,6 +248,7 @@ def test_latest_marker_cannot_lead_out_of_the_checkpoint_dir(tmp_path):
 
 
 # --- point 2a: bounded work ----------------------------------------------------------------------------------
+
 
 def _over(value):
     return value + 1 if isinstance(value, int) else value + 0.5
@@ -238,8 +292,10 @@ def test_parameter_count_is_the_policy_that_would_be_built():
     from trainer.policy import build_policy
     from trainer.problems import task_build
 
-    for cfg in (TrainConfig(), TrainConfig(task="agent", n_layer=3, d_model=96, modulus=100, answer_terms=7,
-                                           prompt_terms_max=9)):
+    for cfg in (
+        TrainConfig(),
+        TrainConfig(task="agent", n_layer=3, d_model=96, modulus=100, answer_terms=7, prompt_terms_max=9),
+    ):
         task = task_build(cfg)
         model = build_policy(cfg, task.vocab_size, task.block_size())
         assert policy_parameters(cfg) == sum(p.numel() for p in model.parameters())
@@ -250,8 +306,7 @@ def test_defaults_and_bench_configs_fit_the_bounds():
 
     TrainConfig.from_dict(json.loads((ROOT / "trainer" / "defaults.json").read_text()), allow_debug=False)
     for name in ("async.json", "async_tool_latency_0.05.json", "learning.json"):
-        TrainConfig.from_dict(json.loads((ROOT / "bench" / "results" / name).read_text())["config"],
-                              allow_debug=False)
+        TrainConfig.from_dict(json.loads((ROOT / "bench" / "results" / name).read_text())["config"], allow_debug=False)
 
 
 def test_every_torch_load_in_the_repo_refuses_pickled_objects():

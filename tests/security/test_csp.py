@@ -1,5 +1,6 @@
 """Content-Security-Policy on every HTML page, and no inline script or inline event handler in what the
 server renders, even for runs whose name and config are hostile (issue 9, point 4)."""
+
 from __future__ import annotations
 
 import re
@@ -11,11 +12,20 @@ from runs.models import Run, RunStatus
 
 pytestmark = pytest.mark.django_db
 
-PAYLOADS = ['"><img src=x onerror=alert(1)>', "<script>alert(1)</script>", "<svg onload=alert(1)>",
-            "javascript:alert(1)", "' onmouseover='alert(1)"]
+PAYLOADS = [
+    '"><img src=x onerror=alert(1)>',
+    "<script>alert(1)</script>",
+    "<svg onload=alert(1)>",
+    "javascript:alert(1)",
+    "' onmouseover='alert(1)",
+]
 REQUIRED = {
-    "default-src": "'self'", "script-src": "'self'", "object-src": "'none'", "base-uri": "'none'",
-    "frame-ancestors": "'none'", "connect-src": "'self'",
+    "default-src": "'self'",
+    "script-src": "'self'",
+    "object-src": "'none'",
+    "base-uri": "'none'",
+    "frame-ancestors": "'none'",
+    "connect-src": "'self'",
 }
 
 
@@ -36,9 +46,16 @@ def assert_no_inline_code(html: str, where: str) -> None:
 @pytest.fixture
 def hostile_run(django_user_model) -> Run:
     owner = django_user_model.objects.create_user("mallory", password="pw")
-    return Run.objects.create(name=PAYLOADS[0] + PAYLOADS[1], origin="api", run_class="app", kind="rl_train",
-                              owner=owner, status=RunStatus.FAILED, error=PAYLOADS[2],
-                              config={"task": PAYLOADS[3], "note": PAYLOADS[4], PAYLOADS[2]: 1})
+    return Run.objects.create(
+        name=PAYLOADS[0] + PAYLOADS[1],
+        origin="api",
+        run_class="app",
+        kind="rl_train",
+        owner=owner,
+        status=RunStatus.FAILED,
+        error=PAYLOADS[2],
+        config={"task": PAYLOADS[3], "note": PAYLOADS[4], PAYLOADS[2]: 1},
+    )
 
 
 def test_every_html_page_carries_the_policy(django_user_model, hostile_run: Run) -> None:

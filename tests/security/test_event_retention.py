@@ -1,6 +1,7 @@
 """Per-run retention of stored events through the real ingest endpoint (issue 9, point 2): a run cannot grow
 its event table without bound, high-rate types are thinned first, the platform's status events are always
 stored, the stored stream stays gapless (seq 1..last_seq), and dropped events still update the summary."""
+
 from __future__ import annotations
 
 import pytest
@@ -34,8 +35,13 @@ def test_events_past_the_budget_are_thinned_then_refused_and_the_stream_stays_ga
     assert post(run, [gate(i) for i in range(32, 36)]).json()["stored"] == 4
     body = post(run, [gate(i) for i in range(40, 50)] + [train(50, 50)]).json()
     assert Run.objects.get(pk=run.pk).last_seq == 20 and body["stored"] == 1 and body["dropped"] == 10
-    assert post(run, [train(51, 51)]).json() == {"stored": 0, "duplicates": 0, "last_seq": 20,
-                                                 "status": "running", "dropped": 1}
+    assert post(run, [train(51, 51)]).json() == {
+        "stored": 0,
+        "duplicates": 0,
+        "last_seq": 20,
+        "status": "running",
+        "dropped": 1,
+    }
 
     # The platform's own status events are never dropped, whatever the budget.
     services.run_status_change(run=Run.objects.get(pk=run.pk), status=RunStatus.STOPPING)

@@ -1,6 +1,7 @@
 """Resource abuse is refused at submit (issue 9, point 2): every run has a finite time limit (staff default and
 maximum), and per-user caps on queued and active runs answer 429 naming the cap, also under concurrent submits.
 Everything goes through HTTP (token or session) against the real PostgreSQL database."""
+
 from __future__ import annotations
 
 import threading
@@ -13,18 +14,29 @@ from django.utils import timezone
 from rest_framework.test import APIClient
 
 from runs import services
+from runs.execution.followups import eval_run_submit
 from runs.models import Run, RunStatus, Schedule
 from runs.schedules import schedules_submit_due
-from runs.execution.followups import eval_run_submit
 from tests.runs.helpers import (  # noqa: F401 (fixtures)
-    TEST_KIND, _fast_password_hashing, _fresh_policy_cache, handoffs, other_user, register_test_kind, staff, user,
+    TEST_KIND,
+    _fast_password_hashing,
+    _fresh_policy_cache,
+    handoffs,
+    other_user,
+    register_test_kind,
+    staff,
+    user,
 )
 
 register_test_kind()
 pytestmark = pytest.mark.django_db
 
-DEFAULTS = {"max_queued_per_user": 20, "max_running_per_user": 8, "default_time_limit_seconds": 86400,
-            "max_time_limit_seconds": 604800}
+DEFAULTS = {
+    "max_queued_per_user": 20,
+    "max_running_per_user": 8,
+    "default_time_limit_seconds": 86400,
+    "max_time_limit_seconds": 604800,
+}
 
 
 def token_client(username: str, password: str) -> APIClient:
@@ -61,6 +73,7 @@ def fill_the_cluster(other) -> Run:
 
 
 # --- time limits --------------------------------------------------------------------------------------------
+
 
 def test_every_run_gets_the_default_time_limit(user, staff, handoffs):
     client = token_client("alice", "pw-alice")
@@ -99,25 +112,36 @@ def test_a_run_stored_without_a_limit_is_stopped_at_the_default(user, staff, han
 
 # --- settings: visible, staff-only, validated -----------------------------------------------------------------
 
+
 def test_limit_settings_are_visible_and_staff_only(user, staff):
     shown = staff_session(staff).get("/api/settings/concurrency/").json()
     assert {k: shown[k] for k in DEFAULTS} == DEFAULTS
-    assert token_client("alice", "pw-alice").patch("/api/settings/concurrency/", {"max_queued_per_user": 999},
-                                                   format="json").status_code == 403
+    assert (
+        token_client("alice", "pw-alice")
+        .patch("/api/settings/concurrency/", {"max_queued_per_user": 999}, format="json")
+        .status_code
+        == 403
+    )
     assert set_limits(staff, max_queued_per_user=5)["max_queued_per_user"] == 5
     assert set_limits(staff, max_queued_per_user=None)["max_queued_per_user"] == 20  # null: back to the default
 
 
-@pytest.mark.parametrize("body,field,fragment", [
-    ({"max_queued_per_user": 0}, "max_queued_per_user", "from 1 to 100000"),
-    ({"max_queued_per_user": "5"}, "max_queued_per_user", "integer"),
-    ({"max_running_per_user": True}, "max_running_per_user", "integer"),
-    ({"max_running_per_user": 1001}, "max_running_per_user", "from 1 to 1000"),
-    ({"default_time_limit_seconds": 0}, "default_time_limit_seconds", "from 1 to"),
-    ({"max_time_limit_seconds": 10**10}, "max_time_limit_seconds", "from 1 to"),
-    ({"default_time_limit_seconds": 7200, "max_time_limit_seconds": 3600}, "default_time_limit_seconds",
-     "must not exceed max_time_limit_seconds (3600)"),
-])
+@pytest.mark.parametrize(
+    "body,field,fragment",
+    [
+        ({"max_queued_per_user": 0}, "max_queued_per_user", "from 1 to 100000"),
+        ({"max_queued_per_user": "5"}, "max_queued_per_user", "integer"),
+        ({"max_running_per_user": True}, "max_running_per_user", "integer"),
+        ({"max_running_per_user": 1001}, "max_running_per_user", "from 1 to 1000"),
+        ({"default_time_limit_seconds": 0}, "default_time_limit_seconds", "from 1 to"),
+        ({"max_time_limit_seconds": 10**10}, "max_time_limit_seconds", "from 1 to"),
+        (
+            {"default_time_limit_seconds": 7200, "max_time_limit_seconds": 3600},
+            "default_time_limit_seconds",
+            "must not exceed max_time_limit_seconds (3600)",
+        ),
+    ],
+)
 def test_invalid_limit_settings_are_400_naming_the_field(staff, body, field, fragment):
     answer = staff_session(staff).patch("/api/settings/concurrency/", body, format="json")
     assert answer.status_code == 400, answer.content
@@ -153,6 +177,7 @@ def test_settings_page_edits_the_limits_without_javascript(staff):
 
 
 # --- per-user caps ----------------------------------------------------------------------------------------------
+
 
 def test_queued_cap_is_429_naming_the_cap_and_applies_to_staff(user, other_user, staff, handoffs):
     fill_the_cluster(other_user)
@@ -199,14 +224,21 @@ def test_platform_rule_schedules_are_capped_automatic_evals_are_not(user, other_
     set_limits(staff, max_queued_per_user=1)
     assert submit(token_client("alice", "pw-alice")).status_code == 201
     # A due schedule of a user at the cap submits nothing (logged) and moves on to its next time.
-    schedule = Schedule.objects.create(name="nightly", cron="0 3 * * *", kind=TEST_KIND, config={"steps": 1},
-                                       owner=user, next_run_at=timezone.now() - timedelta(minutes=1))
+    schedule = Schedule.objects.create(
+        name="nightly",
+        cron="0 3 * * *",
+        kind=TEST_KIND,
+        config={"steps": 1},
+        owner=user,
+        next_run_at=timezone.now() - timedelta(minutes=1),
+    )
     assert schedules_submit_due() == []
     schedule.refresh_from_db()
     assert schedule.last_run is None and schedule.next_run_at > timezone.now()
     # The evaluation of a succeeded training run replaces it one for one: never refused by the caps.
-    trained = Run.objects.create(name="t", origin="api", run_class="app", kind="rl_train", owner=user,
-                                 status=RunStatus.SUCCEEDED)
+    trained = Run.objects.create(
+        name="t", origin="api", run_class="app", kind="rl_train", owner=user, status=RunStatus.SUCCEEDED
+    )
     child = eval_run_submit(run=trained)
     assert child is not None and child.origin == "system" and child.status == RunStatus.QUEUED
 

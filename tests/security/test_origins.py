@@ -1,6 +1,7 @@
 """Classes are earned, not claimed (issue 9, point 3): a run's origin follows from how the request came in
 (browser session: dashboard; API token: api); `schedule` and `system` come only from the platform; staff may
 set any origin; an eval of a run the user cannot see answers exactly like an eval of a missing run."""
+
 from __future__ import annotations
 
 import pytest
@@ -8,7 +9,14 @@ from rest_framework.test import APIClient
 
 from runs.models import Run, RunStatus
 from tests.runs.helpers import (  # noqa: F401 (fixtures)
-    TEST_KIND, _fast_password_hashing, _fresh_policy_cache, handoffs, other_user, register_test_kind, staff, user,
+    TEST_KIND,
+    _fast_password_hashing,
+    _fresh_policy_cache,
+    handoffs,
+    other_user,
+    register_test_kind,
+    staff,
+    user,
 )
 
 register_test_kind()
@@ -85,22 +93,29 @@ def test_schema_documents_403_and_429_on_submit(user):
     responses = schema["paths"]["/api/runs/"]["post"]["responses"]
     assert {"201", "400", "403", "429"} <= set(responses)
     settings_props = schema["components"]["schemas"]["ConcurrencySettings"]["properties"]
-    assert {"max_queued_per_user", "max_running_per_user", "default_time_limit_seconds",
-            "max_time_limit_seconds"} <= set(settings_props)
+    assert {
+        "max_queued_per_user",
+        "max_running_per_user",
+        "default_time_limit_seconds",
+        "max_time_limit_seconds",
+    } <= set(settings_props)
 
 
 # --- eval of another user's run: no existence oracle ---------------------------------------------------------
 
+
 def trained_run(owner) -> Run:
-    return Run.objects.create(name="trained", origin="api", run_class="app", kind="rl_train", owner=owner,
-                              status=RunStatus.SUCCEEDED)
+    return Run.objects.create(
+        name="trained", origin="api", run_class="app", kind="rl_train", owner=owner, status=RunStatus.SUCCEEDED
+    )
 
 
 def eval_answer(client, source: int) -> tuple[int, dict]:
     answer = submit(client, kind="eval", config={"source_run": source})
     body = answer.json()
-    return answer.status_code, {k: (v.replace(str(source), "<id>") if isinstance(v, str) else v)
-                                for k, v in body.items()}
+    return answer.status_code, {
+        k: (v.replace(str(source), "<id>") if isinstance(v, str) else v) for k, v in body.items()
+    }
 
 
 @pytest.mark.parametrize("via", ["token", "session"])
@@ -129,10 +144,16 @@ def test_eval_of_own_run_and_staff_eval_of_any_run_are_accepted(user, staff, han
 
 def test_schedule_of_an_eval_still_checks_its_source_run(staff):
     boss = token_client("root", "pw-root")
-    missing = boss.post("/api/schedules/", {"name": "e", "cron": "0 3 * * *", "kind": "eval",
-                                            "config": {"source_run": 999_999}}, format="json")
+    missing = boss.post(
+        "/api/schedules/",
+        {"name": "e", "cron": "0 3 * * *", "kind": "eval", "config": {"source_run": 999_999}},
+        format="json",
+    )
     assert missing.status_code == 400 and missing.json()["field"] == "config.source_run"
     mine = trained_run(staff).pk
-    ok = boss.post("/api/schedules/", {"name": "e", "cron": "0 3 * * *", "kind": "eval",
-                                       "config": {"source_run": mine}}, format="json")
+    ok = boss.post(
+        "/api/schedules/",
+        {"name": "e", "cron": "0 3 * * *", "kind": "eval", "config": {"source_run": mine}},
+        format="json",
+    )
     assert ok.status_code == 201, ok.content

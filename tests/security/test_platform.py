@@ -5,6 +5,7 @@ another user of the machine or a dead parent would see (file modes, argv in `ps`
 Ray answers, processes left behind). The cheap tests point RAY_ADDRESS at a closed port so only Redis, web,
 worker and tick start; one slow test runs the real thing with Ray and a training run.
 """
+
 from __future__ import annotations
 
 import os
@@ -34,15 +35,31 @@ class UpProcess:
     def __init__(self, tmp_path: Path, **extra_env: str) -> None:
         self.var_dir = tmp_path / "var"
         self.port = free_port()
-        env = {k: v for k, v in os.environ.items()
-               if k not in {"DATABASE_URL", "REDIS_URL", "RAY_ADDRESS", "RAY_AUTH_MODE", "DJANGO_SECRET_KEY"}}
+        env = {
+            k: v
+            for k, v in os.environ.items()
+            if k not in {"DATABASE_URL", "REDIS_URL", "RAY_ADDRESS", "RAY_AUTH_MODE", "DJANGO_SECRET_KEY"}
+        }
         # These tests are about closing and stopping, not liveness: on a loaded 2-core machine a job's first
         # heartbeat can come after the default 60 s, and a reclaimed run would end the test early.
-        env.update({"PLATFORM_VAR_DIR": str(self.var_dir), "PORT": str(self.port), "PYTHONUNBUFFERED": "1",
-                    "SLOTS_HEARTBEAT_TIMEOUT_SECONDS": "600", **extra_env})
+        env.update(
+            {
+                "PLATFORM_VAR_DIR": str(self.var_dir),
+                "PORT": str(self.port),
+                "PYTHONUNBUFFERED": "1",
+                "SLOTS_HEARTBEAT_TIMEOUT_SECONDS": "600",
+                **extra_env,
+            }
+        )
         self.log_path = tmp_path / "up.log"
-        self.proc = subprocess.Popen([sys.executable, str(UP)], cwd=REPO_ROOT, env=env, start_new_session=True,
-                                     stdout=open(self.log_path, "wb"), stderr=subprocess.STDOUT)
+        self.proc = subprocess.Popen(
+            [sys.executable, str(UP)],
+            cwd=REPO_ROOT,
+            env=env,
+            start_new_session=True,
+            stdout=open(self.log_path, "wb"),
+            stderr=subprocess.STDOUT,
+        )
         self.seen: dict[int, psutil.Process] = {}
 
     @property
@@ -261,8 +278,17 @@ def test_real_platform_ray_is_closed_and_ctrl_c_stops_jobs_first(up):
 
     api_token = re.search(r"API token (\w+)", platform.log()).group(1)
     headers = {"Authorization": f"Token {api_token}"}
-    run = requests.post(f"{platform.url}/api/runs/", headers=headers, timeout=30, json={
-        "name": "long", "origin": "api", "kind": "rl_train", "config": {"steps": 5000, "prompts_per_step": 16, "eval_every": 0}}).json()
+    run = requests.post(
+        f"{platform.url}/api/runs/",
+        headers=headers,
+        timeout=30,
+        json={
+            "name": "long",
+            "origin": "api",
+            "kind": "rl_train",
+            "config": {"steps": 5000, "prompts_per_step": 16, "eval_every": 0},
+        },
+    ).json()
     platform.wait_for(lambda: trainer_pids(platform.record()), 300, "the run's trainer process")
 
     def trained_a_step() -> bool:
@@ -284,8 +310,14 @@ def test_real_platform_ray_is_closed_and_ctrl_c_stops_jobs_first(up):
     assert not ray_root.exists()
 
     log = platform.log()
-    order = ["tick   | stopping", "worker | stopping", f"stopping Ray job rlrun-{run['id']}-",
-             "ray    | stopping", "web    | stopping", "redis  | stopping"]
+    order = [
+        "tick   | stopping",
+        "worker | stopping",
+        f"stopping Ray job rlrun-{run['id']}-",
+        "ray    | stopping",
+        "web    | stopping",
+        "redis  | stopping",
+    ]
     positions = [log.index(line) for line in order]
     assert positions == sorted(positions), log[-4000:]
     # steps=5000 is far from done and checkpoint_every is 0: a checkpoint can only come from the stop.
@@ -320,8 +352,12 @@ def test_cluster_spec_has_token_auth_and_exposes_ray_only_inside_the_cluster():
                 if source.get("podSelector", {}).get("matchLabels") == own_pods and "namespaceSelector" not in source:
                     continue
                 assert [p["port"] for p in rule.get("ports", [])] == [8265], rule
-                components = {v for e in source["podSelector"]["matchExpressions"]
-                              if e["key"] == "app.kubernetes.io/component" for v in e["values"]}
+                components = {
+                    v
+                    for e in source["podSelector"]["matchExpressions"]
+                    if e["key"] == "app.kubernetes.io/component"
+                    for v in e["values"]
+                }
                 assert components == {"web", "worker"}, rule
 
 
@@ -352,8 +388,12 @@ def test_real_platform_killed_outright_leaves_no_job_or_process(up):
     platform.wait_for(lambda: "The platform is up" in platform.log(), 300, "the banner")
     api_token = re.search(r"API token (\w+)", platform.log()).group(1)
     headers = {"Authorization": f"Token {api_token}"}
-    requests.post(f"{platform.url}/api/runs/", headers=headers, timeout=30, json={
-        "name": "long", "origin": "api", "kind": "rl_train", "config": {"steps": 5000}}).raise_for_status()
+    requests.post(
+        f"{platform.url}/api/runs/",
+        headers=headers,
+        timeout=30,
+        json={"name": "long", "origin": "api", "kind": "rl_train", "config": {"steps": 5000}},
+    ).raise_for_status()
     platform.wait_for(lambda: trainer_pids(platform.record()), 300, "the run's trainer process")
     time.sleep(2)
     platform.record()

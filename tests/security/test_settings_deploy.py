@@ -1,5 +1,6 @@
 """Production settings: start-up refuses an insecure SECRET_KEY with DEBUG off, the HTTPS settings come from the
 environment and `manage.py check --deploy` is clean for platform/env.example; password validators are on."""
+
 from __future__ import annotations
 
 import os
@@ -26,10 +27,14 @@ def env_example() -> dict[str, str]:
 
 
 def manage(env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
-    base = {"PATH": os.environ.get("PATH", ""), "HOME": os.environ.get("HOME", "/tmp"),
-            "DJANGO_SETTINGS_MODULE": "config.settings"}
-    return subprocess.run([sys.executable, "manage.py", *args], cwd=REPO, env=base | env, capture_output=True,
-                          text=True, timeout=120)
+    base = {
+        "PATH": os.environ.get("PATH", ""),
+        "HOME": os.environ.get("HOME", "/tmp"),
+        "DJANGO_SETTINGS_MODULE": "config.settings",
+    }
+    return subprocess.run(
+        [sys.executable, "manage.py", *args], cwd=REPO, env=base | env, capture_output=True, text=True, timeout=120
+    )
 
 
 def test_check_deploy_is_clean_for_the_production_env_example():
@@ -37,14 +42,28 @@ def test_check_deploy_is_clean_for_the_production_env_example():
     result = manage(env, "check", "--deploy", "--fail-level", "WARNING")
     assert result.returncode == 0, result.stdout + result.stderr
     assert "no issues" in result.stdout
-    shown = manage(env, "shell", "-c", "from django.conf import settings as s; print(s.SESSION_COOKIE_SECURE, "
-                   "s.CSRF_COOKIE_SECURE, s.SECURE_SSL_REDIRECT, s.SECURE_HSTS_SECONDS, s.SECURE_HSTS_INCLUDE_SUBDOMAINS, "
-                   "s.SECURE_HSTS_PRELOAD, s.SECURE_PROXY_SSL_HEADER, s.DEBUG)")
+    shown = manage(
+        env,
+        "shell",
+        "-c",
+        "from django.conf import settings as s; print(s.SESSION_COOKIE_SECURE, "
+        "s.CSRF_COOKIE_SECURE, s.SECURE_SSL_REDIRECT, s.SECURE_HSTS_SECONDS, s.SECURE_HSTS_INCLUDE_SUBDOMAINS, "
+        "s.SECURE_HSTS_PRELOAD, s.SECURE_PROXY_SSL_HEADER, s.DEBUG)",
+    )
     assert shown.stdout.split("\n")[-2] == "True True True 31536000 True True ('HTTP_X_FORWARDED_PROTO', 'https') False"
 
 
-@pytest.mark.parametrize("key", [None, "", "dev-only-insecure-key-change-me", "change-me-to-a-long-random-string",
-                                 "django-insecure-" + "x" * 60, "ab" * 40])
+@pytest.mark.parametrize(
+    "key",
+    [
+        None,
+        "",
+        "dev-only-insecure-key-change-me",
+        "change-me-to-a-long-random-string",
+        "django-insecure-" + "x" * 60,
+        "ab" * 40,
+    ],
+)
 def test_start_up_refuses_an_insecure_secret_key_with_debug_off(key):
     env = {"DJANGO_DEBUG": "false"} | ({} if key is None else {"DJANGO_SECRET_KEY": key})
     result = manage(env, "check")

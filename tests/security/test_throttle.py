@@ -1,12 +1,21 @@
 """Sign-in limits on the token endpoint, the login page and the admin: repeated wrong passwords get 429 (counted
 in the real Redis, per username and per client address); other users and addresses keep signing in."""
+
 from __future__ import annotations
 
 import pytest
 from django.test import Client
 from rest_framework.test import APIClient
+
 from tests.security.api_fixtures import (  # noqa: F401 (fixtures)
-    _fast_password_hashing, _fresh_policy_cache, client_for, fresh_cache, handoffs, other_user, staff, user,
+    _fast_password_hashing,
+    _fresh_policy_cache,
+    client_for,
+    fresh_cache,
+    handoffs,
+    other_user,
+    staff,
+    user,
 )
 
 pytestmark = pytest.mark.django_db
@@ -26,8 +35,9 @@ def users(django_user_model):
 
 
 def token(ip: str, username: str, password: str, **extra):
-    return APIClient(REMOTE_ADDR=ip).post("/api/auth/token/", {"username": username, "password": password},
-                                          format="json", **extra)
+    return APIClient(REMOTE_ADDR=ip).post(
+        "/api/auth/token/", {"username": username, "password": password}, format="json", **extra
+    )
 
 
 def login(ip: str, username: str, password: str, path: str = "/login/"):

@@ -1,4 +1,5 @@
 """Secrets and tokens: ingest tokens per attempt and never stored or shown; API tokens revocable and expiring."""
+
 from __future__ import annotations
 
 import json
@@ -15,19 +16,32 @@ from rest_framework.test import APIClient
 from runs.models import Run, RunStatus
 from tests.runs.helpers import TEST_KIND
 from tests.security.api_fixtures import (  # noqa: F401 (fixtures)
-    _fast_password_hashing, _fresh_policy_cache, client_for, fresh_cache, handoffs, other_user, staff, user,
+    _fast_password_hashing,
+    _fresh_policy_cache,
+    client_for,
+    fresh_cache,
+    handoffs,
+    other_user,
+    staff,
+    user,
 )
 
 pytestmark = pytest.mark.django_db
 
+
 def ingest(run_id: int, token: str, seq: int = 1):
-    return APIClient().post(f"/api/runs/{run_id}/ingest/", [{"seq": seq, "type": "log"}], format="json",
-                            HTTP_AUTHORIZATION=f"Bearer {token}")
+    return APIClient().post(
+        f"/api/runs/{run_id}/ingest/",
+        [{"seq": seq, "type": "log"}],
+        format="json",
+        HTTP_AUTHORIZATION=f"Bearer {token}",
+    )
 
 
 def failed_run(owner) -> Run:
-    return Run.objects.create(name="r", origin="api", run_class="app", kind=TEST_KIND, owner=owner,
-                              status=RunStatus.FAILED)
+    return Run.objects.create(
+        name="r", origin="api", run_class="app", kind=TEST_KIND, owner=owner, status=RunStatus.FAILED
+    )
 
 
 def test_a_resume_gives_a_new_ingest_token_and_the_old_one_stops_at_once(user, handoffs):
@@ -52,8 +66,9 @@ def test_a_relaunch_of_the_same_attempt_keeps_its_token(user, settings, tmp_path
     from runs.execution.ray import ingest_token_file_write  # what the launcher calls on every launch of the attempt
 
     settings.RUN_ARTIFACTS_DIR = tmp_path
-    run = Run.objects.create(name="r", origin="api", run_class="app", kind=TEST_KIND, owner=user,
-                             status=RunStatus.RUNNING)
+    run = Run.objects.create(
+        name="r", origin="api", run_class="app", kind=TEST_KIND, owner=user, status=RunStatus.RUNNING
+    )
     first = ingest_token_file_write(Run.objects.get(pk=run.pk))
     content = first.read_text()
     again = ingest_token_file_write(Run.objects.get(pk=run.pk))  # e.g. a redelivered launch task
@@ -64,8 +79,9 @@ def test_a_relaunch_of_the_same_attempt_keeps_its_token(user, settings, tmp_path
 
 
 def test_ingest_tokens_are_not_stored(user):
-    run = Run.objects.create(name="r", origin="api", run_class="app", kind=TEST_KIND, owner=user,
-                             status=RunStatus.RUNNING)
+    run = Run.objects.create(
+        name="r", origin="api", run_class="app", kind=TEST_KIND, owner=user, status=RunStatus.RUNNING
+    )
     token = run.ingest_token
     with connection.cursor() as cursor:
         cursor.execute("SELECT row_to_json(r)::text FROM runs_run r WHERE id = %s", [run.pk])
@@ -76,8 +92,9 @@ def test_ingest_tokens_are_not_stored(user):
 
 
 def test_ingest_tokens_change_with_the_secret_key_and_fallbacks_keep_old_ones(user, settings):
-    run = Run.objects.create(name="r", origin="api", run_class="app", kind=TEST_KIND, owner=user,
-                             status=RunStatus.RUNNING)
+    run = Run.objects.create(
+        name="r", origin="api", run_class="app", kind=TEST_KIND, owner=user, status=RunStatus.RUNNING
+    )
     token, old_key = run.ingest_token, settings.SECRET_KEY
     settings.SECRET_KEY = "x" * 60 + "rotated"
     assert ingest(run.pk, token).status_code == 401
@@ -171,8 +188,14 @@ def test_migration_drops_stored_tokens_and_gives_each_run_its_own_nonce(django_u
     owner = django_user_model.objects.create_user("m")
     OldRun = old_apps.get_model("runs", "Run")
     for i in range(3):
-        OldRun.objects.create(name=f"r{i}", origin="api", run_class="app", kind=TEST_KIND, owner_id=owner.pk,
-                              ingest_token=f"plaintext-{i}")
+        OldRun.objects.create(
+            name=f"r{i}",
+            origin="api",
+            run_class="app",
+            kind=TEST_KIND,
+            owner_id=owner.pk,
+            ingest_token=f"plaintext-{i}",
+        )
     executor = MigrationExecutor(connection)
     executor.migrate(executor.loader.graph.leaf_nodes())
     nonces = list(Run.objects.values_list("ingest_nonce", flat=True))

@@ -1,6 +1,7 @@
 """Websocket limits through config.asgi.application (WebsocketCommunicator, real Redis and PostgreSQL): the
 per-user cap on open sockets, closing on logout, on loss of staff and on a session that no longer exists,
 paged replay on connect and the paged REST events endpoint (issue 9, points 2 and 4)."""
+
 from __future__ import annotations
 
 import json

@@ -1,4 +1,5 @@
 """`python -m trainer`: valid events, exit codes, stop on SIGTERM, eval of a checkpoint, debug phases."""
+
 from __future__ import annotations
 
 import json
@@ -12,14 +13,31 @@ from tests.wait import wait_until
 from trainer.events import REQUIRED_DATA_KEYS, validate_event
 
 ROOT = Path(__file__).resolve().parents[2]
-LOCAL = {"mode": "local", "steps": 4, "prompts_per_step": 8, "group_size": 4, "eval_every": 2, "eval_prompts": 16,
-         "checkpoint_every": 2, "worker_capacity": 8, "num_engines": 2, "num_workers": 1}
+LOCAL = {
+    "mode": "local",
+    "steps": 4,
+    "prompts_per_step": 8,
+    "group_size": 4,
+    "eval_every": 2,
+    "eval_prompts": 16,
+    "checkpoint_every": 2,
+    "worker_capacity": 8,
+    "num_engines": 2,
+    "num_workers": 1,
+}
 
 
 def trainer_cli(*args: str, timeout: float = 120, **popen) -> subprocess.CompletedProcess:
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
-    return subprocess.run([sys.executable, "-m", "trainer", *args], cwd=ROOT, env=env, capture_output=True,
-                          text=True, timeout=timeout, **popen)
+    return subprocess.run(
+        [sys.executable, "-m", "trainer", *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        **popen,
+    )
 
 
 def read_events(path: Path) -> list[dict]:
@@ -34,8 +52,9 @@ def write_config(tmp_path: Path, **changes) -> Path:
 
 def test_run_writes_valid_events_then_eval_reads_the_checkpoint(tmp_path: Path) -> None:
     events_path, ckpt = tmp_path / "events.jsonl", tmp_path / "ckpt"
-    proc = trainer_cli("run", "--config", str(write_config(tmp_path)), "--events", str(events_path),
-                       "--checkpoint-dir", str(ckpt))
+    proc = trainer_cli(
+        "run", "--config", str(write_config(tmp_path)), "--events", str(events_path), "--checkpoint-dir", str(ckpt)
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert json.loads(proc.stdout.strip().splitlines()[-1])["status"] == "succeeded"
     events = read_events(events_path)
@@ -78,12 +97,35 @@ def test_sigterm_checkpoints_emits_a_final_status_and_resume_continues(tmp_path:
     events_path, ckpt = tmp_path / "events.jsonl", tmp_path / "ckpt"
     config = write_config(tmp_path, steps=400, checkpoint_every=0, eval_every=0)
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
-    proc = subprocess.Popen([sys.executable, "-m", "trainer", "run", "--config", str(config), "--events",
-                             str(events_path), "--checkpoint-dir", str(ckpt)], cwd=ROOT, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    wait_until(lambda: proc.poll() is not None or events_path.exists()
-               and sum(e["type"] == "train" for e in read_events(events_path)) >= 2,
-               timeout=90, what="two train events", interval=0.1)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "trainer",
+            "run",
+            "--config",
+            str(config),
+            "--events",
+            str(events_path),
+            "--checkpoint-dir",
+            str(ckpt),
+        ],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    wait_until(
+        lambda: (
+            proc.poll() is not None
+            or events_path.exists()
+            and sum(e["type"] == "train" for e in read_events(events_path)) >= 2
+        ),
+        timeout=90,
+        what="two train events",
+        interval=0.1,
+    )
     assert proc.poll() is None, proc.stderr.read()[-2000:]  # stopped mid-run, not after the end
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=30) == 143
@@ -96,10 +138,11 @@ def test_sigterm_checkpoints_emits_a_final_status_and_resume_continues(tmp_path:
     consumed = [gid for e in events if e["type"] == "train" for gid in e["data"]["group_ids"]]
 
     write_config(tmp_path, steps=stopped_at + 2, checkpoint_every=0, eval_every=0)
-    proc2 = trainer_cli("run", "--config", str(config), "--events", str(events_path), "--checkpoint-dir", str(ckpt),
-                        "--resume")
+    proc2 = trainer_cli(
+        "run", "--config", str(config), "--events", str(events_path), "--checkpoint-dir", str(ckpt), "--resume"
+    )
     assert proc2.returncode == 0, proc2.stderr[-2000:]
-    resumed = read_events(events_path)[len(events):]
+    resumed = read_events(events_path)[len(events) :]
     assert resumed[0]["seq"] == events[-1]["seq"] + 1  # the appended stream stays strictly increasing
     versions = [e["data"]["version"] for e in resumed if e["type"] == "version"]
     assert versions == [stopped_at, stopped_at + 1, stopped_at + 2]  # restore publishes, then continues

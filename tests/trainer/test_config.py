@@ -1,4 +1,5 @@
 """TrainConfig: strict parsing, error messages that name the field, schema and defaults file agree."""
+
 from __future__ import annotations
 
 import json

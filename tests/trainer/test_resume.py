@@ -1,4 +1,5 @@
 """Exact resume on Ray: N+M uninterrupted steps == N steps, SIGKILL during the next in-flight batch, resume, M."""
+
 from __future__ import annotations
 
 import json
@@ -18,9 +19,21 @@ ROOT = Path(__file__).resolve().parents[2]
 N, M = 2, 2
 # Tool calls of 1.5 s make a batch last several seconds (0.1 s made it 0.5-0.8 s): longer than the trainer's 2 s
 # heartbeat, whose `sampler` event is what shows the test that batch N+1 is in flight before it kills.
-CONFIG = {"mode": "colocated", "max_staleness": 0, "task": "agent", "tool_latency_s": 1.5, "steps": N + M,
-          "prompts_per_step": 6, "group_size": 4, "num_engines": 2, "num_workers": 2, "worker_capacity": 3,
-          "checkpoint_every": N, "eval_every": 0, "seed": 11}
+CONFIG = {
+    "mode": "colocated",
+    "max_staleness": 0,
+    "task": "agent",
+    "tool_latency_s": 1.5,
+    "steps": N + M,
+    "prompts_per_step": 6,
+    "group_size": 4,
+    "num_engines": 2,
+    "num_workers": 2,
+    "worker_capacity": 3,
+    "checkpoint_every": N,
+    "eval_every": 0,
+    "seed": 11,
+}
 
 
 def _events(path: Path) -> list[dict]:
@@ -34,8 +47,12 @@ def _events(path: Path) -> list[dict]:
 
 
 def _consumed(events: list[dict]) -> list[tuple[int, int, int]]:
-    return [(e["data"]["step"], gid, ep) for e in events if e["type"] == "train"
-            for gid, ep in zip(e["data"]["group_ids"], e["data"]["epochs"])]
+    return [
+        (e["data"]["step"], gid, ep)
+        for e in events
+        if e["type"] == "train"
+        for gid, ep in zip(e["data"]["group_ids"], e["data"]["epochs"])
+    ]
 
 
 def _batch_in_flight(events: list[dict], proc: subprocess.Popen) -> dict | None:
@@ -44,13 +61,14 @@ def _batch_in_flight(events: list[dict], proc: subprocess.Popen) -> dict | None:
     and the checkpoint quiesces), while no rollout/train event of step N+1 exists. Fails if the run got past it.
     The heartbeat emits that event when the loop has been silent for 2 s, i.e. inside the batch."""
     assert proc.poll() is None, f"the run ended (rc {proc.returncode}) before batch {N + 1} was seen in flight"
-    assert not any(e["type"] in ("rollout", "train") and e["data"]["step"] > N for e in events), \
+    assert not any(e["type"] in ("rollout", "train") and e["data"]["step"] > N for e in events), (
         f"batch {N + 1} completed before it was seen in flight"
+    )
     at = next((i for i, e in enumerate(events) if e["type"] == "checkpoint" and e["data"]["step"] == N), None)
     if at is None:
         return None
     reported = [e["data"]["group_count"] for e in events[:at] if e["type"] == "sampler"][-1]
-    return next((e for e in events[at + 1:] if e["type"] == "sampler" and e["data"]["group_count"] > reported), None)
+    return next((e for e in events[at + 1 :] if e["type"] == "sampler" and e["data"]["group_count"] > reported), None)
 
 
 def _start(tmp: Path, name: str, ray_address: str, *extra: str) -> tuple[subprocess.Popen, Path]:
@@ -60,8 +78,14 @@ def _start(tmp: Path, name: str, ray_address: str, *extra: str) -> tuple[subproc
     env = {**os.environ, "RAY_ADDRESS": ray_address, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
     # Output to files, not pipes: nobody reads a pipe while two runs go on at once, and a full one blocks.
     log = open(tmp / f"{name}-{len(list(tmp.glob('*.log')))}.log", "w")
-    proc = subprocess.Popen([sys.executable, "-m", "trainer", "run", "--config", str(config), "--events", str(events),
-                             *extra], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "trainer", "run", "--config", str(config), "--events", str(events), *extra],
+        cwd=ROOT,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     proc.log_path = Path(log.name)  # type: ignore[attr-defined]
     return proc, events
 
@@ -76,8 +100,12 @@ def test_killed_during_an_in_flight_batch_then_resumed_consumes_exactly_the_same
     # The uninterrupted run and the one to be killed run side by side (they share nothing but the cluster).
     straight, straight_events = _start(tmp_path, "straight", ray_cluster.address)
     killed, events = _start(tmp_path, "resumed", ray_cluster.address, "--checkpoint-dir", str(ckpt))
-    in_flight = wait_until(lambda: _batch_in_flight(_events(events), killed), timeout=240,
-                           what=f"batch {N + 1} to be in flight", interval=0.02)
+    in_flight = wait_until(
+        lambda: _batch_in_flight(_events(events), killed),
+        timeout=240,
+        what=f"batch {N + 1} to be in flight",
+        interval=0.02,
+    )
     killed.send_signal(signal.SIGKILL)
     killed.wait(timeout=30)
     _finish(straight)
@@ -96,7 +124,7 @@ def test_killed_during_an_in_flight_batch_then_resumed_consumes_exactly_the_same
     assert got == expected  # same group ids, epochs and steps, in the same order
     ids = [gid for _, gid, _ in got]
     assert len(ids) == len(set(ids))  # nothing seen twice
-    after = _events(events)[len(before):]
+    after = _events(events)[len(before) :]
     gates = [(e["data"]["state"], e["data"]["version"]) for e in after if e["type"] == "gate"]
     assert gates[:2] == [("sealed", 0), ("open", N)]  # engines start closed until the restored weights are in
     versions = [e["data"]["version"] for e in after if e["type"] == "version"]

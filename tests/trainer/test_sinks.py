@@ -1,4 +1,5 @@
 """Event sinks: JSON lines that continue their seq, and HTTP batches with retries against a real local server."""
+
 from __future__ import annotations
 
 import json

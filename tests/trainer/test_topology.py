@@ -1,5 +1,6 @@
 """The training job on a real Ray cluster: sync == async at max_staleness 0, the staleness invariant, a killed
 engine, and batch references released by failed training steps."""
+
 from __future__ import annotations
 
 import pytest
@@ -15,8 +16,18 @@ from trainer.topology import build_runtime
 
 pytestmark = pytest.mark.slow
 
-TINY = dict(task="agent", steps=3, prompts_per_step=6, group_size=4, num_engines=2, num_workers=2,
-            worker_capacity=4, eval_every=0, tool_latency_s=0.01, seed=5)
+TINY = dict(
+    task="agent",
+    steps=3,
+    prompts_per_step=6,
+    group_size=4,
+    num_engines=2,
+    num_workers=2,
+    worker_capacity=4,
+    eval_every=0,
+    tool_latency_s=0.01,
+    seed=5,
+)
 
 
 class Capture:
@@ -63,8 +74,9 @@ def test_max_staleness_0_disaggregated_equals_the_synchronous_run(ray_driver) ->
 
 
 def test_every_consumed_token_is_within_max_staleness_and_tagged(ray_driver) -> None:
-    cfg = TrainConfig.from_dict({**TINY, "mode": "disaggregated", "max_staleness": 1, "steps": 5,
-                                 "tool_latency_s": 0.03})
+    cfg = TrainConfig.from_dict(
+        {**TINY, "mode": "disaggregated", "max_staleness": 1, "steps": 5, "tool_latency_s": 0.03}
+    )
     seen: list[int] = []
 
     def check(run: TrainingRun, groups: list) -> None:
@@ -88,8 +100,9 @@ def test_every_consumed_token_is_within_max_staleness_and_tagged(ray_driver) -> 
 
 
 def test_a_killed_engine_tombstones_its_sessions_and_the_run_continues(ray_driver) -> None:
-    cfg = TrainConfig.from_dict({**TINY, "mode": "disaggregated", "max_staleness": 1, "steps": 5,
-                                 "tool_latency_s": 0.05, "worker_capacity": 6})
+    cfg = TrainConfig.from_dict(
+        {**TINY, "mode": "disaggregated", "max_staleness": 1, "steps": 5, "tool_latency_s": 0.05, "worker_capacity": 6}
+    )
     tombstones: list[int] = []
 
     def kill(run: TrainingRun, groups: list) -> None:
@@ -137,8 +150,7 @@ def test_failed_training_steps_release_their_batch_references(ray_driver) -> Non
 
 
 def test_colocated_keeps_live_episodes_alive_across_the_training_window(ray_driver) -> None:
-    cfg = TrainConfig.from_dict({**TINY, "mode": "colocated", "max_staleness": 1, "steps": 4,
-                                 "tool_latency_s": 0.03})
+    cfg = TrainConfig.from_dict({**TINY, "mode": "colocated", "max_staleness": 1, "steps": 4, "tool_latency_s": 0.03})
     spanning: list[list[int]] = []
 
     def check(run: TrainingRun, groups: list) -> None:

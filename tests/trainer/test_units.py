@@ -1,4 +1,5 @@
 """Pure logic of the trainer: tasks, sampler, advantages, the KV cache, generation determinism."""
+
 from __future__ import annotations
 
 import pytest
@@ -54,7 +55,7 @@ def test_sampler_is_deterministic_and_resumes_exactly() -> None:
     assert [t.group_id for t in seq] == list(range(20))
     assert [t.epoch for t in seq] == [0] * 7 + [1] * 7 + [2] * 6
     for e in range(2):  # each epoch is a permutation of the dataset
-        assert sorted(t.prompt_index for t in seq[e * 7:(e + 1) * 7]) == list(range(7))
+        assert sorted(t.prompt_index for t in seq[e * 7 : (e + 1) * 7]) == list(range(7))
     assert [t.prompt_index for t in seq[:7]] != [t.prompt_index for t in seq[7:14]]
     b = GroupSampler(7, seed=3)
     [b.next() for _ in range(9)]
@@ -100,8 +101,10 @@ def test_sampling_is_reproducible_from_the_request_seed() -> None:
     torch.manual_seed(0)
     model = build_policy(TrainConfig(), vocab_size=12, block_size=24).eval()
     prompt = torch.randint(0, 12, (4, 5))
-    runs = [sample_tokens(model, prompt, None, 4, temperature=1.0, generator=torch.Generator().manual_seed(7))
-            for _ in range(2)]
+    runs = [
+        sample_tokens(model, prompt, None, 4, temperature=1.0, generator=torch.Generator().manual_seed(7))
+        for _ in range(2)
+    ]
     assert torch.equal(runs[0][0], runs[1][0]) and torch.equal(runs[0][1], runs[1][1])
     assert (runs[0][1] <= 0).all()  # log-probabilities
 
@@ -116,8 +119,9 @@ def test_a_later_turn_on_the_bound_engine_feeds_only_its_new_tokens() -> None:
     task = task_build(cfg)
     engine = Engine(cfg, "e0")
     prompt = task.train_prompts[0]
-    group = asyncio.run(run_group(task, GroupTicket(0, 0, 0), prompt, group_size=4, seed=0,
-                                  generate=engine.generate, session_id="s"))
+    group = asyncio.run(
+        run_group(task, GroupTicket(0, 0, 0), prompt, group_size=4, seed=0, generate=engine.generate, session_id="s")
+    )
     P = len(task.prompt_tokens(prompt))
     # Turn 0 feeds the prompt; turns 1 and 2 feed the last sampled token plus the 2-token tool reply.
     assert engine.tokens_fed == 4 * P + 2 * 4 * 3
@@ -141,17 +145,29 @@ def test_checkpoint_round_trips_ready_groups_and_optimizer_exactly_as_plain_data
     cfg = TrainConfig(task="agent", group_size=4, mode="local", device="cpu")
     task, engine, learner = task_build(cfg), Engine(cfg, "e0"), Learner(cfg)
     ticket = GroupTicket(7, 1, 3)
-    group = asyncio.run(run_group(task, ticket, task.train_prompts[3], group_size=4, seed=0,
-                                  generate=engine.generate, session_id="s"))
+    group = asyncio.run(
+        run_group(task, ticket, task.train_prompts[3], group_size=4, seed=0, generate=engine.generate, session_id="s")
+    )
     learner.train_step([group])  # Adam has state now
-    result = GroupResult(rewards=group.rewards, payload=group, valid=[True] * 4, attempt_ids=group.sample_ids,
-                         group_id=7, meta={"versions": group.versions})
+    result = GroupResult(
+        rewards=group.rewards,
+        payload=group,
+        valid=[True] * 4,
+        attempt_ids=group.sample_ids,
+        group_id=7,
+        meta={"versions": group.versions},
+    )
     scheduler = {"ready": [(5, result, ticket)], "seq": 6, "totals": {"delivered": 3}, "dropped": {}, "aborted": 0}
     sampler = GroupSampler(len(task.train_prompts), 0)
     sampler.get_groups(5)
     sampler.return_groups([GroupTicket(2, 0, sampler._perm[2])])
-    state = {"trainer": learner.state_dict(), "sampler": sampler.state_dict(),
-             "scheduler": scheduler_state_to_plain(scheduler), "python_rng": random.getstate(), "consumed": [(0, 0)]}
+    state = {
+        "trainer": learner.state_dict(),
+        "sampler": sampler.state_dict(),
+        "scheduler": scheduler_state_to_plain(scheduler),
+        "python_rng": random.getstate(),
+        "consumed": [(0, 0)],
+    }
     checkpoint_save(tmp_path, step=1, meta={"version": 1, "config": cfg.to_dict()}, state=state)
     meta, loaded = checkpoint_load(tmp_path)
     assert meta["format"] == 2 and scheduler_state_from_plain(loaded["scheduler"]) == scheduler

@@ -4,6 +4,7 @@ Used by the embedded run command (platform/up.py). The password for a new admin 
 (PLATFORM_ADMIN_PASSWORD), never from argv, where every user of the machine could read it. Prints one JSON line:
 `{"username", "created", "token"}` (+ `"password"` when it created the user with the given password).
 """
+
 from __future__ import annotations
 
 import json
