@@ -99,14 +99,15 @@ class RunConsumer(AuthenticatedConsumer):
 
     def _after_from_query(self) -> int | None:
         """None when absent, -1 when malformed, else the client's last processed seq."""
-        values = parse_qs(self.scope.get("query_string", b"").decode()).get("after")
+        query = self.scope.get("query_string", b"").decode("utf-8", errors="replace")
+        values = parse_qs(query).get("after")
         if not values:
             return None
-        try:
-            after = int(values[-1])
-        except ValueError:
+        raw = values[-1]
+        # ASCII digits only (int() takes "١٢" too), and no more than fit a 64-bit seq, like the REST ?after=.
+        if not (raw.isascii() and raw.isdigit()) or len(raw) > 18:
             return -1
-        return after if after >= 0 else -1
+        return int(raw)
 
     async def _send_stored(self, upto: int | None = None) -> None:
         """Send stored events after last_sent (up to `upto`) in pages; caller holds the order."""

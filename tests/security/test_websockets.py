@@ -180,3 +180,21 @@ def test_rest_events_are_paged_with_a_maximum_page_size(settings) -> None:
     for bad in ["0", "5", "-1", "x", "99999999999999999999", "٣"]:
         response = client.get(url, {"after": 0, "limit": bad})
         assert response.status_code == 400 and response.json()["field"] == "limit", bad
+
+
+def test_hostile_after_on_a_run_socket_is_a_clean_refusal() -> None:
+    """`?after=` takes ASCII digits within 64 bits, like the REST endpoint: Unicode digits, 10**30 and bytes
+    that are not UTF-8 close the socket with 4400 (bad request) instead of replaying or crashing."""
+    alice = user_make("alice")
+    run = run_make(alice)
+
+    async def scenario():
+        for query in ("after=%D9%A1", "after=" + "9" * 30, "after=%FF%FE"):
+            state, sock, code = await opened(f"/ws/runs/{run.pk}/?{query}", alice)
+            assert (state, code) == ("closed", 4400), query
+            await sock.disconnect()
+        state, sock, _ = await opened(f"/ws/runs/{run.pk}/?after=0", alice)
+        assert state == "open"
+        await sock.disconnect()
+
+    run_async(scenario)
