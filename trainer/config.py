@@ -4,34 +4,26 @@ The platform validates `rl_train` run configs with `TrainConfig.from_dict(..., a
 `TrainConfig.json_schema()`; the CLI parses config files with `TrainConfig.from_dict`; both read the one-line
 docstring under each field. Every field that scales work has an upper bound (`_BOUNDS`, shown in the schema),
 and the policy's size is capped by a parameter budget (`PARAMETER_BUDGET`, see `policy_parameters`).
+This module owns the fields, bounds and budget; coercing JSON values and building the schema is
+`trainer.config_schema`.
 """
 
 from __future__ import annotations
 
-import ast
 import dataclasses
-import inspect
-import math
-import textwrap
 import typing
 from dataclasses import dataclass
-from functools import lru_cache
 from typing import Any, Literal
 
+from trainer.config_schema import ConfigError, build_schema, coerce
 from trainer.problems import VOCAB, episode_block_size
+
+__all__ = ["PARAMETER_BUDGET", "ConfigError", "TrainConfig", "policy_parameters"]
 
 TaskName = Literal["digits", "agent"]
 Mode = Literal["local", "colocated", "disaggregated"]
 Phase = Literal["full", "rollout_only", "train_only"]
 Device = Literal["auto", "cpu", "cuda"]
-
-
-class ConfigError(ValueError):
-    """A config value that is missing, unknown, of the wrong type or out of range; `.field` names the key."""
-
-    def __init__(self, field: str, message: str) -> None:
-        super().__init__(f"{field}: {message}")
-        self.field = field
 
 
 @dataclass(frozen=True)
@@ -154,7 +146,7 @@ class TrainConfig:
         for key in d:
             if key not in known:
                 raise ConfigError(str(key), f"unknown key (known: {', '.join(sorted(known))})")
-        values = {key: _coerce(key, hints[key], value) for key, value in d.items()}
+        values = {key: coerce(key, hints[key], value) for key, value in d.items()}
         if not allow_debug:
             if values.get("phase", "full") != "full":
                 raise ConfigError(
@@ -176,34 +168,7 @@ class TrainConfig:
     def json_schema(cls, *, allow_debug: bool = True) -> dict[str, Any]:
         """JSON schema (draft 2020-12) with type, default, description, enum and bounds for every field
         (`allow_debug=False`: what the platform accepts, phase 'full' only and an empty batch_path)."""
-        hints = typing.get_type_hints(cls)
-        docs = field_docs()
-        props: dict[str, Any] = {}
-        for f in dataclasses.fields(cls):
-            prop = _type_schema(hints[f.name])
-            prop.update(default=f.default, description=docs.get(f.name, ""))
-            lo, hi = _BOUNDS.get(f.name, (None, None))
-            if lo is not None:
-                prop["minimum"] = lo
-            if hi is not None:
-                prop["maximum"] = hi
-            props[f.name] = prop
-        if not allow_debug:
-            props["phase"]["enum"] = ["full"]
-            props["batch_path"]["maxLength"] = 0
-        return {
-            "$schema": "https://json-schema.org/draft/2020-12/schema",
-            "title": "TrainConfig",
-            "description": (
-                "Configuration of an RL training run (run kind rl_train). The policy may have at most "
-                f"{PARAMETER_BUDGET:,} parameters (embeddings, n_layer blocks of width d_model, "
-                "head); the platform accepts only phase 'full' and an empty batch_path."
-            ),
-            "x-parameter-budget": PARAMETER_BUDGET,
-            "type": "object",
-            "properties": props,
-            "additionalProperties": False,
-        }
+        return build_schema(cls, _BOUNDS, PARAMETER_BUDGET, allow_debug=allow_debug)
 
 
 # (minimum, maximum) per numeric field; None means unbounded on that side. Every field that scales work (steps,
@@ -254,57 +219,3 @@ def policy_parameters(cfg: TrainConfig) -> int:
     block_size = episode_block_size(cfg.modulus, cfg.prompt_terms_max, cfg.answer_terms)
     per_block = 2 * 2 * d + (3 * d * d + 3 * d) + (d * d + d) + (4 * d * d + 4 * d) + (4 * d * d + d)
     return vocab * d + block_size * d + layers * per_block + 2 * d + vocab * d
-
-
-def _coerce(key: str, hint: Any, value: Any) -> Any:
-    if typing.get_origin(hint) is Literal:
-        choices = typing.get_args(hint)
-        if value not in choices or not isinstance(value, str):
-            raise ConfigError(key, f"expected one of {list(choices)}, got {value!r}")
-        return value
-    # bool is a subclass of int in Python but never a valid number here.
-    if hint is bool:
-        if not isinstance(value, bool):
-            raise ConfigError(key, f"expected true or false, got {value!r}")
-        return value
-    if hint is int:
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise ConfigError(key, f"expected an integer, got {value!r}")
-        return value
-    if hint is float:
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise ConfigError(key, f"expected a number, got {value!r}")
-        if not math.isfinite(value):  # NaN would pass every bound check
-            raise ConfigError(key, f"expected a finite number, got {value!r}")
-        return float(value)
-    if hint is str:
-        if not isinstance(value, str):
-            raise ConfigError(key, f"expected a string, got {value!r}")
-        return value
-    raise ConfigError(key, f"unsupported field type {hint!r}")
-
-
-def _type_schema(hint: Any) -> dict[str, Any]:
-    if typing.get_origin(hint) is Literal:
-        return {"type": "string", "enum": list(typing.get_args(hint))}
-    return {bool: {"type": "boolean"}, int: {"type": "integer"}, float: {"type": "number"}, str: {"type": "string"}}[
-        hint
-    ]
-
-
-@lru_cache(maxsize=1)
-def field_docs() -> dict[str, str]:
-    """The docstring under each TrainConfig field, read from the source (the one place they are written)."""
-    tree = ast.parse(textwrap.dedent(inspect.getsource(TrainConfig)))
-    body = tree.body[0].body  # type: ignore[attr-defined]
-    docs: dict[str, str] = {}
-    for node, nxt in zip(body, body[1:]):
-        if (
-            isinstance(node, ast.AnnAssign)
-            and isinstance(node.target, ast.Name)
-            and isinstance(nxt, ast.Expr)
-            and isinstance(nxt.value, ast.Constant)
-            and isinstance(nxt.value.value, str)
-        ):
-            docs[node.target.id] = nxt.value.value.strip()
-    return docs

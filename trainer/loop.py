@@ -2,8 +2,8 @@
 
 Reads top to bottom like the algorithm. Each step is a public method, so the debug phases
 (`trainer.phases`) run the same steps one at a time. Where things run is `trainer.topology`; checkpoint and
-restore are `trainer.resume`; stop requests are `trainer.stopping`; everything the run reports goes through
-the injected `EventEmitter`.
+restore are `trainer.resume`; stop requests are `trainer.stopping`; the data of the rollout, train and gate
+events is built by `trainer.reports`; everything the run reports goes through the injected `EventEmitter`.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from typing import Any
 
 from rollout.errors import PublicationError
 from rollout.scheduler import RolloutScheduler
+from trainer import reports
 from trainer.config import TrainConfig
 from trainer.episodes import Group, GroupTicket
 from trainer.phases import run_debug_phase
@@ -151,27 +152,9 @@ class TrainingRun:
             groups = [g for g in groups if g.min_version >= floor]
         if batch.aborted:
             self._find_dead_engines()
-        n_dropped = sum(batch.dropped.values())
-        rewards = [r for g in groups for r in g.rewards]
-        self.emit(
-            "rollout",
-            {
-                "step": self.version + 1,
-                "groups": len(groups),
-                "samples": len(rewards),
-                "group_ids": [g.group_id for g in groups],
-                "epochs": [g.epoch for g in groups],
-                "dropped": batch.dropped,
-                "filtered_rate": n_dropped / max(1, n_dropped + len(batch.groups)),
-                "aborted": batch.aborted,
-                "stale": len(stale),
-                "seconds": time.monotonic() - t0,
-                "reward_mean": sum(rewards) / max(1, len(rewards)),
-                "min_token_version": min((g.min_version for g in groups), default=self.version),
-                "engines": sorted({e for g in groups for e in g.engines}),
-            },
-        )
-        self.metrics["filtered_rate"] = n_dropped / max(1, n_dropped + len(batch.groups))
+        seconds = time.monotonic() - t0
+        self.emit("rollout", reports.rollout_data(self.version + 1, self.version, groups, batch, len(stale), seconds))
+        self.metrics["filtered_rate"] = reports.batch_filtered_rate(batch)
         return groups
 
     def train_step(self, groups: list[Group]) -> dict[str, Any]:
@@ -224,26 +207,15 @@ class TrainingRun:
         """Step 4: the train event (with an evaluation when due) and the sampler's progress."""
         cfg = self.cfg
         elapsed = time.monotonic() - self._t0
-        data = {
-            "step": self.version,
-            "loss": stats["loss"],
-            "reward_mean": stats["reward_mean"],
-            "exact_match": stats["exact_match"],
-            "kl": stats["kl"],
-            "entropy": stats["entropy"],
-            "staleness_max": max((self.version - 1 - g.min_version for g in groups), default=0),
-            "pg_loss": stats["pg_loss"],
-            "clip_frac": stats["clip_frac"],
-            "grad_norm": stats["grad_norm"],
-            "filtered_rate": self.metrics.get("filtered_rate", 0.0),
-            "groups": len(groups),
-            "group_ids": [g.group_id for g in groups],
-            "epochs": [g.epoch for g in groups],
-            "train_seconds": stats["train_seconds"],
-            "elapsed_s": elapsed,
-            "samples_per_s": self.samples / max(elapsed, 1e-9),
-            "gate_closed_share": self.gate_closed_s / max(elapsed, 1e-9),
-        }
+        data = reports.train_data(
+            self.version,
+            stats,
+            groups,
+            filtered_rate=self.metrics.get("filtered_rate", 0.0),
+            elapsed=elapsed,
+            samples=self.samples,
+            gate_closed_s=self.gate_closed_s,
+        )
         if cfg.eval_every and (self.version % cfg.eval_every == 0 or self.version == cfg.steps):
             data.update(self.rt.trainer_call("evaluate", cfg.eval_prompts))
         self.metrics.update({k: v for k, v in data.items() if k not in ("group_ids", "epochs")})
@@ -289,11 +261,7 @@ class TrainingRun:
 
     def emit_gate(self) -> None:
         snap = self.rt.loop.run(self.rt.publication.snapshot())
-        engines = [
-            {k: e.get(k) for k in ("engine", "state", "version", "active", "waiting", "sessions")}
-            for e in snap["engines"]
-        ]
-        self.emit("gate", {**snap, "engines": engines})
+        self.emit("gate", reports.gate_data(snap))
 
     def _emit_gate_quietly(self) -> None:
         try:

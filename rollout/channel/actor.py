@@ -1,7 +1,7 @@
 """ChannelActor: a ChannelState served by a named, async Ray actor, so producers and consumers in other processes
-share it.
+share it; `spawn` starts one under its channel's name and `find` looks one up (what Channel.create/connect call).
 
-Plain class; `ray.remote` is applied in Channel.create (Ray stays at the edge).
+Plain class; `ray.remote` is applied in `spawn` and Ray is imported only there and in `find` (Ray stays at the edge).
 """
 
 from __future__ import annotations
@@ -9,7 +9,10 @@ from __future__ import annotations
 from typing import Any
 
 from rollout.channel import ops
-from rollout.channel.state import ChannelState, Entry
+from rollout.channel.state import DEFAULT_KEY, ChannelState, Entry
+from rollout.errors import ChannelError
+
+_ACTOR_PREFIX = "rollout-channel:"
 
 
 class ChannelActor:
@@ -44,3 +47,27 @@ class ChannelActor:
 
     async def close(self) -> None:
         self.state.close()
+
+
+def spawn(name: str, kwargs: dict[str, Any], namespace: str | None, actor_options: dict[str, Any] | None) -> Any:
+    """Start the named actor of channel `name` (ChannelState arguments `kwargs`) and wait until it answers."""
+    import ray
+
+    options = {"name": _ACTOR_PREFIX + name, "num_cpus": 0, "max_concurrency": 1000}
+    if namespace is not None:
+        options["namespace"] = namespace
+    options.update(actor_options or {})
+    # Any: Ray types a handle's methods as the plain class's, which have no `.remote`.
+    actor: Any = ray.remote(ChannelActor).options(**options).remote(name, kwargs)
+    ray.get(actor.qsize.remote(DEFAULT_KEY, None))  # surface hook/config errors now, not on first put
+    return actor
+
+
+def find(name: str, namespace: str | None) -> Any:
+    """The handle of channel `name`'s actor; ChannelError if there is none."""
+    import ray
+
+    try:
+        return ray.get_actor(_ACTOR_PREFIX + name, namespace=namespace)
+    except ValueError as exc:
+        raise ChannelError(f"no channel named {name!r} (create it first)") from exc

@@ -1,4 +1,9 @@
-"""Channel: a keyed, weighted FIFO shared by producers and consumers, in-process (local) or via a named Ray actor."""
+"""Channel: a keyed, weighted FIFO shared by producers and consumers, in-process (local) or via a named Ray actor.
+
+This module owns the client: the local registry, create/connect/close, and routing each put/get/size call to the
+in-process state (`ops`) or the actor. Argument checks and result codes are `calls`; the actor itself, and
+starting and finding it, are `actor`; write-behind puts are `writer`.
+"""
 
 from __future__ import annotations
 
@@ -7,14 +12,14 @@ import threading
 from collections.abc import Iterable
 from typing import Any
 
-from rollout.channel import ops
+from rollout.channel import actor as channel_actor
+from rollout.channel import calls, ops
 from rollout.channel.state import DEFAULT_KEY, ChannelState, Entry, check_weight
 from rollout.channel.writer import WriteBehind
-from rollout.errors import ChannelError, QueueEmpty, QueueFull
+from rollout.errors import ChannelError
 
 _LOCAL: dict[str, ChannelState] = {}
 _LOCAL_LOCK = threading.Lock()
-_ACTOR_PREFIX = "rollout-channel:"
 
 
 class Channel:
@@ -50,7 +55,7 @@ class Channel:
 
         linger_ms > 0 (unbounded Ray channels only): this client's puts are written behind, see writer.py.
         """
-        _check_linger(linger_ms, maxsize, local)
+        calls.check_linger(linger_ms, maxsize, local)
         kwargs = {
             "maxsize": maxsize,
             "collector": collector,
@@ -65,17 +70,7 @@ class Channel:
                     raise ChannelError(f"a local channel named {name!r} already exists in this process")
                 state = _LOCAL[name] = ChannelState(name, **kwargs)
             return cls(name, state=state)
-        import ray
-
-        from rollout.channel.actor import ChannelActor
-
-        options = {"name": _ACTOR_PREFIX + name, "num_cpus": 0, "max_concurrency": 1000}
-        if namespace is not None:
-            options["namespace"] = namespace
-        options.update(actor_options or {})
-        # Any: Ray types a handle's methods as the plain class's, which have no `.remote`.
-        actor: Any = ray.remote(ChannelActor).options(**options).remote(name, kwargs)
-        ray.get(actor.qsize.remote(DEFAULT_KEY, None))  # surface hook/config errors now, not on first put
+        actor = channel_actor.spawn(name, kwargs, namespace, actor_options)
         return cls(name, actor=actor, linger_ms=linger_ms)
 
     @classmethod
@@ -84,17 +79,13 @@ class Channel:
         with _LOCAL_LOCK:
             state = _LOCAL.get(name)
         if state is not None:
-            _check_linger(linger_ms, state.maxsize, True)
+            calls.check_linger(linger_ms, state.maxsize, True)
             return cls(name, state=state)
-        import ray
-
-        actor: Any  # a Ray actor handle (see create)
-        try:
-            actor = ray.get_actor(_ACTOR_PREFIX + name, namespace=namespace)
-        except ValueError as exc:
-            raise ChannelError(f"no channel named {name!r} (create it first)") from exc
+        actor = channel_actor.find(name, namespace)
         if linger_ms:
-            _check_linger(linger_ms, ray.get(actor.maxsize.remote()), False)
+            import ray
+
+            calls.check_linger(linger_ms, ray.get(actor.maxsize.remote()), False)
         return cls(name, actor=actor, linger_ms=linger_ms)
 
     def flush(self) -> None:
@@ -146,7 +137,7 @@ class Channel:
         timeout: float | None = None,
     ) -> None:
         """Many items in one call (one actor round trip): what a producer of many small items should use."""
-        self._put_sync(_entries(items, weights), key, timeout, False)
+        self._put_sync(calls.entries(items, weights), key, timeout, False)
 
     async def put_async(
         self, item: Any, weight: float = 0, key: str = DEFAULT_KEY, timeout: float | None = None
@@ -160,7 +151,7 @@ class Channel:
         key: str = DEFAULT_KEY,
         timeout: float | None = None,
     ) -> None:
-        await self._put_async(_entries(items, weights), key, timeout)
+        await self._put_async(calls.entries(items, weights), key, timeout)
 
     def _put_sync(self, entries: list[Entry], key: str, timeout: float | None, nowait: bool) -> None:
         if self._linger_ms:
@@ -172,7 +163,7 @@ class Channel:
             import ray
 
             code = ray.get(self._actor.put.remote(entries, key, timeout, nowait))
-        _raise_put(code, self.name, key, timeout)
+        calls.raise_put(code, self.name, key, timeout)
 
     async def _put_async(self, entries: list[Entry], key: str, timeout: float | None) -> None:
         if self._linger_ms:
@@ -182,7 +173,7 @@ class Channel:
             code = await ops.put_waiting(self._state, entries, key, timeout, False)
         else:
             code = await self._actor.put.remote(entries, key, timeout, False)
-        _raise_put(code, self.name, key, timeout)
+        calls.raise_put(code, self.name, key, timeout)
 
     # --- get ----------------------------------------------------------------------------------------------
     def get(self, key: str = DEFAULT_KEY, consumer: str | None = None, timeout: float | None = None) -> Any:
@@ -195,7 +186,7 @@ class Channel:
         self, max_items: int, key: str = DEFAULT_KEY, consumer: str | None = None, timeout: float | None = None
     ) -> list[Any]:
         """At least one and at most max_items items, in FIFO order, in one call."""
-        return self._take_sync(key, consumer, None, _positive(max_items), timeout, False)
+        return self._take_sync(key, consumer, None, calls.positive(max_items), timeout, False)
 
     def get_batch(
         self,
@@ -206,7 +197,7 @@ class Channel:
         max_items: int | None = None,
     ) -> list[Any]:
         """Blocks for at least one item; the first always comes, then more while the total <= target_weight."""
-        return self._take_sync(key, consumer, _target(target_weight), _cap(max_items), timeout, False)
+        return self._take_sync(key, consumer, calls.target(target_weight), calls.cap(max_items), timeout, False)
 
     async def get_async(self, key: str = DEFAULT_KEY, consumer: str | None = None, timeout: float | None = None) -> Any:
         return (await self._take_async(key, consumer, None, 1, timeout))[0]
@@ -214,7 +205,7 @@ class Channel:
     async def get_many_async(
         self, max_items: int, key: str = DEFAULT_KEY, consumer: str | None = None, timeout: float | None = None
     ) -> list[Any]:
-        return await self._take_async(key, consumer, None, _positive(max_items), timeout)
+        return await self._take_async(key, consumer, None, calls.positive(max_items), timeout)
 
     async def get_batch_async(
         self,
@@ -224,7 +215,7 @@ class Channel:
         timeout: float | None = None,
         max_items: int | None = None,
     ) -> list[Any]:
-        return await self._take_async(key, consumer, _target(target_weight), _cap(max_items), timeout)
+        return await self._take_async(key, consumer, calls.target(target_weight), calls.cap(max_items), timeout)
 
     def _write_behind(self) -> WriteBehind:
         if self._writer is None:
@@ -249,7 +240,7 @@ class Channel:
             import ray
 
             code, items = ray.get(self._actor.take.remote(key, consumer, target, max_items, timeout, nowait))
-        _raise_take(code, self.name, key, timeout)
+        calls.raise_take(code, self.name, key, timeout)
         return items
 
     async def _take_async(
@@ -263,7 +254,7 @@ class Channel:
             code, items = await ops.take_waiting(self._state, key, consumer, target, max_items, timeout, False)
         else:
             code, items = await self._actor.take.remote(key, consumer, target, max_items, timeout, False)
-        _raise_take(code, self.name, key, timeout)
+        calls.raise_take(code, self.name, key, timeout)
         return items
 
     # --- sizes --------------------------------------------------------------------------------------------
@@ -298,53 +289,3 @@ class Channel:
             return described.replace("Channel(", "Channel[ray](", 1)
         except Exception as exc:  # noqa: BLE001 - repr must not raise
             return f"Channel[ray]({self.name!r}, unreachable: {exc!r})"
-
-
-def _check_linger(linger_ms: float, maxsize: int, local: bool) -> None:
-    if linger_ms < 0:
-        raise ChannelError("linger_ms must be >= 0")
-    if linger_ms and (maxsize or local):
-        raise ChannelError(
-            "linger_ms (write-behind) needs an unbounded Ray channel: a bounded put must see "
-            "fullness and a local put is already cheap"
-        )
-
-
-def _entries(items: Iterable[Any], weights: Iterable[float] | None) -> list[Entry]:
-    items = list(items)
-    if weights is None:
-        return [(item, 0.0) for item in items]
-    weights = [check_weight(w) for w in weights]
-    if len(weights) != len(items):
-        raise ChannelError(f"{len(items)} items but {len(weights)} weights")
-    return list(zip(items, weights))
-
-
-def _target(target_weight: float) -> float:
-    if isinstance(target_weight, bool) or not isinstance(target_weight, (int, float)) or not target_weight > 0:
-        raise ChannelError(f"target_weight must be a positive number, got {target_weight!r}")
-    return float(target_weight)
-
-
-def _positive(n: int) -> int:
-    if not isinstance(n, int) or n < 1:
-        raise ChannelError(f"max_items must be a positive integer, got {n!r}")
-    return n
-
-
-def _cap(max_items: int | None) -> int:
-    return 1 << 62 if max_items is None else _positive(max_items)
-
-
-def _raise_put(code: int, name: str, key: str, timeout: float | None) -> None:
-    if code == ops.NOT_NOW:
-        raise QueueFull(f"channel {name!r} key {key!r} is full")
-    if code == ops.TIMED_OUT:
-        raise TimeoutError(f"channel {name!r} key {key!r} stayed full for {timeout} s")
-
-
-def _raise_take(code: int, name: str, key: str, timeout: float | None) -> None:
-    if code == ops.NOT_NOW:
-        raise QueueEmpty(f"channel {name!r} key {key!r} is empty")
-    if code == ops.TIMED_OUT:
-        raise TimeoutError(f"channel {name!r} key {key!r} stayed empty for {timeout} s")
