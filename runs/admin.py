@@ -3,6 +3,8 @@ runs, slots, events and the stored concurrency settings (state changes go throug
 
 from __future__ import annotations
 
+from typing import Any
+
 from django import forms
 from django.contrib import admin
 from django.http import HttpRequest
@@ -25,8 +27,9 @@ class ScheduleForm(forms.ModelForm):
             raise forms.ValidationError(problem)
         return cron
 
-    def clean(self) -> dict:
+    def clean(self) -> dict[str, Any]:
         data = super().clean()
+        assert data is not None  # ModelForm.clean returns cleaned_data
         try:
             kind = kinds.kind_get(data.get("kind"))
             data["config"] = kind.validate_config(data.get("config") or {})

@@ -121,7 +121,7 @@ def queue_rows(*, user: Any) -> tuple[list[BoardRun], dict[int, int]]:
                 eta_seconds=q.eta_seconds if q else None,
             )
         )
-    out.sort(key=lambda r: ((r["position"] or {}).get("overall", 1 << 30), r["id"]))
+    out.sort(key=lambda r: (r["position"]["overall"] if r["position"] else 1 << 30, r["id"]))
     return out, {row[0]: row[7] for row in rows}
 
 

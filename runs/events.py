@@ -45,7 +45,7 @@ def run_events_record(*, run: Run, source: str, events: Iterable[dict[str, Any]]
     with transaction.atomic():
         last_seq = Run.objects.select_for_update().values_list("last_seq", flat=True).get(pk=run.pk)
         source_seqs = [i["source_seq"] for i in items if i.get("source_seq") is not None]
-        seen: set[int] = set()
+        seen: set[int | None] = set()  # source_seq is a nullable column
         if source_seqs:
             seen = set(
                 RunEvent.objects.filter(run_id=run.pk, source=source, source_seq__in=source_seqs).values_list(

@@ -11,6 +11,7 @@ Celery tasks are named here, not imported: runs.tasks (the entry points) sits ab
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import time
@@ -183,7 +184,7 @@ def _followups_schedule(run: Run) -> None:
     if run.status == RunStatus.SUCCEEDED or (
         run.status == RunStatus.FAILED and run.auto_resume and run.attempt < settings.RUN_AUTO_RESUME_MAX
     ):
-        transaction.on_commit(lambda run_id=run.pk, attempt=run.attempt: _followups_run(run_id, attempt))
+        transaction.on_commit(functools.partial(_followups_run, run.pk, run.attempt))
 
 
 def run_finish(*, run: Run, status: str, error: str = "", stop_job: bool = False) -> Run:

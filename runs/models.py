@@ -92,6 +92,9 @@ class Run(models.Model):
     resume_requested = models.BooleanField(default=False)
     auto_resume = models.BooleanField(default=False)
     parent = models.ForeignKey("self", null=True, blank=True, on_delete=models.SET_NULL, related_name="children")
+    # Not a column: the status a run had before a finish moved it, set only on the Run that RunStore.finish
+    # returns (runs/stores.py, runs/slots/pg.py); reading it on any other instance raises AttributeError.
+    previous_status: str
 
     class Meta:
         ordering = ["-id"]

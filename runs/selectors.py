@@ -88,7 +88,9 @@ def grant_rate_per_second(*, now: datetime) -> float | None:
     )
     if not recent:
         return None
-    span = max((now - recent[-1]).total_seconds(), 1.0)
+    oldest = recent[-1]
+    assert oldest is not None  # granted_at__gte excludes null
+    span = max((now - oldest).total_seconds(), 1.0)
     return len(recent) / span
 
 
@@ -205,7 +207,7 @@ def slots_snapshot() -> SlotsJson:
     policy = store.policy_load()
     counts = store.slot_counts()
     held, waiting = counts[SlotState.HELD], counts[SlotState.WAITING]
-    return {  # type: ignore[return-value]  # policy.to_dict() is a SlotPolicy
+    return {
         "policy": policy.to_dict(),
         "borrowable": policy.borrowable,
         "classes": {

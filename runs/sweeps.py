@@ -52,6 +52,7 @@ def runs_enforce_time_limits(*, now: datetime) -> list[int]:
         for r in Run.objects.filter(status__in=ACTIVE_STATUSES, granted_at__isnull=False).only(
             "pk", "granted_at", "time_limit_seconds"
         )
-        if r.granted_at + timedelta(seconds=r.time_limit_seconds or default) <= now
+        if r.granted_at is not None  # the filter excludes null; narrows the type
+        and r.granted_at + timedelta(seconds=r.time_limit_seconds or default) <= now
     ]
     return _fail_active(over, error_of=lambda r: f"time limit of {r.time_limit_seconds or default} s exceeded")

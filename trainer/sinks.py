@@ -13,7 +13,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 from trainer.events import EventDict, validate_event
 
@@ -92,7 +92,7 @@ class HttpSink:
         self.stop_requested = False  # the platform answered 409: the run is over
         self.delivered = 0
         self.dropped = 0
-        self._buf: list[dict[str, Any]] = []
+        self._buf: list[EventDict] = []
         self._cond = threading.Condition()
         self._closing = False
         self._deadline = float("inf")
@@ -124,14 +124,16 @@ class HttpSink:
             if batch:
                 self._post(batch)
 
-    def _post(self, batch: list[dict[str, Any]]) -> None:
+    def _post(self, batch: list[EventDict]) -> None:
         import requests
 
         headers = {"Authorization": f"Bearer {self.token}"} if self.token else {}
+        # EventDict is JSON, but a TypedDict is not assignable to requests' JsonType (a dict[str, JsonType]).
+        body = cast("list[dict[str, Any]]", batch)
         delay = 0.2
         while True:
             try:
-                resp = self.session.post(self.url, json=batch, headers=headers, timeout=self.timeout_s)
+                resp = self.session.post(self.url, json=body, headers=headers, timeout=self.timeout_s)
                 if resp.status_code < 300:
                     self.delivered += len(batch)
                     return

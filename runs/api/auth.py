@@ -4,9 +4,10 @@ token. Expiry is enforced by runs.api.tokens."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NoReturn
 
 from django.contrib.auth import authenticate
+from django.contrib.auth.models import AnonymousUser
 from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import status as http
 from rest_framework.authtoken.models import Token
@@ -65,7 +66,7 @@ class TokenView(ServiceView):
     def get_throttles(self) -> list:
         return [SignInThrottle()] if self._posting() else []
 
-    def throttled(self, request: Request, wait: float | None) -> None:
+    def throttled(self, request: Request, wait: float | None) -> NoReturn:
         raise SignInThrottled(int(wait or 1))
 
     @extend_schema(
@@ -94,5 +95,7 @@ class TokenView(ServiceView):
         responses={204: OpenApiResponse(description="the caller's token is deleted (if it had one)")},
     )
     def delete(self, request: Request) -> Response:
-        Token.objects.filter(user=request.user).delete()
+        user = request.user
+        assert not isinstance(user, AnonymousUser)  # get_permissions: IsAuthenticated for everything but POST
+        Token.objects.filter(user=user).delete()
         return Response(status=http.HTTP_204_NO_CONTENT)

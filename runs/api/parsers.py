@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Mapping
 from typing import Any
 
 from rest_framework.exceptions import ParseError
@@ -56,7 +57,7 @@ def json_check(value: Any) -> None:
 class SafeJSONParser(JSONParser):
     """application/json, strict (no NaN/Infinity), checked by json_check."""
 
-    def parse(self, stream: Any, media_type: str | None = None, parser_context: dict | None = None) -> Any:
+    def parse(self, stream: Any, media_type: str | None = None, parser_context: Mapping[str, Any] | None = None) -> Any:
         raw = stream.read() if stream is not None else b""
         try:
             text = raw.decode("utf-8")

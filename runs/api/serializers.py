@@ -40,8 +40,10 @@ class RunSubmitSerializer(serializers.Serializer):
         help_text="seconds from the grant; omitted: the staff default (default_time_limit_seconds); above "
         "max_time_limit_seconds: 400",
     )
+    # DRF-stubs type JSONField's default as a mapping; any JSON value is a valid default.
     auto_resume = StrictBooleanField(
-        default=False, help_text="true: if the run fails, resume it from its last checkpoint"
+        default=False,  # type: ignore[arg-type]
+        help_text="true: if the run fails, resume it from its last checkpoint",
     )
 
 
@@ -107,7 +109,8 @@ class RunEventSerializer(serializers.Serializer):
     seq = serializers.IntegerField()
     ts = serializers.SerializerMethodField()
     type = serializers.CharField()
-    data = serializers.JSONField()
+    # The metaclass moves declared fields out of the class, so this does not shadow Serializer.data.
+    data = serializers.JSONField()  # type: ignore[assignment]
 
     @extend_schema_field(serializers.FloatField())
     def get_ts(self, event: Any) -> float:
@@ -210,7 +213,8 @@ class ErrorSerializer(serializers.Serializer):
 
     detail = serializers.CharField()
     field = serializers.CharField(allow_null=True, required=False)
-    errors = serializers.JSONField(required=False)
+    # The metaclass moves declared fields out of the class, so this does not shadow Serializer.errors.
+    errors = serializers.JSONField(required=False)  # type: ignore[assignment]
 
 
 class TokenInputSerializer(serializers.Serializer):

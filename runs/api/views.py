@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.views.defaults import page_not_found
@@ -66,7 +66,9 @@ def _body(request: Request) -> dict[str, Any]:
 
 def _runs_json(runs: list, request: Request) -> list[dict[str, Any]]:
     info = selectors.runs_queue_info(runs=runs)
-    return s.RunSerializer(runs, many=True, context={"request": request, "queue_info": info}).data
+    data = s.RunSerializer(runs, many=True, context={"request": request, "queue_info": info}).data
+    # many=True builds a ListSerializer, whose .data is a ReturnList (the stubs type it as the child's ReturnDict).
+    return cast(list[dict[str, Any]], data)
 
 
 class RunListCreateView(ServiceView):
@@ -87,6 +89,7 @@ class RunListCreateView(ServiceView):
         )
         paginator = PageNumberPagination()
         page = paginator.paginate_queryset(qs, request, view=self)
+        assert page is not None  # None only without a page size; REST_FRAMEWORK["PAGE_SIZE"] is set
         return paginator.get_paginated_response(_runs_json(list(page), request))
 
     @extend_schema(

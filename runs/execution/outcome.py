@@ -17,7 +17,7 @@ from runs.models import Run, RunEvent, RunStatus
 ERROR_TAIL_CHARS = 4000
 
 
-def error_tail(text: str) -> str:
+def error_tail(text: str | None) -> str:
     text = (text or "").strip()
     return text if len(text) <= ERROR_TAIL_CHARS else "..." + text[-ERROR_TAIL_CHARS:]
 

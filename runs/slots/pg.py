@@ -167,6 +167,7 @@ def _run_from_row(names: list[str], values: tuple) -> Run:
     fields = Run._meta.concrete_fields
     converted = []
     for f in fields:
+        assert f.column is not None  # concrete fields always have a column
         value = row[f.column]
         for convert in f.get_db_converters(connection):
             value = convert(value, f, connection)
@@ -235,7 +236,7 @@ def grants_apply(
     """Mark the decided slots held, move their runs to `status` (`starting`) with a numbered `status` event each,
     and queue the NOTIFY (delivered on commit), in one statement. Returns one dict per moved run."""
     ids = [d.run_id for d in decisions]
-    params = {
+    params: dict[str, Any] = {
         "channel": CHANNEL,
         "payload": json.dumps(notify, separators=(",", ":")),
         "now": now,

@@ -8,7 +8,10 @@ Pure: no Django imports, so grant tests and the settings form share one definiti
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeGuard
+
+if TYPE_CHECKING:
+    from runs.messages import SlotPolicy
 
 CLASSES: tuple[str, ...] = ("interactive", "app", "schedule", "system")
 DEFAULT_PRIORITY: dict[str, int] = {"interactive": 40, "app": 30, "schedule": 20, "system": 10}
@@ -56,7 +59,7 @@ class Policy:
         """Slots the non-interactive classes may use together: everything except the interactive reserve."""
         return max(0, self.max_total - self.interactive_reserve)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> SlotPolicy:
         return {
             "max_total": self.max_total,
             "interactive_reserve": self.interactive_reserve,
@@ -78,12 +81,12 @@ class UserLimits:
         return {k: getattr(self, k) for k in LIMIT_KEYS}
 
 
-def is_int(value: Any) -> bool:
+def is_int(value: Any) -> TypeGuard[int]:
     # bool is a subclass of int in Python; a JSON `true` must not pass for 1.
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def _in_range(value: Any, low: int, high: int) -> bool:
+def _in_range(value: Any, low: int, high: int) -> TypeGuard[int]:
     return is_int(value) and low <= value <= high
 
 
@@ -115,10 +118,14 @@ def policy_effective(raw: Any, *, default_max_total: int) -> Policy:
     reserve = raw.get("interactive_reserve")
     reserve = reserve if _in_range(reserve, RESERVE_MIN, RESERVE_MAX) else None
     base = policy_defaults(total, reserve)
-    stored_classes = raw.get("classes") if isinstance(raw.get("classes"), dict) else {}
+    stored_classes = raw.get("classes")
+    if not isinstance(stored_classes, dict):
+        stored_classes = {}
     classes: dict[str, ClassPolicy] = {}
     for name in CLASSES:
-        item = stored_classes.get(name) if isinstance(stored_classes.get(name), dict) else {}
+        item = stored_classes.get(name)
+        if not isinstance(item, dict):
+            item = {}
         limit = item.get("limit")
         priority = item.get("priority")
         classes[name] = ClassPolicy(
@@ -191,7 +198,9 @@ def policy_merge(stored: Any, changes: dict[str, Any], *, partial: bool) -> dict
                 out.pop(key, None)  # null resets to the default
             else:
                 out[key] = changes[key]
-    stored_classes = base.get("classes") if isinstance(base.get("classes"), dict) else {}
+    stored_classes = base.get("classes")
+    if not isinstance(stored_classes, dict):
+        stored_classes = {}
     classes = {k: dict(v) for k, v in stored_classes.items() if k in CLASSES and isinstance(v, dict)}
     for name, item in changes.get("classes", {}).items():
         classes.setdefault(name, {}).update(item)

@@ -28,7 +28,7 @@ class Command(BaseCommand):
         User = get_user_model()
         admin = User.objects.filter(is_superuser=True).order_by("id").first()
         created = admin is None
-        if created:
+        if admin is None:
             if not password:
                 raise CommandError("set PLATFORM_ADMIN_PASSWORD to the password for the new admin")
             admin = User.objects.create_superuser(username=username, email="", password=password)
