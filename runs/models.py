@@ -80,6 +80,13 @@ class Run(models.Model):
     time_limit_seconds = models.PositiveIntegerField(null=True, blank=True)
 
     error = models.TextField(blank=True, default="")
+    # What the run asks the cluster for, fixed at submit from its kind and config (trainer/resources.py):
+    # {"bundles": [{"role", "CPU", "GPU", "memory"}, ...], "total": {...}, "strategy": "PACK"}.
+    resources = models.JSONField(default=dict)
+    # Why a granted run is not running yet (`waiting_for_resources` while its placement group is pending),
+    # with a short human detail; empty otherwise. Queued runs' reasons are computed (runs/selectors.py).
+    pending_reason = models.CharField(max_length=32, blank=True, default="")
+    pending_detail = models.CharField(max_length=300, blank=True, default="")
     # Latest gate state, weight version, sampler progress and metrics, folded from the run's events.
     summary = models.JSONField(default=dict)
 
@@ -161,9 +168,36 @@ class Slot(models.Model):
     state = models.CharField(max_length=8, choices=SlotState.choices, default=SlotState.WAITING)
     requested_at = models.DateTimeField()
     granted_at = models.DateTimeField(null=True, blank=True)
+    # The run's bundles as resource vectors (Ray JSON: {"CPU", "GPU", "memory"}), copied from Run.resources at
+    # enqueue so grants read one narrow table; `placement` is the node id of each bundle once held (the grant's
+    # packing, replaced by where Ray really placed it when the job reports it).
+    demand = models.JSONField(default=list)
+    strategy = models.CharField(max_length=16, default="PACK")
+    placement = models.JSONField(default=list)
+    # The run's time limit (backfill: a held run's latest end is granted_at + this).
+    time_limit_seconds = models.PositiveIntegerField(null=True, blank=True)
 
     class Meta:
         indexes = [models.Index(fields=["state", "run_class", "requested_at", "run"], name="slot_queue_idx")]
+
+
+class ClusterNode(models.Model):
+    """A Ray node as the tick last read it (runs/execution/capacity.py): its total resources (Ray JSON) and
+    whether Ray reports it alive. Admission charges held runs' bundles against these totals."""
+
+    node_id = models.CharField(max_length=64, unique=True)
+    address = models.CharField(max_length=128, blank=True, default="")
+    alive = models.BooleanField(default=True)
+    total = models.JSONField(default=dict)
+    seen_at = models.DateTimeField()
+
+
+class ClusterStatus(models.Model):
+    """One row: whether the last read of Ray succeeded, when, and what failed (the board shows it)."""
+
+    reachable = models.BooleanField(default=False)
+    checked_at = models.DateTimeField(null=True, blank=True)
+    message = models.TextField(blank=True, default="")
 
 
 class ConcurrencySettings(models.Model):

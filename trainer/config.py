@@ -24,6 +24,7 @@ TaskName = Literal["digits", "agent"]
 Mode = Literal["local", "colocated", "disaggregated"]
 Phase = Literal["full", "rollout_only", "train_only"]
 Device = Literal["auto", "cpu", "cuda"]
+PlacementStrategy = Literal["PACK", "STRICT_PACK", "SPREAD"]
 
 
 @dataclass(frozen=True)
@@ -108,7 +109,26 @@ class TrainConfig:
     seed: int = 0
     """Seed for data split, shuffles, initialization and sampling."""
     device: Device = "auto"
-    """Trainer device: 'auto' uses a GPU when the cluster has one."""
+    """Trainer device: 'auto' uses a GPU when the run's resources include one and torch sees it."""
+    # --- resources (what the run asks Ray for; trainer/resources.py turns them into placement bundles) ---
+    driver_cpus: float = 0.2
+    """CPUs reserved for the job's driver process ('local' mode: the whole run, learner_cpus added)."""
+    learner_cpus: float = 0.25
+    """CPUs reserved for the learner actor (torch threads follow: one per whole CPU, at least one)."""
+    engine_cpus: float = 0.125
+    """CPUs reserved for each generation engine actor."""
+    worker_cpus: float = 0.125
+    """CPUs reserved for each rollout worker actor."""
+    learner_gpus: float = 0.0
+    """GPUs for the learner ('local' mode: for the driver); a run asking for any is admitted only onto GPUs."""
+    engine_gpus: float = 0.0
+    """GPUs for each engine actor."""
+    actor_memory_mb: int = 512
+    """Memory reserved for each process of the run (driver and every actor), in MiB."""
+    placement_strategy: PlacementStrategy = "PACK"
+    """How the run's actor bundles are placed on nodes: 'PACK' (few nodes), 'STRICT_PACK' (one node) or 'SPREAD'."""
+    placement_timeout_s: float = 300.0
+    """Seconds the job waits for its placement group; past it the run goes back to the queue (it does not fail)."""
 
     def __post_init__(self) -> None:
         for name, (lo, hi) in _BOUNDS.items():
@@ -123,6 +143,10 @@ class TrainConfig:
             raise ConfigError("n_head", f"must divide d_model ({self.d_model})")
         if self.min_valid_attempts > self.group_size:
             raise ConfigError("min_valid_attempts", f"must not exceed group_size ({self.group_size})")
+        for name in ("learner_gpus", "engine_gpus"):
+            value = getattr(self, name)
+            if value > 1 and value != int(value):
+                raise ConfigError(name, f"must be a whole number above 1 (Ray shares only single GPUs), got {value!r}")
         if self.phase != "full" and not self.batch_path:
             raise ConfigError("batch_path", f"is required for phase {self.phase!r}")
         params = policy_parameters(self)
@@ -207,6 +231,14 @@ _BOUNDS: dict[str, tuple[float | None, float | None]] = {
     "target_exact_match": (0.0, 1.0),
     "time_limit_s": (0.0, 86_400.0),
     "seed": (0, 2**31 - 1),
+    "driver_cpus": (0.01, 64.0),
+    "learner_cpus": (0.01, 64.0),
+    "engine_cpus": (0.01, 64.0),
+    "worker_cpus": (0.01, 64.0),
+    "learner_gpus": (0.0, 8.0),
+    "engine_gpus": (0.0, 8.0),
+    "actor_memory_mb": (64, 262_144),
+    "placement_timeout_s": (1.0, 3600.0),
 }
 
 # Most parameters the policy may have (the default policy has ~0.1M): 25M is e.g. 8 blocks of width 448.

@@ -11,13 +11,16 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, TypedDict, cast
 
 EVENT_TYPES: frozenset[str] = frozenset(
-    {"status", "gate", "version", "sampler", "rollout", "train", "worker", "checkpoint", "log"}
+    {"status", "gate", "version", "sampler", "rollout", "train", "worker", "checkpoint", "log", "resources"}
 )
+RESOURCE_STATES: frozenset[str] = frozenset({"waiting", "ready", "timeout"})
 GATE_STATES: frozenset[str] = frozenset({"open", "sealed", "draining", "installing", "poisoned"})
 
 # Keys each type's `data` must carry (more keys are allowed).
 REQUIRED_DATA_KEYS: dict[str, frozenset[str]] = {
     "gate": frozenset({"state", "version", "active", "waiting", "engines"}),
+    # The job's placement group (docs/execution.md): waiting -> ready (with the node of every bundle) or timeout.
+    "resources": frozenset({"state"}),
     "version": frozenset({"version", "published_at", "pause_ms"}),
     "sampler": frozenset({"epoch", "group_count", "dataset_size", "consumed_in_epoch"}),
     "train": frozenset({"step", "loss", "reward_mean", "exact_match", "kl", "entropy", "staleness_max"}),
