@@ -106,7 +106,8 @@ def ray_service(env: dict[str, str], var_dir: Path, ray_tmp: str) -> list[str]:
     env.setdefault("RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S", "0")
     dash_port = int(env.get("RAY_DASHBOARD_PORT") or (8265 if port_is_free(8265) else free_port()))
     env["RAY_ADDRESS"] = f"http://127.0.0.1:{dash_port}"
-    num_cpus = int(env.get("RAY_NUM_CPUS", max(4, os.cpu_count() or 1)))
+    # The machine's real cores: admission charges every run's CPUs against them (docs/slots.md).
+    num_cpus = int(env.get("RAY_NUM_CPUS", os.cpu_count() or 1))
     return [
         str(VENV_BIN / "ray"),
         "start",

@@ -100,6 +100,7 @@ def banner(env: dict[str, str], login: dict[str, str], state: str) -> str:
    Ray       {env["RAY_ADDRESS"]}   Redis {redacted(env["REDIS_URL"])}
    database  {env.get("DATABASE_URL") or var / "db.sqlite3"}
    logs      {var / "logs"}/   (all output here too: make run ARGS=--verbose)
+   slots     {env.get("PLATFORM_SLOTS_LINE", "")}
  Submit a small training run:
    curl -s -X POST {url}/api/runs/ -H "Authorization: Token {login["token"]}" \\
      -H 'Content-Type: application/json' \\

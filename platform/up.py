@@ -111,6 +111,34 @@ def admin_login(env: dict[str, str]) -> dict[str, str]:
     return {"username": out["username"], "password": out.get("password", password), "token": out["token"]}
 
 
+def size_slots(env: dict[str, str], *, embedded_ray: bool) -> str:
+    """Set SLOTS_DEFAULT_MAX_TOTAL to how many default runs fit the Ray cluster (platform/sizing.py), unless the
+    environment sets it; returns the banner's line saying what was chosen and why."""
+    if env.get("SLOTS_DEFAULT_MAX_TOTAL"):
+        return f"max_total {env['SLOTS_DEFAULT_MAX_TOTAL']} (from SLOTS_DEFAULT_MAX_TOTAL)"
+    print("sizing the slot total from the Ray cluster ...", flush=True)
+    wait = "120" if embedded_ray else "5"  # an outside cluster either answers now or is not there
+    result = subprocess.run(
+        [sys.executable, str(REPO / "platform" / "sizing.py")],
+        cwd=REPO,
+        env={**env, "SIZING_WAIT_SECONDS": wait},
+        capture_output=True,
+        text=True,
+    )
+    if result.returncode != 0:
+        tail = (result.stderr or result.stdout).strip().splitlines()[-1:] or ["no output"]
+        say(f"could not read the Ray cluster's resources ({tail[0]}); using the configured default max_total")
+        return "max_total: the configured default (the Ray cluster could not be read at start)"
+    sized = json.loads(result.stdout.strip().splitlines()[-1])
+    env["SLOTS_DEFAULT_MAX_TOTAL"] = str(sized["max_total"])
+    cpu, gpu, mem = sized["total"]["CPU"], sized["total"]["GPU"], sized["total"]["memory"] / 2**30
+    per = sized["per_run"]
+    return (
+        f"max_total {sized['max_total']}: default runs ({per['CPU']:g} CPU, {per['memory'] / 2**30:.1f} GiB each) "
+        f"that fit Ray's {sized['nodes']} node(s) ({cpu:g} CPU, {gpu:g} GPU, {mem:.1f} GiB)"
+    )
+
+
 def say(message: str) -> None:
     """Print a status line; a closed terminal (SIGHUP) must not interrupt the stop."""
     try:
@@ -223,8 +251,13 @@ def main(argv: list[str] | None = None) -> int:
     supervisor = Supervisor(log_dir=log_dir)
     returncode = 0
     try:
-        for name, args in processes.items():
+        for name, args in services.items():  # Redis and Ray first: the slot total is sized from Ray's nodes
             supervisor.start(name, args, env=env, cwd=str(REPO), show=shown_lines(name, verbose))
+        slots_line = size_slots(env, embedded_ray="ray" in services)
+        for name, args in processes.items():
+            if name not in services:
+                supervisor.start(name, args, env=env, cwd=str(REPO), show=shown_lines(name, verbose))
+        env["PLATFORM_SLOTS_LINE"] = slots_line
         threading.Thread(target=banner_when_ready, args=(supervisor, env, login, verbose), daemon=True).start()
         exited = supervisor.wait_any(stop)
         if exited is not None:  # a half-up platform is worse than a stopped one
