@@ -64,7 +64,9 @@ class Placement:
             "strategy": self.cfg.placement_strategy,
             "waited_s": round(self.waited_s, 3),
             "nodes": list(self.nodes),
-            "detail": f"{len(self.nodes)} processes placed",
+            "detail": f"{len(self.nodes)} process(es) placed"
+            if self.group is not None
+            else "no placement group ('local' mode: one process, the driver)",
         }
 
     def remove(self) -> None:
