@@ -36,9 +36,14 @@ def _starting_run(user, **fields) -> Run:
     return run
 
 
-def test_second_launch_is_a_no_op(ray_settings, settings, django_user_model, submission_prefix, tmp_path):
+def test_second_launch_is_a_no_op(ray_settings, settings, django_user_model, submission_prefix, tmp_path, monkeypatch):
     settings.PLATFORM_PUBLIC_URL = "http://platform.example:8000"
     settings.RUN_ARTIFACTS_DIR = tmp_path
+    submitted: list[dict] = []  # what the launcher asked Ray for (the job API does not list entrypoint resources)
+    submit = JobSubmissionClient.submit_job
+    monkeypatch.setattr(
+        JobSubmissionClient, "submit_job", lambda self, **kw: submitted.append(kw) or submit(self, **kw)
+    )
     run = _starting_run(django_user_model.objects.create_user(username="l1"))
     spec = JobSpec(entrypoint=["sleep", "60"], entrypoint_num_cpus=0.2, entrypoint_memory=64 * 1024 * 1024)
 
@@ -62,8 +67,12 @@ def test_second_launch_is_a_no_op(ray_settings, settings, django_user_model, sub
         assert env["RAY_JOB_STOP_WAIT_TIME_S"] == str(settings.RUN_STOP_GRACE_SECONDS)
         assert env["RAY_JOB_STOP_SIGNAL"] == "SIGINT"
         # The entrypoint (the job's driver) reserves its bundle; no GPU asked, none reserved.
-        assert (jobs[0].entrypoint_num_cpus, jobs[0].entrypoint_memory) == (0.2, 64 * 1024 * 1024)
-        assert not jobs[0].entrypoint_num_gpus
+        reserved = {k: v for k, v in submitted[0].items() if k.startswith("entrypoint_")}
+        assert reserved == {
+            "entrypoint_num_cpus": 0.2,
+            "entrypoint_num_gpus": None,
+            "entrypoint_memory": 64 * 1024 * 1024,
+        }
     finally:
         job_stop(run)
 
