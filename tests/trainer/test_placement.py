@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -171,3 +172,20 @@ def test_local_mode_is_ready_at_start_on_the_drivers_node(ray_driver) -> None:
     assert ready["state"] == "ready" and ready["waited_s"] == 0
     assert ready["nodes"] == [ray_driver.get_runtime_context().get_node_id()]  # one process: the driver's bundle
     assert cap.of("worker")[0]["device"] == "cpu"
+
+
+def test_a_stop_while_waiting_removes_the_group_and_cancels_the_run(ray_driver) -> None:
+    ray = ray_driver
+    cfg = TrainConfig.from_dict({**TINY, "learner_cpus": 64.0, "placement_timeout_s": 600.0})
+    cap = Capture()
+    run = TrainingRun(cfg, emitter=EventEmitter([cap]))
+    groups_before = set(ray.util.placement_group_table())
+    threading.Timer(2.0, run.request_stop, args=("test stop",)).start()
+    t0 = time.monotonic()
+    result = run.run()
+    assert result.status == "cancelled" and result.version == 0
+    assert time.monotonic() - t0 < 30  # not the 600 s placement timeout
+    assert [d["state"] for d in cap.of("resources")] == ["waiting"]
+    assert [d["status"] for d in cap.of("status")] == ["stopping", "cancelled"]
+    new = {k: v for k, v in ray.util.placement_group_table().items() if k not in groups_before}
+    assert len(new) == 1 and next(iter(new.values()))["state"] == "REMOVED"
