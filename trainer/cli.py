@@ -2,6 +2,9 @@
 
 Exit codes: 0 succeeded, 1 failed (the last status event carries the error), 2 invalid config or arguments,
 143 stopped on request (SIGTERM from `ray job stop`, or the platform answered 409): final status `cancelled`.
+0 too, without training and without a final status event, when the run's placement group was not ready within
+`placement_timeout_s`: the last event is `resources` `timeout` and the platform puts the run back in its queue
+(stdout: `{"status": "placement_timeout", ...}`).
 """
 
 from __future__ import annotations
@@ -84,9 +87,14 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.resume and not args.checkpoint_dir:
         print("--resume needs --checkpoint-dir", file=sys.stderr)
         return EXIT_USAGE
-    from trainer.loop import TrainingRun
-
+    # The sink heartbeats from now on (an HTTP sink posts every few seconds), before torch is even imported.
     emitter = _emitter(args.events, cfg.steps)
+    # The driver computes with its bundle's threads; set before torch is first imported (trainer.loop does).
+    from trainer.resources import run_bundles
+
+    os.environ["OMP_NUM_THREADS"] = os.environ["MKL_NUM_THREADS"] = str(run_bundles(cfg)[0].threads)
+    from trainer.loop import PLACEMENT_TIMEOUT, TrainingRun
+
     run = TrainingRun(cfg, emitter=emitter, checkpoint_dir=args.checkpoint_dir, resume=args.resume)
 
     def on_term(signum: int, frame: Any) -> None:
@@ -112,7 +120,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             }
         )
     )
-    return EXIT_OK if result.status == "succeeded" else EXIT_STOPPED
+    return EXIT_OK if result.status in ("succeeded", PLACEMENT_TIMEOUT) else EXIT_STOPPED
 
 
 def cmd_eval(args: argparse.Namespace) -> int:

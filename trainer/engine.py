@@ -30,9 +30,15 @@ class SessionCache:
 
 class Engine:
     def __init__(
-        self, cfg: TrainConfig, engine_id: str, *, initially_open: bool = True, max_sessions: int = 4096
+        self,
+        cfg: TrainConfig,
+        engine_id: str,
+        *,
+        initially_open: bool = True,
+        max_sessions: int = 4096,
+        threads: int = 1,
     ) -> None:
-        torch.set_num_threads(1)  # 2 shared cores: one thread per actor avoids oversubscription
+        torch.set_num_threads(threads)  # the whole CPUs of its bundle (trainer/resources.py), at least one
         self.cfg, self.engine_id, self.max_sessions = cfg, engine_id, max_sessions
         task = task_build(cfg)
         torch.manual_seed(cfg.seed)  # same initial weights as the learner's version 0

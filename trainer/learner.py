@@ -1,6 +1,6 @@
 """The trainer: owns the trained policy and its optimizer, runs GRPO steps, exports weights by version.
 
-A plain class; the Ray topology wraps it as an actor that asks for a GPU when the cluster has one.
+A plain class; the Ray topology wraps it as an actor in the learner's bundle (`learner_gpus` GPUs).
 """
 
 from __future__ import annotations
@@ -17,16 +17,18 @@ from trainer.policy import build_policy
 from trainer.problems import task_build
 
 
-def pick_device(requested: str) -> torch.device:
-    if requested == "cuda" or (requested == "auto" and torch.cuda.is_available()):
+def pick_device(requested: str, gpus: float = 0.0) -> torch.device:
+    """'cuda' is CUDA; 'auto' is CUDA only when this process was given a GPU (`gpus` > 0: its bundle has one)
+    and torch sees it, so logical GPUs on a machine without CUDA fall back to the CPU; else the CPU."""
+    if requested == "cuda" or (requested == "auto" and gpus > 0 and torch.cuda.is_available()):
         return torch.device("cuda")
     return torch.device("cpu")
 
 
 class Learner:
-    def __init__(self, cfg: TrainConfig) -> None:
+    def __init__(self, cfg: TrainConfig, *, gpus: float = 0.0) -> None:
         self.cfg = cfg
-        self.device = pick_device(cfg.device)
+        self.device = pick_device(cfg.device, gpus)
         task = task_build(cfg)
         torch.manual_seed(cfg.seed)  # engines build the same initial weights from the same seed
         self.model = build_policy(cfg, task.vocab_size, task.block_size()).to(self.device)

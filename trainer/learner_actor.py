@@ -1,7 +1,7 @@
 """The learner actor: a Learner that takes its batches from the Channel and evaluates its own policy.
 
-Deployed as a Ray actor (a GPU when the cluster has one) or used in-process in local mode; the driver
-(`trainer.topology.Runtime`) calls it the same way in both.
+Deployed as a Ray actor in the learner's bundle (with its GPUs, if the config asks for any) or used in-process
+in local mode; the driver (`trainer.topology.Runtime`) calls it the same way in both.
 """
 
 from __future__ import annotations
@@ -22,9 +22,9 @@ class InjectedFailure(RuntimeError):
 
 
 class LearnerActor(Learner):
-    def __init__(self, cfg: TrainConfig, channel_name: str) -> None:
-        torch.set_num_threads(1)
-        super().__init__(cfg)
+    def __init__(self, cfg: TrainConfig, channel_name: str, *, threads: int = 1, gpus: float = 0.0) -> None:
+        torch.set_num_threads(threads)  # the whole CPUs of its bundle, at least one
+        super().__init__(cfg, gpus=gpus)
         self.task = task_build(cfg)
         self.channel_name = channel_name
         self._channel: Channel | None = None

@@ -20,17 +20,21 @@ from trainer import reports
 from trainer.config import TrainConfig
 from trainer.episodes import Group, GroupTicket
 from trainer.phases import run_debug_phase
+from trainer.placement import PlacementTimeout
 from trainer.problems import task_build
 from trainer.resume import apply_restore, load_for_resume, take_checkpoint
 from trainer.sampler import GroupSampler
 from trainer.sinks import EventEmitter
-from trainer.stopping import StopControl, finish_stopped
+from trainer.stopping import StopControl, StopRequested, finish_stopped
 from trainer.topology import Runtime, build_runtime
+
+# RunResult.status of a run whose placement group was not ready in time: it trained nothing and exits 0.
+PLACEMENT_TIMEOUT = "placement_timeout"
 
 
 @dataclass
 class RunResult:
-    status: str  # succeeded | cancelled | failed
+    status: str  # succeeded | cancelled | failed | placement_timeout
     version: int
     metrics: dict[str, Any] = field(default_factory=dict)
     consumed: list[tuple[int, int]] = field(default_factory=list)  # (group_id, epoch) in training order
@@ -81,7 +85,14 @@ class TrainingRun:
     def run(self) -> RunResult:
         cfg = self.cfg
         restored = load_for_resume(self)
-        self._rt = rt = build_runtime(cfg, self.sampler, engines_open=restored is None)
+        try:
+            self._rt = rt = build_runtime(
+                cfg, self.sampler, engines_open=restored is None, emit=self.emit, stop=self._stop_asked
+            )
+        except PlacementTimeout:
+            return self.result(PLACEMENT_TIMEOUT)  # nothing trained; the platform requeues the run
+        except StopRequested:
+            return finish_stopped(self)
         heartbeat = threading.Thread(target=self._heartbeat, name="heartbeat", daemon=True)
         try:
             self.emit("status", {"status": "running", "version": self.version})
@@ -132,6 +143,9 @@ class TrainingRun:
     def request_stop(self, reason: str = "stop requested") -> None:
         """Safe from a signal handler: stop at the next safe point; dispatched, untrained groups go back."""
         self.stop_control.request(reason)
+
+    def _stop_asked(self) -> bool:
+        return self.stop_control.is_set() or self.emitter.stop_requested
 
     def _scheduler_if_started(self) -> RolloutScheduler | None:
         return self._rt.scheduler if self._rt is not None else None

@@ -3,6 +3,9 @@
 `EventEmitter` numbers and validates events (trainer.events is the one schema); sinks only deliver them.
 HTTP delivery retries connection failures, read timeouts and 5xx answers: re-posting is safe because the
 platform ingests idempotently by the emitter's seq. A 409 means the run is finished: `stop_requested` is set.
+The HTTP sink also heartbeats: from its construction until close, a thread of its own posts `{"events": []}`
+every HEARTBEAT_SECONDS, whatever the run is doing (importing torch, waiting for its placement group,
+training); the platform stamps `heartbeat_at` on every accepted post.
 """
 
 from __future__ import annotations
@@ -20,6 +23,8 @@ from trainer.events import EventDict, validate_event
 TOKEN_ENV = "RUN_INGEST_TOKEN"
 # The platform's launcher hands the token over in a 0600 file, not in the job's env (which the Ray job API shows).
 TOKEN_FILE_ENV = "RUN_INGEST_TOKEN_FILE"
+# Seconds between the HTTP sink's empty heartbeat posts.
+HEARTBEAT_SECONDS = 5.0
 
 
 def ingest_token_from_env() -> str:
@@ -70,7 +75,8 @@ def _last_seq(path: Path) -> int:
 
 
 class HttpSink:
-    """Posts batches of events (a JSON list) from a background thread; never blocks the training loop."""
+    """Posts batches of events (a JSON list) from a background thread, and an empty heartbeat post every
+    `heartbeat_s` from another; never blocks the training loop."""
 
     def __init__(
         self,
@@ -81,6 +87,7 @@ class HttpSink:
         flush_interval_s: float = 0.5,
         timeout_s: float = 10.0,
         session: Any = None,
+        heartbeat_s: float = HEARTBEAT_SECONDS,
     ) -> None:
         import requests
 
@@ -88,6 +95,10 @@ class HttpSink:
         self.token = token if token is not None else ingest_token_from_env()
         self.max_batch, self.flush_interval_s, self.timeout_s = max_batch, flush_interval_s, timeout_s
         self.session = session or requests.Session()
+        # requests does not promise a Session is thread-safe: the heartbeat posts through its own.
+        self._beat_session = session or requests.Session()
+        self.heartbeat_s = heartbeat_s
+        self.heartbeats = 0  # accepted heartbeat posts
         self.last_seq = 0
         self.stop_requested = False  # the platform answered 409: the run is over
         self.delivered = 0
@@ -98,6 +109,9 @@ class HttpSink:
         self._deadline = float("inf")
         self._thread = threading.Thread(target=self._run, name="event-post", daemon=True)
         self._thread.start()
+        self._beat_stop = threading.Event()
+        self._beat = threading.Thread(target=self._heartbeat, name="event-heartbeat", daemon=True)
+        self._beat.start()
 
     def write(self, event: EventDict) -> None:
         with self._cond:
@@ -106,11 +120,21 @@ class HttpSink:
                 self._cond.notify()
 
     def close(self, timeout_s: float = 10.0) -> None:
+        self._beat_stop.set()
         with self._cond:
             self._closing = True
             self._deadline = time.monotonic() + timeout_s
             self._cond.notify()
         self._thread.join(timeout_s + 1)
+        self._beat.join(min(timeout_s, self.timeout_s) + 1)
+
+    def _heartbeat(self) -> None:
+        """Post an empty batch now and every `heartbeat_s` until close; a failed beat is retried until the next."""
+        while not self._beat_stop.is_set():
+            next_beat = time.monotonic() + self.heartbeat_s
+            if self._send(self._beat_session, {"events": []}, 0, until=next_beat):
+                self.heartbeats += 1
+            self._beat_stop.wait(max(0.0, next_beat - time.monotonic()))
 
     def _run(self) -> None:
         while True:
@@ -122,37 +146,39 @@ class HttpSink:
             if done:
                 return
             if batch:
-                self._post(batch)
+                # EventDict is JSON, but a TypedDict is not assignable to requests' JsonType.
+                self._send(self.session, cast("list[dict[str, Any]]", batch), len(batch))
 
-    def _post(self, batch: list[EventDict]) -> None:
+    def _send(self, session: Any, body: Any, count: int, until: float = float("inf")) -> bool:
+        """POST `body` (`count` events) until accepted or refused, retrying until `until` (monotonic) or the
+        close deadline, whichever is first; True when accepted."""
         import requests
 
         headers = {"Authorization": f"Bearer {self.token}"} if self.token else {}
-        # EventDict is JSON, but a TypedDict is not assignable to requests' JsonType (a dict[str, JsonType]).
-        body = cast("list[dict[str, Any]]", batch)
         delay = 0.2
         while True:
             try:
-                resp = self.session.post(self.url, json=body, headers=headers, timeout=self.timeout_s)
+                resp = session.post(self.url, json=body, headers=headers, timeout=self.timeout_s)
                 if resp.status_code < 300:
-                    self.delivered += len(batch)
-                    return
+                    self.delivered += count
+                    return True
                 if resp.status_code == 409:
                     self.stop_requested = True
-                    self.dropped += len(batch)
-                    return
+                    self.dropped += count
+                    return False
                 if resp.status_code < 500:  # our fault: retrying the same bytes cannot help
                     print(f"event post rejected ({resp.status_code}): {resp.text[:300]}", file=sys.stderr)
-                    self.dropped += len(batch)
-                    return
+                    self.dropped += count
+                    return False
                 reason = f"HTTP {resp.status_code}"
             # Read timeouts are retried too: the server may have stored the batch, and a re-post is a no-op.
             except (requests.ConnectionError, requests.Timeout) as exc:
                 reason = type(exc).__name__
-            if time.monotonic() + delay > self._deadline:
-                print(f"event post gave up at close ({reason}); {len(batch)} events lost", file=sys.stderr)
-                self.dropped += len(batch)
-                return
+            if time.monotonic() + delay > min(until, self._deadline):
+                if count:
+                    print(f"event post gave up at close ({reason}); {count} events lost", file=sys.stderr)
+                self.dropped += count
+                return False
             time.sleep(delay)
             delay = min(delay * 2, 5.0)
 

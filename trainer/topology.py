@@ -1,7 +1,9 @@
 """Where the pieces run: in this process ('local') or as Ray actors (engines, rollout workers, trainer, channel).
 
 Either way the driver sees the same `Runtime`: engine handles behind a PublicationController, workers behind a
-RolloutScheduler, a trainer it calls synchronously, and the Channel that carries batches to the trainer.
+RolloutScheduler, a trainer it calls synchronously, and the Channel that carries batches to the trainer. On Ray
+every actor runs in its own bundle of the run's placement group (trainer/placement.py), with exactly that
+bundle's resources and as many torch/OpenMP threads as the bundle has whole CPUs.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ import concurrent.futures as cf
 import os
 import threading
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,6 +26,7 @@ from rollout.scheduler import RolloutScheduler
 from trainer.config import TrainConfig
 from trainer.engine import Engine
 from trainer.learner_actor import LearnerActor
+from trainer.placement import Emit, Placement, driver_bundle, local_placement, pin_threads, reserve
 from trainer.sampler import GroupSampler
 from trainer.worker import RolloutWorker
 
@@ -70,6 +74,7 @@ class Runtime:
     scheduler: RolloutScheduler
     sampler: GroupSampler
     uses_ray: bool
+    placement: Placement
     trainer_resources: dict[str, Any] = field(default_factory=dict)
 
     def trainer_call(self, method: str, *args: Any, timeout: float | None = None) -> Any:
@@ -136,6 +141,7 @@ class Runtime:
                         ray.kill(handle)
                     except Exception:  # noqa: BLE001
                         pass
+            self.placement.remove()
             self.loop.close()
 
 
@@ -148,32 +154,45 @@ def build_filters(cfg: TrainConfig) -> list[Any]:
     return filters
 
 
-def build_runtime(cfg: TrainConfig, sampler: GroupSampler, *, engines_open: bool = True) -> Runtime:
-    """Start engines, workers, trainer and channel; engines start closed when weights will be restored."""
-    loop = LoopThread()
+def build_runtime(
+    cfg: TrainConfig,
+    sampler: GroupSampler,
+    *,
+    engines_open: bool = True,
+    emit: Emit | None = None,
+    stop: Callable[[], bool] = lambda: False,
+) -> Runtime:
+    """Reserve the run's resources, then start engines, workers, trainer and channel in them; engines start closed
+    when weights will be restored. `emit` gets the `resources` events (waiting, then ready or timeout: then
+    `PlacementTimeout` is raised with nothing left behind; `stop()` true while waiting: StopRequested); the
+    group is removed on any error here."""
+    emit = emit or (lambda type_, data: None)
+    pin_threads(driver_bundle(cfg).threads)
     name = f"trainer-{uuid.uuid4().hex[:8]}"
     engine_ids = [f"engine-{i}" for i in range(cfg.num_engines)]
-    if cfg.mode == "local":
-        engines = {e: Engine(cfg, e, initially_open=engines_open) for e in engine_ids}
-        # Gates are asyncio objects: build them on the loop that will drive them.
-        workers = [RolloutWorker(cfg, f"worker-{i}", engines) for i in range(cfg.num_workers)]
-        channel = Channel.create(name, local=True)
-        trainer: Any = LearnerActor(cfg, name)
-        invokables: list[Any] = [_LoopWorker(w, loop) for w in workers]
-        resources: dict[str, Any] = {"device": trainer.info()["device"]}
-        uses_ray = False
-    else:
-        engines, workers, trainer, channel, resources = _start_ray_actors(cfg, name, engine_ids, engines_open)
-        invokables = workers
-        uses_ray = True
-    scheduler = RolloutScheduler(
-        invokables,
-        [cfg.worker_capacity] * cfg.num_workers,
-        sampler,
-        cfg.prompts_per_step,
-        filters=build_filters(cfg),
-        poll_interval_s=0.005,
-    )
+    placement = local_placement(cfg) if cfg.mode == "local" else reserve(cfg, emit, stop)
+    try:
+        loop = LoopThread()
+        if cfg.mode == "local":
+            engines, workers, trainer, channel, resources = _start_local(cfg, name, engine_ids, engines_open)
+            invokables: list[Any] = [_LoopWorker(w, loop) for w in workers]
+        else:
+            engines, workers, trainer, channel, resources = _start_ray_actors(
+                cfg, name, engine_ids, engines_open, placement
+            )
+            invokables = workers
+        emit("resources", placement.ready_data())
+        scheduler = RolloutScheduler(
+            invokables,
+            [cfg.worker_capacity] * cfg.num_workers,
+            sampler,
+            cfg.prompts_per_step,
+            filters=build_filters(cfg),
+            poll_interval_s=0.005,
+        )
+    except BaseException:
+        placement.remove()  # kills whatever actors already started in it
+        raise
     return Runtime(
         cfg=cfg,
         loop=loop,
@@ -184,48 +203,68 @@ def build_runtime(cfg: TrainConfig, sampler: GroupSampler, *, engines_open: bool
         publication=PublicationController(engines),
         scheduler=scheduler,
         sampler=sampler,
-        uses_ray=uses_ray,
+        uses_ray=cfg.mode != "local",
+        placement=placement,
         trainer_resources=resources,
     )
 
 
-def _start_ray_actors(
+def _start_local(
     cfg: TrainConfig, name: str, engine_ids: list[str], engines_open: bool
 ) -> tuple[dict[str, Any], list[Any], Any, Channel, dict[str, Any]]:
+    """Everything in this process, which reserved the driver bundle (the learner's share included)."""
+    driver = driver_bundle(cfg)
+    engines = {e: Engine(cfg, e, initially_open=engines_open, threads=driver.threads) for e in engine_ids}
+    # Gates are asyncio objects: build them on the loop that will drive them.
+    workers = [RolloutWorker(cfg, f"worker-{i}", engines, threads=driver.threads) for i in range(cfg.num_workers)]
+    channel = Channel.create(name, local=True)
+    trainer = LearnerActor(cfg, name, threads=driver.threads, gpus=driver.gpus)
+    return engines, workers, trainer, channel, {"device": trainer.info()["device"], "num_gpus": driver.gpus}
+
+
+def _start_ray_actors(
+    cfg: TrainConfig, name: str, engine_ids: list[str], engines_open: bool, placement: Placement
+) -> tuple[dict[str, Any], list[Any], Any, Channel, dict[str, Any]]:
     """Engines, workers, trainer (Ray actor handles, typed Any: Ray types a handle's methods as the plain
-    class's, without `.remote`), the channel, and the trainer's resources."""
+    class's, without `.remote`), the channel, and the trainer's resources; each actor in its bundle."""
     import ray
 
-    if not ray.is_initialized():
-        # Inside a Ray job this attaches to the job's cluster (RAY_ADDRESS too); standalone it starts one.
-        # No job-level runtime_env here: it would fight the one a job was submitted with. Actors get theirs.
-        ray.init()
-    env = {"env_vars": actor_env()}
-    # Logical CPUs are not reserved (num_cpus=0): on a 2-core machine the actors share cores anyway, and
-    # reserving them would deadlock placement on small clusters. Threads are pinned to 1 per actor instead.
+    def options(role: str) -> dict[str, Any]:
+        threads = placement.bundle(role).threads
+        return {**placement.actor_options(role), "runtime_env": {"env_vars": actor_env(threads)}}
+
+    def threads(role: str) -> int:
+        return placement.bundle(role).threads
+
     engine_cls = ray.remote(Engine)
     engines: dict[str, Any] = {
-        e: engine_cls.options(num_cpus=0, max_concurrency=1000, runtime_env=env, name=f"{name}-{e}").remote(
-            cfg, e, initially_open=engines_open
+        e: engine_cls.options(**options(e), max_concurrency=1000, name=f"{name}-{e}").remote(
+            cfg, e, initially_open=engines_open, threads=threads(e)
         )
         for e in engine_ids
     }
     worker_cls = ray.remote(RolloutWorker)
-    workers: list[Any] = [
-        worker_cls.options(num_cpus=0, max_concurrency=cfg.worker_capacity + 16, runtime_env=env).remote(
-            cfg, f"worker-{i}", engines
+    workers: list[Any] = []
+    for i in range(cfg.num_workers):
+        role = f"worker-{i}"
+        workers.append(
+            worker_cls.options(**options(role), max_concurrency=cfg.worker_capacity + 16).remote(
+                cfg, role, engines, threads=threads(role)
+            )
         )
-        for i in range(cfg.num_workers)
-    ]
-    channel = Channel.create(name, actor_options={"runtime_env": env})
-    gpus = ray.cluster_resources().get("GPU", 0)  # type: ignore[no-untyped-call]  # ray leaves it unannotated
-    num_gpus = 1 if cfg.device != "cpu" and gpus >= 1 else 0
-    trainer: Any = ray.remote(LearnerActor).options(num_cpus=0, num_gpus=num_gpus, runtime_env=env).remote(cfg, name)
+    channel = Channel.create(name, actor_options=options("channel"))
+    learner = placement.bundle("learner")
+    trainer: Any = (
+        ray.remote(LearnerActor)
+        .options(**options("learner"))
+        .remote(cfg, name, threads=learner.threads, gpus=learner.gpus)
+    )
     info = ray.get(trainer.info.remote())
     ray.get([h.ping.remote() for h in engines.values()] + [w.stats.remote() for w in workers])
-    return engines, workers, trainer, channel, {"device": info["device"], "num_gpus": num_gpus, "cluster_gpus": gpus}
+    return engines, workers, trainer, channel, {"device": info["device"], "num_gpus": learner.gpus}
 
 
-def actor_env() -> dict[str, str]:
+def actor_env(threads: int = 1) -> dict[str, str]:
+    """An actor's env vars: OpenMP/MKL threads from its bundle, and the repository on PYTHONPATH."""
     path = os.pathsep.join(p for p in [str(REPO_ROOT), os.environ.get("PYTHONPATH", "")] if p)
-    return {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "PYTHONPATH": path}
+    return {"OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads), "PYTHONPATH": path}

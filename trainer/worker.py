@@ -30,11 +30,11 @@ def _engine_died(exc: BaseException) -> bool:
 
 
 class RolloutWorker:
-    def __init__(self, cfg: TrainConfig, worker_id: str, engines: dict[str, Any]) -> None:
+    def __init__(self, cfg: TrainConfig, worker_id: str, engines: dict[str, Any], *, threads: int = 1) -> None:
         try:
             import torch
 
-            torch.set_num_threads(1)
+            torch.set_num_threads(threads)  # the whole CPUs of its bundle, at least one
         except ImportError:  # pragma: no cover
             pass
         self.cfg, self.worker_id = cfg, worker_id

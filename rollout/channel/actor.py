@@ -13,6 +13,9 @@ from rollout.channel.state import DEFAULT_KEY, ChannelState, Entry
 from rollout.errors import ChannelError
 
 _ACTOR_PREFIX = "rollout-channel:"
+# What the actor reserves unless the caller says otherwise (`actor_options`: resources, a placement-group
+# scheduling strategy): it only relays references between processes, so a small share of one CPU.
+DEFAULT_NUM_CPUS = 0.05
 
 
 class ChannelActor:
@@ -50,10 +53,11 @@ class ChannelActor:
 
 
 def spawn(name: str, kwargs: dict[str, Any], namespace: str | None, actor_options: dict[str, Any] | None) -> Any:
-    """Start the named actor of channel `name` (ChannelState arguments `kwargs`) and wait until it answers."""
+    """Start the named actor of channel `name` (ChannelState arguments `kwargs`) and wait until it answers.
+    `actor_options` are Ray actor options laid over the defaults (e.g. num_cpus, memory, scheduling_strategy)."""
     import ray
 
-    options = {"name": _ACTOR_PREFIX + name, "num_cpus": 0, "max_concurrency": 1000}
+    options: dict[str, Any] = {"name": _ACTOR_PREFIX + name, "num_cpus": DEFAULT_NUM_CPUS, "max_concurrency": 1000}
     if namespace is not None:
         options["namespace"] = namespace
     options.update(actor_options or {})

@@ -6,21 +6,39 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
 
 from runs.models import Run
 
+if TYPE_CHECKING:
+    from trainer.resources import Bundle
+
 
 @dataclass(frozen=True)
 class JobSpec:
-    """One attempt's job: the entrypoint, extra env vars, whether the entrypoint needs a GPU, and files the
-    launcher writes (under the run's artifacts directory) before submitting."""
+    """One attempt's job: the entrypoint, extra env vars, what Ray reserves for the entrypoint (driver) process
+    (the driver bundle of trainer/resources.py; 0 reserves nothing), and files the launcher writes (under the
+    run's artifacts directory) before submitting."""
 
     entrypoint: list[str]
     env: dict[str, str] = field(default_factory=dict)
-    wants_gpu: bool = False  # reserve one GPU for the entrypoint process when the cluster has any
+    entrypoint_num_cpus: float = 0.0
+    entrypoint_num_gpus: float = 0.0
+    entrypoint_memory: int = 0  # bytes
     files: dict[str, str] = field(default_factory=dict)  # absolute path -> content
+
+    @classmethod
+    def for_driver(cls, entrypoint: list[str], driver: Bundle, **fields: Any) -> JobSpec:
+        """A job whose entrypoint reserves exactly the driver's bundle."""
+        return cls(
+            entrypoint=entrypoint,
+            entrypoint_num_cpus=driver.cpus,
+            entrypoint_num_gpus=driver.gpus,
+            entrypoint_memory=driver.memory,
+            **fields,
+        )
 
 
 def run_artifacts_dir(run_id: int) -> Path:
@@ -59,27 +77,18 @@ def rl_train_job(run: Run) -> JobSpec:
     ]
     if run.resume_requested:
         cmd.append("--resume")
-    # 'local' trains inside the entrypoint process; the other modes place a learner actor that asks Ray for
-    # its own GPU, so reserving one for the entrypoint too would deadlock a one-GPU cluster.
-    wants_gpu = run.config.get("mode") == "local" and run.config.get("device", "auto") != "cpu"
-    return JobSpec(
-        entrypoint=cmd, wants_gpu=wants_gpu, files={str(config_path): json.dumps(run.config, indent=2, sort_keys=True)}
-    )
+    # The entrypoint reserves the driver bundle; the actors' bundles are the job's own placement group.
+    from trainer.config import TrainConfig
+    from trainer.resources import run_bundles
+
+    driver = run_bundles(TrainConfig.from_dict(run.config, allow_debug=False))[0]
+    return JobSpec.for_driver(cmd, driver, files={str(config_path): json.dumps(run.config, indent=2, sort_keys=True)})
 
 
 def eval_job(run: Run) -> JobSpec:
     """`python -m trainer eval` of the source run's last checkpoint."""
+    from trainer.resources import eval_bundles
+
     checkpoint = run_checkpoint_dir(run.config["source_run"])
-    return JobSpec(
-        entrypoint=[
-            "python",
-            "-m",
-            "trainer",
-            "eval",
-            "--checkpoint",
-            str(checkpoint),
-            "--events",
-            run_events_url(run),
-        ],
-        wants_gpu=True,
-    )
+    cmd = ["python", "-m", "trainer", "eval", "--checkpoint", str(checkpoint), "--events", run_events_url(run)]
+    return JobSpec.for_driver(cmd, eval_bundles()[0])

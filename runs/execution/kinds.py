@@ -1,5 +1,6 @@
 """The run kinds, a static registry (`KINDS`, built once below): what a kind's config must look like, who may
-submit it (`authorize`), and the job that runs it (`job_spec`, pure). The launcher runs every kind the same way.
+submit it (`authorize`), what it asks the cluster for (`demand`, pure) and the job that runs it (`job_spec`,
+pure). The launcher runs every kind the same way.
 
 `rl_train`'s config is `trainer.config.TrainConfig` (imported when first needed, so the web process does not
 load the trainer until it validates a config); `eval` measures a finished training run's last checkpoint.
@@ -25,7 +26,9 @@ class RunKind:
     """`validate_config` returns the config to store or raises InvalidInput naming the field (`config.<key>`);
     `job_spec(run)` is what the launcher submits for a granted run (None: the kind cannot be launched);
     `authorize(config, owner)`, if set, raises InvalidInput when the config refers to something the owner may
-    not see (answered exactly like a missing thing, so it reveals nothing)."""
+    not see (answered exactly like a missing thing, so it reveals nothing); `demand(config)` is the resources
+    a run of a validated config asks for (trainer.resources.demand_json: bundles, total, strategy), stored as
+    Run.resources at submit and charged by the grant (default: no processes, nothing)."""
 
     name: str
     validate_config: Callable[[dict[str, Any]], dict[str, Any]]
@@ -33,6 +36,7 @@ class RunKind:
     description: str = ""
     job_spec: Callable[[Run], JobSpec] | None = None
     authorize: Callable[[dict[str, Any], Any], None] | None = None
+    demand: Callable[[dict[str, Any]], dict[str, Any]] = lambda config: no_demand()
 
 
 def _train_config_module() -> Any:
@@ -62,6 +66,28 @@ def _rl_train_validate(config: dict[str, Any]) -> dict[str, Any]:
 
 def _rl_train_schema() -> dict[str, Any]:
     return _train_config_module().TrainConfig.json_schema(allow_debug=False)
+
+
+def no_demand() -> dict[str, Any]:
+    """What a kind that declares no processes asks for: nothing (it fits any cluster)."""
+    from trainer.resources import demand_json
+
+    return demand_json([], "PACK")
+
+
+def rl_train_demand(config: dict[str, Any]) -> dict[str, Any]:
+    """Driver, learner, channel, engines and workers (trainer.resources.run_bundles) with the config's strategy."""
+    from trainer.resources import demand_json, run_bundles
+
+    cfg = _train_config_module().TrainConfig.from_dict(config, allow_debug=False)
+    return demand_json(run_bundles(cfg), cfg.placement_strategy)
+
+
+def eval_demand(config: dict[str, Any]) -> dict[str, Any]:
+    """One process: the evaluation driver."""
+    from trainer.resources import demand_json, eval_bundles
+
+    return demand_json(eval_bundles(), "PACK")
 
 
 EVAL_SCHEMA: dict[str, Any] = {
@@ -101,6 +127,7 @@ KINDS: dict[str, RunKind] = {
         name=DEFAULT_KIND,
         validate_config=_rl_train_validate,
         json_schema=_rl_train_schema,
+        demand=rl_train_demand,
         job_spec=rl_train_job,
         description="RL training of a policy with the asynchronous rollout/train loop (trainer.config.TrainConfig)",
     ),
@@ -108,6 +135,7 @@ KINDS: dict[str, RunKind] = {
         name=EVAL_KIND,
         validate_config=eval_config_validate,
         json_schema=lambda: EVAL_SCHEMA,
+        demand=eval_demand,
         job_spec=eval_job,
         authorize=eval_authorize,
         description="Held-out evaluation of an rl_train run's last checkpoint (python -m trainer eval)",

@@ -57,18 +57,6 @@ def submission_id_for(run: Run) -> str:
     return f"{settings.RAY_SUBMISSION_PREFIX}-{run.pk}-{run.attempt}"
 
 
-def cluster_gpus(client: JobSubmissionClient) -> float:
-    """Total GPUs the cluster reports (0 when it has none or does not say)."""
-    try:
-        # The job client's own request helper carries the cluster's auth token/cookies, if any.
-        resp = client._do_request("GET", "/api/cluster_status")
-        usage = resp.json()["data"]["clusterStatus"]["loadMetricsReport"]["usage"]
-        return float(usage.get("GPU", [0.0, 0.0])[1])
-    except Exception:  # noqa: BLE001 - unknown means "do not ask for a GPU" (a CPU job still runs)
-        logger.warning("could not read the Ray cluster's GPU count", exc_info=True)
-        return 0.0
-
-
 def ingest_token_file_write(run: Run) -> Path:
     """Write the current attempt's ingest token to RUN_ARTIFACTS_DIR/<id>/ingest-token, mode 0600, atomically.
     The job reads it from there ($RUN_INGEST_TOKEN_FILE): the Ray job API shows every job's runtime env,
@@ -101,9 +89,13 @@ def job_submit(run: Run, spec: JobSpec) -> str:
         "RAY_JOB_STOP_SIGNAL": "SIGINT",
         **spec.env,
     }
-    # No OMP_NUM_THREADS etc. above: the trainer's ray.init adds its own env_vars for its actors, and Ray
-    # refuses to merge a job runtime env and a ray.init runtime env that set the same key.
-    gpus = 1 if spec.wants_gpu and cluster_gpus(client) >= 1 else None
+    # No OMP_NUM_THREADS etc. above: the trainer sets its own threads (driver and each actor, from its bundle).
+    # The entrypoint reserves the driver bundle (0 / absent: nothing); the actors are in the job's placement group.
+    cpus, gpus, memory = (
+        spec.entrypoint_num_cpus or None,
+        spec.entrypoint_num_gpus or None,
+        spec.entrypoint_memory or None,
+    )
     deadline = time.monotonic() + AGENT_WAIT_SECONDS
     while True:
         try:
@@ -111,10 +103,19 @@ def job_submit(run: Run, spec: JobSpec) -> str:
                 entrypoint=shlex.join(spec.entrypoint),
                 submission_id=submission_id,
                 runtime_env={"env_vars": env},
-                entrypoint_num_gpus=gpus,
                 metadata={"platform_run": str(run.pk), "attempt": str(run.attempt), "kind": run.kind},
+                entrypoint_num_cpus=cpus,
+                entrypoint_num_gpus=gpus,
+                entrypoint_memory=memory,
             )
-            logger.info("run %s: submitted Ray job %s (gpus=%s)", run.pk, submission_id, gpus or 0)
+            logger.info(
+                "run %s: submitted Ray job %s (entrypoint CPU %s, GPU %s, memory %s)",
+                run.pk,
+                submission_id,
+                cpus or 0,
+                gpus or 0,
+                memory or 0,
+            )
             return submission_id
         except RuntimeError as exc:
             if "already exists" in str(exc):

@@ -1,6 +1,6 @@
 """The launcher against the real Ray job API: a second launch of the same attempt is a no-op (one job), the job
 gets the run's token (in a 0600 file, not its env), event URL and stop grace, and the rl_train job spec carries
---resume and GPU choices."""
+--resume and the entrypoint's reservation (the driver bundle), and each kind declares its demand."""
 
 from __future__ import annotations
 
@@ -11,7 +11,8 @@ import pytest
 from django.utils import timezone
 from ray.job_submission import JobSubmissionClient
 
-from runs.execution.jobs import JobSpec, rl_train_job
+from runs.execution.jobs import JobSpec, eval_job, rl_train_job
+from runs.execution.kinds import kind_get
 from runs.execution.launch import job_stop, run_launch_job
 from runs.execution.ray import submission_id_for
 from runs.models import Run, RunStatus, Slot, SlotState
@@ -35,11 +36,16 @@ def _starting_run(user, **fields) -> Run:
     return run
 
 
-def test_second_launch_is_a_no_op(ray_settings, settings, django_user_model, submission_prefix, tmp_path):
+def test_second_launch_is_a_no_op(ray_settings, settings, django_user_model, submission_prefix, tmp_path, monkeypatch):
     settings.PLATFORM_PUBLIC_URL = "http://platform.example:8000"
     settings.RUN_ARTIFACTS_DIR = tmp_path
+    submitted: list[dict] = []  # what the launcher asked Ray for (the job API does not list entrypoint resources)
+    submit = JobSubmissionClient.submit_job
+    monkeypatch.setattr(
+        JobSubmissionClient, "submit_job", lambda self, **kw: submitted.append(kw) or submit(self, **kw)
+    )
     run = _starting_run(django_user_model.objects.create_user(username="l1"))
-    spec = JobSpec(entrypoint=["sleep", "60"])
+    spec = JobSpec(entrypoint=["sleep", "60"], entrypoint_num_cpus=0.2, entrypoint_memory=64 * 1024 * 1024)
 
     run_launch_job(run, spec)
     run_launch_job(Run.objects.get(pk=run.pk), spec)  # e.g. a redelivered task: already `running`, no new job
@@ -60,6 +66,13 @@ def test_second_launch_is_a_no_op(ray_settings, settings, django_user_model, sub
         assert run.ingest_token not in json.dumps([jobs[0].runtime_env, jobs[0].metadata, jobs[0].entrypoint])
         assert env["RAY_JOB_STOP_WAIT_TIME_S"] == str(settings.RUN_STOP_GRACE_SECONDS)
         assert env["RAY_JOB_STOP_SIGNAL"] == "SIGINT"
+        # The entrypoint (the job's driver) reserves its bundle; no GPU asked, none reserved.
+        reserved = {k: v for k, v in submitted[0].items() if k.startswith("entrypoint_")}
+        assert reserved == {
+            "entrypoint_num_cpus": 0.2,
+            "entrypoint_num_gpus": None,
+            "entrypoint_memory": 64 * 1024 * 1024,
+        }
     finally:
         job_stop(run)
 
@@ -91,8 +104,36 @@ def test_rl_train_job_spec(settings, tmp_path, django_user_model):
     }
     assert not (tmp_path / str(run.pk)).exists()
     assert submission_id_for(run).endswith(f"-{run.pk}-2")
-    assert not spec.wants_gpu  # colocated: the learner actor asks Ray for its GPU itself
-    run.config = {"mode": "local"}
-    assert rl_train_job(run).wants_gpu
-    run.config = {"mode": "local", "device": "cpu"}
-    assert not rl_train_job(run).wants_gpu
+    # The entrypoint reserves the driver bundle only: the actors are in the job's own placement group.
+    mib = 1024 * 1024
+    assert (spec.entrypoint_num_cpus, spec.entrypoint_num_gpus, spec.entrypoint_memory) == (0.2, 0.0, 512 * mib)
+    run.config = {"mode": "local", "learner_gpus": 1, "driver_cpus": 0.5, "actor_memory_mb": 256}
+    local = rl_train_job(run)  # one process: the driver also reserves the learner's share and its GPU
+    assert (local.entrypoint_num_cpus, local.entrypoint_num_gpus, local.entrypoint_memory) == (0.75, 1, 256 * mib)
+    run.config = {"source_run": 1}
+    ev = eval_job(run)
+    assert (ev.entrypoint_num_cpus, ev.entrypoint_num_gpus, ev.entrypoint_memory) == (0.5, 0.0, 512 * mib)
+
+
+def test_kinds_declare_their_demand() -> None:
+    mib = 1024 * 1024
+    demand = kind_get("rl_train").demand(
+        {"num_engines": 1, "num_workers": 3, "engine_gpus": 1, "placement_strategy": "SPREAD"}
+    )
+    assert [b["role"] for b in demand["bundles"]] == [
+        "driver",
+        "learner",
+        "channel",
+        "engine-0",
+        "worker-0",
+        "worker-1",
+        "worker-2",
+    ]
+    assert demand["strategy"] == "SPREAD"
+    assert demand["total"] == {"CPU": 0.2 + 0.25 + 0.05 + 0.125 + 3 * 0.125, "GPU": 1.0, "memory": 7 * 512 * mib}
+    assert kind_get("rl_train").demand({})["total"]["CPU"] == 1.0  # the default colocated run: one CPU
+    assert kind_get("eval").demand({"source_run": 3}) == {
+        "bundles": [{"role": "driver", "CPU": 0.5, "GPU": 0.0, "memory": 512 * mib}],
+        "total": {"CPU": 0.5, "GPU": 0.0, "memory": 512 * mib},
+        "strategy": "PACK",
+    }

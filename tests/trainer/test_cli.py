@@ -62,8 +62,16 @@ def test_run_writes_valid_events_then_eval_reads_the_checkpoint(tmp_path: Path) 
         validate_event(e)
     assert [e["seq"] for e in events] == list(range(1, len(events) + 1))
     types = {e["type"] for e in events}
-    assert {"status", "gate", "version", "sampler", "rollout", "train", "worker", "checkpoint"} <= types
-    assert events[0]["data"]["status"] == "running" and events[-1]["data"]["status"] == "succeeded"
+    assert {"status", "gate", "version", "sampler", "rollout", "train", "worker", "checkpoint", "resources"} <= types
+    # 'local' reserves no placement group: `ready` at once (no node outside Ray), then the run says it runs.
+    assert events[0]["type"] == "resources" and events[0]["data"] | {"detail": ""} == {
+        "state": "ready",
+        "strategy": "PACK",
+        "waited_s": 0.0,
+        "nodes": [],
+        "detail": "",
+    }
+    assert events[1]["data"]["status"] == "running" and events[-1]["data"]["status"] == "succeeded"
     trains = [e["data"] for e in events if e["type"] == "train"]
     assert [d["step"] for d in trains] == [1, 2, 3, 4]
     assert REQUIRED_DATA_KEYS["train"] <= trains[0].keys()

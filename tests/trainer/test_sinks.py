@@ -1,4 +1,5 @@
-"""Event sinks: JSON lines that continue their seq, and HTTP batches with retries against a real local server."""
+"""Event sinks: JSON lines that continue their seq, HTTP batches with retries against a real local server, and the
+HTTP sink's heartbeat posts."""
 
 from __future__ import annotations
 
@@ -19,16 +20,25 @@ from trainer.sinks import EventEmitter, HttpSink, JsonlSink
 class Ingest:
     """A stand-in for the platform's ingest endpoint with scripted misbehaviour."""
 
-    def __init__(self, script: list[str]) -> None:
-        self.script = list(script)  # per request: "ok", "slow" (past the client timeout, then stores), "409"
+    def __init__(self, script: list[str], heartbeat_code: int = 200) -> None:
+        self.script = list(script)  # per event post: "ok", "slow" (past the client timeout, then stores), "409"
         self.stored: dict[int, dict] = {}
         self.auth: list[str | None] = []
         self.requests = 0
+        self.heartbeats: list[tuple[float, str | None]] = []  # (monotonic time, Authorization) of each empty post
+        self.heartbeat_code = heartbeat_code
         ingest = self
 
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self) -> None:  # noqa: N802
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                if body == {"events": []}:  # a heartbeat: answered, not scripted
+                    ingest.heartbeats.append((time.monotonic(), self.headers.get("Authorization")))
+                    self.send_response(ingest.heartbeat_code)
+                    self.send_header("Content-Length", "2")
+                    self.end_headers()
+                    self.wfile.write(b"{}")
+                    return
                 ingest.requests += 1
                 ingest.auth.append(self.headers.get("Authorization"))
                 action = ingest.script.pop(0) if ingest.script else "ok"
@@ -124,7 +134,8 @@ def test_http_sink_retries_connection_failures_until_the_server_is_up() -> None:
             got: list = []
 
             def do_POST(self) -> None:  # noqa: N802
-                Handler.got += json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                Handler.got += body if isinstance(body, list) else []  # {"events": []}: a heartbeat
                 self.send_response(200)
                 self.send_header("Content-Length", "2")
                 self.end_headers()
@@ -150,5 +161,49 @@ def test_http_409_means_the_run_is_over() -> None:
         em.emit("log", {"level": "info", "message": "x"})
         wait_until(lambda: em.stop_requested, timeout=5, what="the emitter to see the 409")
         em.close()
+    finally:
+        server.close()
+
+
+def test_http_sink_heartbeats_from_construction_until_close_without_any_event(monkeypatch) -> None:
+    monkeypatch.setenv("RUN_INGEST_TOKEN", "tok-9")
+    server = Ingest([])
+    try:
+        t0 = time.monotonic()
+        sink = HttpSink(server.url, heartbeat_s=0.2)
+        wait_until(lambda: len(server.heartbeats) >= 4, timeout=10, what="four heartbeats")
+        assert server.heartbeats[0][0] - t0 < 1.0  # the first one right away
+        gaps = [b[0] - a[0] for a, b in zip(server.heartbeats, server.heartbeats[1:])]
+        assert all(0.1 < g < 1.5 for g in gaps), gaps
+        assert {auth for _, auth in server.heartbeats} == {"Bearer tok-9"}
+        assert server.requests == 0 and sink.heartbeats >= 4 and sink.delivered == 0
+        sink.close(timeout_s=2)
+        after = len(server.heartbeats)
+        time.sleep(0.6)
+        assert len(server.heartbeats) == after  # stopped on close
+    finally:
+        server.close()
+
+
+def test_a_409_answer_to_a_heartbeat_requests_the_stop() -> None:
+    server = Ingest([], heartbeat_code=409)
+    try:
+        em = EventEmitter([HttpSink(server.url, token="t", heartbeat_s=0.2)])
+        wait_until(lambda: em.stop_requested, timeout=5, what="the emitter to see the heartbeat's 409")
+        em.close(timeout_s=2)
+    finally:
+        server.close()
+
+
+def test_heartbeats_keep_coming_while_an_event_post_is_being_retried() -> None:
+    server = Ingest(["slow", "slow", "slow", "ok"])  # each slow answer outlasts the client timeout
+    try:
+        sink = HttpSink(server.url, token="t", timeout_s=0.3, flush_interval_s=0.05, heartbeat_s=0.2)
+        em = EventEmitter([sink])
+        em.emit("log", {"level": "info", "message": "stuck a while"})
+        wait_until(lambda: sorted(server.stored) == [1], timeout=15, what="the event after three retries")
+        before_event = [t for t, _ in server.heartbeats]
+        assert len(before_event) >= 3, before_event
+        em.close(timeout_s=5)
     finally:
         server.close()

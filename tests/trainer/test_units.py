@@ -180,3 +180,16 @@ def test_checkpoint_round_trips_ready_groups_and_optimizer_exactly_as_plain_data
     assert got["param_groups"] == want["param_groups"] and got["state"].keys() == want["state"].keys()
     for k, slots in want["state"].items():
         assert all(torch.equal(got["state"][k][name], value) for name, value in slots.items())
+
+
+def test_auto_device_uses_cuda_only_for_a_process_given_a_gpu(monkeypatch) -> None:
+    from trainer.learner import Learner, pick_device
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    # Logical GPUs (a bundle with GPU, no CUDA on the machine): the CPU.
+    assert pick_device("auto", gpus=1.0) == torch.device("cpu")
+    assert Learner(TrainConfig(device="auto"), gpus=1.0).device == torch.device("cpu")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert pick_device("auto", gpus=0.0) == torch.device("cpu")  # CUDA seen but no GPU reserved: not ours
+    assert pick_device("auto", gpus=0.5) == torch.device("cuda")
+    assert pick_device("cpu", gpus=1.0) == torch.device("cpu")
