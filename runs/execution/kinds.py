@@ -33,6 +33,8 @@ class RunKind:
     description: str = ""
     job_spec: Callable[[Run], JobSpec] | None = None
     authorize: Callable[[dict[str, Any], Any], None] | None = None
+    # What a (validated) config asks the cluster for: trainer.resources.demand_json (stored as Run.resources).
+    demand: Callable[[dict[str, Any]], dict[str, Any]] = lambda config: {}
 
 
 def _train_config_module() -> Any:
@@ -58,6 +60,19 @@ def _rl_train_validate(config: dict[str, Any]) -> dict[str, Any]:
             message = message[len(field) + 2 :]
         raise InvalidInput(message, field=f"config.{field}" if field else "config") from exc
     return config
+
+
+def _rl_train_demand(config: dict[str, Any]) -> dict[str, Any]:
+    from trainer.resources import demand_json, run_bundles
+
+    cfg = _train_config_module().TrainConfig.from_dict(config, allow_debug=False)
+    return demand_json(run_bundles(cfg), cfg.placement_strategy)
+
+
+def _eval_demand(config: dict[str, Any]) -> dict[str, Any]:
+    from trainer.resources import demand_json, eval_bundles
+
+    return demand_json(eval_bundles(), "PACK")
 
 
 def _rl_train_schema() -> dict[str, Any]:
@@ -102,6 +117,7 @@ KINDS: dict[str, RunKind] = {
         validate_config=_rl_train_validate,
         json_schema=_rl_train_schema,
         job_spec=rl_train_job,
+        demand=_rl_train_demand,
         description="RL training of a policy with the asynchronous rollout/train loop (trainer.config.TrainConfig)",
     ),
     EVAL_KIND: RunKind(
@@ -110,6 +126,7 @@ KINDS: dict[str, RunKind] = {
         json_schema=lambda: EVAL_SCHEMA,
         job_spec=eval_job,
         authorize=eval_authorize,
+        demand=_eval_demand,
         description="Held-out evaluation of an rl_train run's last checkpoint (python -m trainer eval)",
     ),
 }

@@ -13,6 +13,8 @@ pytestmark = pytest.mark.django_db
 
 RUN_FIELDS = {
     "id",
+    "pending_detail",
+    "resources",
     "name",
     "origin",
     "run_class",
@@ -197,10 +199,16 @@ def test_slots_and_dry_run(user, handoffs):
     snap = client.get("/api/slots/").json()
     assert set(snap) == {"policy", "borrowable", "classes", "total"}
     assert set(snap["classes"]) == {"interactive", "app", "schedule", "system"}
-    assert set(snap["classes"]["app"]) == {"running", "waiting", "limit", "priority"}
+    assert set(snap["classes"]["app"]) == {"running", "waiting", "limit", "priority", "gpu_limit", "gpus"}
     assert snap["total"] == {"running": 0, "max_total": 4}
     dry = client.post("/api/slots/dry-run/", {"origin": "schedule"}, format="json").json()
-    assert dry == {"origin": "schedule", "run_class": "schedule", "granted": True, "pending_reason": None}
+    assert dry == {
+        "origin": "schedule",
+        "run_class": "schedule",
+        "granted": True,
+        "pending_reason": None,
+        "pending_detail": None,
+    }
     bad = client.post("/api/slots/dry-run/", {"origin": "cron"}, format="json")
     assert bad.status_code == 400 and bad.json()["field"] == "origin"
 
@@ -217,10 +225,10 @@ def test_settings_are_staff_only(user, staff):
         "max_total": 8,
         "interactive_reserve": 2,
         "classes": {
-            "interactive": {"limit": 8, "priority": 40},
-            "app": {"limit": 6, "priority": 30},
-            "schedule": {"limit": 6, "priority": 20},
-            "system": {"limit": 2, "priority": 10},
+            "interactive": {"limit": 8, "priority": 40, "gpu_limit": None},
+            "app": {"limit": 6, "priority": 30, "gpu_limit": None},
+            "schedule": {"limit": 6, "priority": 20, "gpu_limit": None},
+            "system": {"limit": 2, "priority": 10, "gpu_limit": None},
         },
         "max_queued_per_user": 20,
         "max_running_per_user": 8,
