@@ -19,7 +19,7 @@ from runs.errors import InvalidTransition
 from runs.models import Run
 from runs.notify import CHANNEL
 from runs.slots import store
-from runs.slots.grant import BACKFILL_WINDOW, Decision, HeldSlot, Snapshot, WaitingSlot
+from runs.slots.grant import BACKFILL_WINDOW, Decision, Snapshot, WaitingSlot
 from runs.slots.policy import CLASSES, Policy, policy_effective
 
 # Grants read the policy under the lock, but re-compute it only when the settings row changed: its version
@@ -151,29 +151,14 @@ def _snapshot_from(row: dict[str, Any], policy: Policy) -> Snapshot:
     for run_class, n in zip(row["held_classes"] or [], row["held_counts"] or []):
         held[run_class] = n
     running = tuple(
-        HeldSlot(
-            run_id=run_id,
-            run_class=run_class,
-            granted_at=parse_datetime(granted_at) if granted_at else None,
-            time_limit_seconds=limit,
-            demand=store.demand_of(demand),
-            placement=tuple(p if isinstance(p, str) else "" for p in (placement or [])),
-        )
-        for run_id, run_class, granted_at, limit, demand, placement in _json(row["held_slots"])
+        store.held_slot(run_id, run_class, parse_datetime(at) if at else None, limit, demand, placement)
+        for run_id, run_class, at, limit, demand, placement in _json(row["held_slots"])
     )
     waiting: dict[str, list[WaitingSlot]] = {}
     for run_class, run_id, requested_at, (demand, strategy, limit) in zip(
         row["head_classes"] or [], row["head_ids"] or [], row["head_times"] or [], _json(row["head_demands"])
     ):
-        waiting.setdefault(run_class, []).append(
-            WaitingSlot(
-                run_id=run_id,
-                requested_at=requested_at,
-                demand=store.demand_of(demand),
-                strategy=strategy,
-                time_limit_seconds=limit,
-            )
-        )
+        waiting.setdefault(run_class, []).append(store.waiting_slot(run_id, requested_at, demand, strategy, limit))
     capacity = store.capacity_of(_json(row["capacity"]))
     return Snapshot(policy=policy, held=held, waiting=waiting, capacity=capacity, running=running)
 

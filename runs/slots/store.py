@@ -95,6 +95,16 @@ def demand_of(bundles: Any) -> tuple[Res, ...]:
     return tuple(out)
 
 
+def held_slot(run_id: int, run_class: str, granted_at: Any, limit: int | None, demand: Any, placement: Any) -> HeldSlot:
+    """A held slot from its stored columns (both loaders: the ORM here, the SQL in pg.py)."""
+    nodes = tuple(p if isinstance(p, str) else "" for p in (placement if isinstance(placement, list) else []))
+    return HeldSlot(run_id, run_class, granted_at, limit, demand_of(demand), nodes)
+
+
+def waiting_slot(run_id: int, requested_at: datetime, demand: Any, strategy: str, limit: int | None) -> WaitingSlot:
+    return WaitingSlot(run_id, requested_at, demand_of(demand), strategy or "PACK", limit)
+
+
 def capacity_of(rows: Any) -> dict[str, Res]:
     """(node_id, total JSON) of alive nodes -> capacity per node (a damaged total counts as empty)."""
     out = {}
@@ -118,17 +128,7 @@ def held_load() -> tuple[HeldSlot, ...]:
         .order_by("run_id")
         .values_list("run_id", "run_class", "granted_at", "time_limit_seconds", "demand", "placement")
     )
-    return tuple(
-        HeldSlot(
-            run_id=run_id,
-            run_class=run_class,
-            granted_at=granted_at,
-            time_limit_seconds=limit,
-            demand=demand_of(demand),
-            placement=tuple(p if isinstance(p, str) else "" for p in (placement or [])),
-        )
-        for run_id, run_class, granted_at, limit, demand, placement in rows
-    )
+    return tuple(held_slot(*row) for row in rows)
 
 
 def snapshot_load(policy: Policy) -> Snapshot:
@@ -155,15 +155,7 @@ def snapshot_load(policy: Policy) -> Snapshot:
         rows = [row for part in heads for row in part]
     rows.sort(key=lambda r: (r[2], r[1]))
     for run_class, run_id, requested_at, demand, strategy, limit in rows:
-        waiting.setdefault(run_class, []).append(
-            WaitingSlot(
-                run_id=run_id,
-                requested_at=requested_at,
-                demand=demand_of(demand),
-                strategy=strategy,
-                time_limit_seconds=limit,
-            )
-        )
+        waiting.setdefault(run_class, []).append(waiting_slot(run_id, requested_at, demand, strategy, limit))
     return Snapshot(policy=policy, held=held, waiting=waiting, capacity=capacity, running=running)
 
 
