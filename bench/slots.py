@@ -101,6 +101,18 @@ def fill_queue(*, owner_id: int, count: int, classes: tuple[str, ...]) -> None:
         cur.execute("ANALYZE runs_slot; ANALYZE runs_run")
 
 
+def cluster_node() -> None:
+    """One large alive node: admission grants only what fits ClusterNode capacity (no rows: nothing). Bench runs
+    need nothing (empty demand), so it only has to exist."""
+    from django.utils import timezone
+
+    from runs.models import ClusterNode
+
+    ClusterNode.objects.create(
+        node_id="bench-node", alive=True, total={"CPU": 1000, "GPU": 0, "memory": 1 << 40}, seen_at=timezone.now()
+    )
+
+
 def set_policy(total: int) -> None:
     from runs import services
 
@@ -213,6 +225,7 @@ def main() -> None:
     with connection.cursor() as cur:
         cur.execute("CREATE TABLE bench_floor (id int PRIMARY KEY, n bigint NOT NULL)")
     owner = get_user_model().objects.create_user("bench")
+    cluster_node()
     classes = ("interactive", "app", "schedule", "system")
     result: dict = {"finishers": {}, "latency_ms": {}, "depth_ms_per_grant": {}}
 

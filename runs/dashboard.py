@@ -17,11 +17,12 @@ from django.db.models.functions import RowNumber
 from django.utils import timezone
 
 from runs import selectors
-from runs.messages import BoardRun, DashboardSnapshotMsg, QueueChange, QueueKey, RunJson
-from runs.models import ACTIVE_STATUSES, Run, RunEvent, RunStatus, Slot
+from runs.messages import BoardRun, ClusterJson, DashboardSnapshotMsg, QueueChange, QueueKey, RunJson
+from runs.models import ACTIVE_STATUSES, ClusterStatus, Run, RunEvent, RunStatus, Slot
 from runs.slots import store
 from runs.slots.grant import HIGHER_PRIORITY_WAITING, blocking_reason
 from runs.slots.policy import CLASSES
+from runs.slots.resources import free_after, total
 
 REWARD_HISTORY = 40  # train-event rewards an active row's sparkline starts with
 
@@ -40,7 +41,9 @@ def board_summary(summary: dict[str, Any]) -> dict[str, Any]:
 def board_run(run: RunJson, requested_at: float | None = None) -> BoardRun:
     """A board row from the run JSON: no config, the summary cut to what a row draws, the slot's
     `requested_at` (seconds) when the run waits."""
-    row: dict[str, Any] = {k: v for k, v in run.items() if k not in ("config", "auto_resume", "time_limit_seconds")}
+    row: dict[str, Any] = {
+        k: v for k, v in run.items() if k not in ("config", "auto_resume", "time_limit_seconds", "resources")
+    }
     row["summary"] = board_summary(run.get("summary") or {})
     row["requested_at"] = requested_at
     return BoardRun(**row)  # type: ignore[typeddict-item]
@@ -95,15 +98,24 @@ def queue_rows(*, user: Any) -> tuple[list[BoardRun], dict[int, int]]:
             "owner__username",
             "last_seq",
             "slot__requested_at",
+            "slot__demand",
+            "slot__strategy",
         )
     )
-    # runs_queue_info reads id, class and status: light instances instead of full rows (from_db takes the
-    # values in the model's field order).
+    # runs_queue_info reads id, class, status and the demand: light instances instead of full rows (from_db
+    # takes the values in the model's field order); the demand comes from the slot (same bundles, fewer bytes).
     info = selectors.runs_queue_info(
-        runs=[Run.from_db(None, ["id", "run_class", "status"], (row[0], row[3], RunStatus.QUEUED)) for row in rows]
+        runs=[
+            Run.from_db(
+                None,
+                ["id", "run_class", "status", "resources"],
+                (row[0], row[3], RunStatus.QUEUED, {"bundles": row[9] or [], "strategy": row[10]}),
+            )
+            for row in rows
+        ]
     )
     out: list[BoardRun] = []
-    for pk, name, origin, run_class, kind, created_at, owner, _seq, requested_at in rows:
+    for pk, name, origin, run_class, kind, created_at, owner, _seq, requested_at, _demand, _strategy in rows:
         q = info.get(pk)
         out.append(
             BoardRun(
@@ -118,6 +130,7 @@ def queue_rows(*, user: Any) -> tuple[list[BoardRun], dict[int, int]]:
                 requested_at=_seconds(requested_at),
                 position={"in_class": q.position_in_class, "overall": q.position_overall} if q else None,
                 pending_reason=q.pending_reason if q else None,
+                pending_detail=q.pending_detail if q else None,
                 eta_seconds=q.eta_seconds if q else None,
             )
         )
@@ -137,8 +150,25 @@ def dashboard_snapshot(*, user: Any) -> tuple[DashboardSnapshotMsg, dict[int, in
         active.append(row)
     queue, seqs = queue_rows(user=user)
     seqs.update({run.pk: run.last_seq for run in active_runs})
-    snapshot = DashboardSnapshotMsg(type="snapshot", slots=selectors.slots_snapshot(), queue=queue, active=active)
+    snapshot = DashboardSnapshotMsg(
+        type="snapshot", slots=selectors.slots_snapshot(), cluster=cluster_snapshot(), queue=queue, active=active
+    )
     return snapshot, seqs
+
+
+def cluster_snapshot() -> ClusterJson:
+    """The cluster as admission sees it: reachable (the last read of Ray worked), alive nodes, their total and
+    what the held runs leave free (Ray JSON units). Read from ClusterNode/ClusterStatus, written by the tick."""
+    status = ClusterStatus.objects.order_by("pk").first()
+    capacity = store.capacity_load()
+    running = store.held_load()
+    free = free_after(capacity, [(h.demand, h.placement) for h in running])
+    return ClusterJson(
+        reachable=bool(status and status.reachable),
+        nodes=len(capacity),
+        total=total(list(capacity.values())).to_json(),
+        free=total(list(free.values())).to_json(),
+    )
 
 
 def queue_change(*, joined: Iterable[tuple[int, float]], left: Iterable[tuple[int, float]]) -> QueueChange:

@@ -130,7 +130,13 @@ def slots_grant(*, reason: str = "tick") -> list[int]:
 
 def run_enqueue(*, run: Run, now: datetime) -> None:
     """A new run (created `queued` under the grant lock): its waiting slot, its first event, then a grant."""
-    slot_store.slot_enqueue(run_id=run.pk, run_class=run.run_class, now=now)
+    slot_store.slot_enqueue(
+        run_id=run.pk,
+        run_class=run.run_class,
+        now=now,
+        resources=run.resources,
+        time_limit_seconds=run.time_limit_seconds,
+    )
     run_events_publish(
         run_events_record(
             run=run,
@@ -248,7 +254,13 @@ def run_resume(*, run: Run, by: Any, user_caps: bool = True) -> Run:
         locked.attempt += 1
         locked.save(update_fields=["resume_requested", "attempt"])
         run_status_change(run=locked, status=RunStatus.QUEUED, error="")
-        slot_store.slot_enqueue(run_id=locked.pk, run_class=locked.run_class, now=timezone.now())
+        slot_store.slot_enqueue(
+            run_id=locked.pk,
+            run_class=locked.run_class,
+            now=timezone.now(),
+            resources=locked.resources,
+            time_limit_seconds=locked.time_limit_seconds,
+        )
         grant_pass(reason="resume", started=started)
     locked.refresh_from_db()
     return locked

@@ -20,11 +20,14 @@ class ClassSlots(TypedDict):
     waiting: int
     limit: int
     priority: int
+    gpu_limit: int | None
+    gpus: float  # GPUs the class's held runs hold
 
 
 class ClassPolicy(TypedDict):
     limit: int
     priority: int
+    gpu_limit: int | None
 
 
 class SlotPolicy(TypedDict):
@@ -36,6 +39,16 @@ class SlotPolicy(TypedDict):
 class SlotTotal(TypedDict):
     running: int
     max_total: int
+
+
+class ClusterJson(TypedDict):
+    """The cluster as admission sees it (runs.dashboard.cluster_snapshot): whether the last read of Ray worked,
+    the alive nodes, their total resources and what the held runs leave free (Ray JSON units)."""
+
+    reachable: bool
+    nodes: int
+    total: dict[str, float]
+    free: dict[str, float]
 
 
 class SlotsJson(TypedDict):
@@ -70,11 +83,13 @@ class RunJson(TypedDict):
     queued_seconds: float
     position: Position | None
     pending_reason: str | None
+    pending_detail: dict[str, Any] | None
     eta_seconds: float | None
     error: str
     summary: dict[str, Any]
     auto_resume: bool
     time_limit_seconds: int | None
+    resources: dict[str, Any] | None  # the demand: {bundles: [{role, CPU, GPU, memory}], total, strategy}
 
 
 class BoardRun(TypedDict, total=False):
@@ -96,6 +111,7 @@ class BoardRun(TypedDict, total=False):
     queued_seconds: float
     position: Position | None
     pending_reason: str | None
+    pending_detail: dict[str, Any] | None
     eta_seconds: float | None
     error: str
     summary: dict[str, Any]
@@ -180,6 +196,7 @@ class TruncatedMsg(TypedDict):
 class DashboardSnapshotMsg(TypedDict):
     type: Literal["snapshot"]
     slots: SlotsJson
+    cluster: ClusterJson
     queue: list[BoardRun]
     active: list[BoardRun]
 
@@ -202,6 +219,7 @@ TS_EXPORTS: tuple[type, ...] = (
     ClassPolicy,
     SlotPolicy,
     SlotTotal,
+    ClusterJson,
     SlotsJson,
     Position,
     RunJson,

@@ -5,7 +5,7 @@ concurrency settings (runs/concurrency.py). Nothing here but the names; each liv
 from __future__ import annotations
 
 from runs.concurrency import settings_update
-from runs.execution.submit import NAME_MAX, TIME_LIMIT_MAX, run_submit
+from runs.execution.submit import NAME_MAX, TIME_LIMIT_MAX, run_demand, run_resources, run_submit
 from runs.lifecycle import (
     TRANSITIONS,
     run_cancel,
@@ -25,6 +25,8 @@ __all__ = [
     "run_finish",
     "run_resume",
     "run_status_change",
+    "run_demand",
+    "run_resources",
     "run_submit",
     "run_transition",
     "runs_enforce_time_limits",

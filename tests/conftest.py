@@ -149,3 +149,34 @@ def redis_url() -> str:
             if time.monotonic() > deadline:
                 pytest.fail(f"Redis at {url} is not reachable ({exc}); start it (see .ci/run)", pytrace=False)
             time.sleep(0.5)
+
+
+# A node as big as no test run will ask for: CPUs and GPUs in Ray's units, memory in bytes.
+TEST_NODE_TOTAL = {"CPU": 1000.0, "GPU": 64.0, "memory": 1 << 40}
+
+
+@pytest.fixture(autouse=True)
+def cluster_capacity(request: pytest.FixtureRequest):
+    """Configuration of the boundary, not behaviour under test: admission grants only what fits the alive
+    ClusterNode rows (written by the tick from Ray), and with no rows it grants nothing. So every database test
+    starts with one large alive node ("test-node"), and tests that submit runs keep their meaning. Tests about
+    capacity replace it with their own nodes (delete the rows, create theirs). Tests without the database get
+    nothing."""
+    marker = request.node.get_closest_marker("django_db")
+    uses_db = marker is not None or {"db", "transactional_db"} & set(request.fixturenames)
+    if not uses_db:
+        yield None
+        return
+    transactional = "transactional_db" in request.fixturenames or bool(
+        marker and (marker.kwargs.get("transaction") or (marker.args and marker.args[0]))
+    )
+    request.getfixturevalue("transactional_db" if transactional else "db")
+    from django.utils import timezone
+
+    from runs.models import ClusterNode
+
+    node, _ = ClusterNode.objects.update_or_create(
+        node_id="test-node",
+        defaults={"address": "127.0.0.1", "alive": True, "total": TEST_NODE_TOTAL, "seen_at": timezone.now()},
+    )
+    yield node

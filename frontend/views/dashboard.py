@@ -12,7 +12,7 @@ from django.shortcuts import render
 
 from runs import selectors
 from runs.dashboard import dashboard_snapshot
-from runs.errors import RunNotFound
+from runs.errors import InvalidInput, RunNotFound
 from runs.execution.kinds import DEFAULT_KIND, kind_get
 
 # Shown first on the submit form; every other schema field sits under "Advanced".
@@ -100,6 +100,10 @@ def run_submit_form(request: HttpRequest) -> HttpResponse:
     """Form for an interactive training run; the browser posts it to POST /api/runs/ (origin dashboard)."""
     kind = kind_get(DEFAULT_KIND)
     fields = schema_fields(kind.json_schema())
+    try:
+        resources: dict[str, Any] | None = kind.demand({})  # the defaults; the page updates it as the form changes
+    except InvalidInput:
+        resources = None
     return render(
         request,
         "frontend/submit.html",
@@ -108,5 +112,6 @@ def run_submit_form(request: HttpRequest) -> HttpResponse:
             "common_fields": [f for f in fields if f["common"]],
             "advanced_fields": [f for f in fields if not f["common"]],
             "nav": "submit",
+            "resources": resources,
         },
     )

@@ -16,7 +16,15 @@ from django.shortcuts import redirect, render
 from runs import selectors, services
 from runs.errors import InvalidInput
 from runs.slots import store
-from runs.slots.policy import CLASSES, LIMIT_KEYS, LIMIT_RULES, limits_effective, policy_defaults, policy_effective
+from runs.slots.policy import (
+    CLASS_KEYS,
+    CLASSES,
+    LIMIT_KEYS,
+    LIMIT_RULES,
+    limits_effective,
+    policy_defaults,
+    policy_effective,
+)
 
 TOP_FIELDS = ("max_total", "interactive_reserve", *LIMIT_KEYS)
 LIMIT_LABELS = {
@@ -40,7 +48,7 @@ def _form_name(field: str | None) -> str:
 def _initial(raw: dict[str, Any]) -> dict[str, str]:
     values = {k: str(raw[k]) for k in TOP_FIELDS if isinstance(raw.get(k), int)}
     for name, item in (raw.get("classes") or {}).items():
-        for key in ("limit", "priority"):
+        for key in CLASS_KEYS:
             if isinstance(item, dict) and isinstance(item.get(key), int):
                 values[f"{name}_{key}"] = str(item[key])
     return values
@@ -51,8 +59,8 @@ def _parse(post: Any) -> tuple[dict[str, Any], dict[str, str], dict[str, str]]:
     changes: dict[str, Any] = {"classes": {}}
     values: dict[str, str] = {}
     errors: dict[str, str] = {}
-    names = [*TOP_FIELDS] + [f"{c}_{k}" for c in CLASSES for k in ("limit", "priority")]
-    for name in names:
+    class_fields = {f"{c}_{k}": (c, k) for c in CLASSES for k in CLASS_KEYS}
+    for name in [*TOP_FIELDS, *class_fields]:
         text = (post.get(name) or "").strip()
         values[name] = text
         if text == "":
@@ -65,7 +73,7 @@ def _parse(post: Any) -> tuple[dict[str, Any], dict[str, str], dict[str, str]]:
         if name in TOP_FIELDS:
             changes[name] = number
         else:
-            run_class, key = name.rsplit("_", 1)
+            run_class, key = class_fields[name]
             changes["classes"].setdefault(run_class, {})[key] = number
     return changes, values, errors
 
@@ -98,6 +106,9 @@ def concurrency_settings(request: HttpRequest) -> HttpResponse:
             "name": c,
             "limit_field": f"{c}_limit",
             "priority_field": f"{c}_priority",
+            "gpu_field": f"{c}_gpu_limit",
+            "gpu_limit": values.get(f"{c}_gpu_limit", ""),
+            "gpu_error": errors.get(f"{c}_gpu_limit"),
             "limit": values.get(f"{c}_limit", ""),
             "priority": values.get(f"{c}_priority", ""),
             "limit_error": errors.get(f"{c}_limit"),

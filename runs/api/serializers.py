@@ -52,8 +52,13 @@ class PositionSerializer(serializers.Serializer):
     overall = serializers.IntegerField()
 
 
+# A `starting` run's pending reason (stored on the run by the job's `resources` events).
+STARTING_REASONS = ("waiting_for_resources",)
+
+
 class RunSerializer(serializers.ModelSerializer):
-    """Run JSON; `position`, `pending_reason` and `eta_seconds` are null unless the run is queued.
+    """Run JSON; `position` and `eta_seconds` are null unless the run is queued; `pending_reason` and
+    `pending_detail` are set for a queued run, and for a `starting` run whose placement group waits.
 
     The fields document the schema; the JSON itself is runs.selectors.run_json, the one builder the
     websockets use too."""
@@ -61,10 +66,20 @@ class RunSerializer(serializers.ModelSerializer):
     owner = serializers.CharField(source="owner.username", read_only=True)
     queued_seconds = serializers.FloatField()
     position = PositionSerializer(allow_null=True)
-    pending_reason = serializers.ChoiceField(choices=PENDING_REASONS, allow_null=True)
+    pending_reason = serializers.ChoiceField(choices=PENDING_REASONS + STARTING_REASONS, allow_null=True)
+    pending_detail = serializers.JSONField(
+        allow_null=True,
+        help_text="insufficient_resources: {needs, free, largest_free_node[, message]} (Ray units); "
+        "gpu_limit_reached: {gpu_limit, held_gpus}; a starting run: {message}",
+    )
     eta_seconds = serializers.FloatField(allow_null=True)
     config = serializers.JSONField()
     summary = serializers.JSONField()
+    resources = serializers.JSONField(
+        allow_null=True,
+        help_text="the run's demand, derived from kind and config at submit: {bundles: [{role, CPU, GPU, memory}], "
+        "total: {CPU, GPU, memory}, strategy}",
+    )
 
     class Meta:
         model = Run
@@ -84,11 +99,13 @@ class RunSerializer(serializers.ModelSerializer):
             "queued_seconds",
             "position",
             "pending_reason",
+            "pending_detail",
             "eta_seconds",
             "error",
             "summary",
             "auto_resume",
             "time_limit_seconds",
+            "resources",
         ]
         read_only_fields = fields
 
@@ -120,6 +137,7 @@ class RunEventSerializer(serializers.Serializer):
 class ClassPolicySerializer(serializers.Serializer):
     limit = serializers.IntegerField()
     priority = serializers.IntegerField()
+    gpu_limit = serializers.IntegerField(allow_null=True, help_text="GPUs the class may hold at once; null: no limit")
 
 
 def _per_class(child: serializers.Serializer) -> serializers.Serializer:
@@ -170,7 +188,11 @@ class ConcurrencySettingsInputSerializer(serializers.Serializer):
 
     max_total = serializers.IntegerField(required=False, min_value=1, max_value=1000)
     interactive_reserve = serializers.IntegerField(required=False, allow_null=True, min_value=0, max_value=1000)
-    classes = serializers.DictField(child=serializers.DictField(child=serializers.IntegerField()), required=False)
+    classes = serializers.DictField(
+        child=serializers.DictField(child=serializers.IntegerField(allow_null=True)),
+        required=False,
+        help_text="per class: limit (1..1000), priority (0..100), gpu_limit (0..1000 or null: no GPU limit)",
+    )
     max_queued_per_user = _limit_input("max_queued_per_user")
     max_running_per_user = _limit_input("max_running_per_user")
     default_time_limit_seconds = _limit_input("default_time_limit_seconds")
@@ -182,6 +204,8 @@ class ClassUsageSerializer(serializers.Serializer):
     waiting = serializers.IntegerField()
     limit = serializers.IntegerField()
     priority = serializers.IntegerField()
+    gpu_limit = serializers.IntegerField(allow_null=True)
+    gpus = serializers.FloatField(help_text="GPUs the class's held runs hold")
 
 
 class TotalUsageSerializer(serializers.Serializer):
@@ -198,6 +222,24 @@ class SlotsSnapshotSerializer(serializers.Serializer):
 
 class DryRunInputSerializer(serializers.Serializer):
     origin = serializers.CharField(help_text="dashboard | api | schedule | system")
+    kind = serializers.CharField(required=False, help_text="with config: the phantom run has this run's demand")
+    config = serializers.JSONField(required=False, help_text="the run config (validated like a submit)")
+    time_limit_seconds = serializers.IntegerField(required=False, allow_null=True)
+
+
+class RunResourcesInputSerializer(serializers.Serializer):
+    kind = serializers.CharField(required=False, default=DEFAULT_KIND)
+    config = serializers.JSONField(help_text="the run config, validated like a submit")
+
+
+class RunResourcesSerializer(serializers.Serializer):
+    """A run's demand, as stored in Run.resources at submit."""
+
+    bundles = serializers.ListField(child=serializers.JSONField())
+    total = serializers.JSONField()
+    strategy = serializers.CharField()
+    fits = serializers.BooleanField(help_text="false: submit would refuse it (it can never fit the alive cluster)")
+    problem = serializers.CharField(allow_null=True, help_text="why it can never fit; null when it can")
 
 
 class DryRunSerializer(serializers.Serializer):
@@ -205,6 +247,7 @@ class DryRunSerializer(serializers.Serializer):
     run_class = serializers.CharField()
     granted = serializers.BooleanField()
     pending_reason = serializers.ChoiceField(choices=PENDING_REASONS, allow_null=True)
+    pending_detail = serializers.JSONField(allow_null=True)
 
 
 class ErrorSerializer(serializers.Serializer):

@@ -11,6 +11,7 @@ from runs.api.schedules import ScheduleDetailView, ScheduleListCreateView
 
 urlpatterns = [
     path("runs/", views.RunListCreateView.as_view(), name="api-runs"),
+    path("runs/resources/", views.RunResourcesView.as_view(), name="api-runs-resources"),
     path("runs/<int:run_id>/", views.RunDetailView.as_view(), name="api-run"),
     path("runs/<int:run_id>/cancel/", views.RunCancelView.as_view(), name="api-run-cancel"),
     path("runs/<int:run_id>/resume/", views.RunResumeView.as_view(), name="api-run-resume"),

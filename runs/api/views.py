@@ -19,6 +19,7 @@ from rest_framework.views import APIView
 from runs import limits, selectors, services
 from runs.api import serializers as s
 from runs.errors import InvalidInput, ServiceError
+from runs.execution.kinds import DEFAULT_KIND
 from runs.models import RunClass, RunStatus
 from runs.slots import store
 
@@ -202,7 +203,34 @@ class SlotDryRunView(ServiceView):
         responses={200: s.DryRunSerializer, 400: s.ErrorSerializer},
     )
     def post(self, request: Request) -> Response:
-        return Response(selectors.slot_dry_run(origin=_body(request).get("origin")))
+        body = _body(request)
+        resources = None
+        if body.get("config") is not None or body.get("kind") is not None:
+            _kind, _config, resources = services.run_demand(
+                kind=body.get("kind", DEFAULT_KIND), config=body.get("config", {}), owner=request.user
+            )
+        limit = body.get("time_limit_seconds")
+        if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool) or limit < 1):
+            raise InvalidInput("must be a positive integer number of seconds", field="time_limit_seconds")
+        if limit is None and resources is not None:
+            limit = limits.limits_load().default_time_limit_seconds
+        return Response(
+            selectors.slot_dry_run(origin=body.get("origin"), resources=resources, time_limit_seconds=limit)
+        )
+
+
+class RunResourcesView(ServiceView):
+    @extend_schema(
+        operation_id="runs_resources",
+        request=s.RunResourcesInputSerializer,
+        responses={200: s.RunResourcesSerializer, 400: s.ErrorSerializer},
+    )
+    def post(self, request: Request) -> Response:
+        """The demand a run of this kind and config would have (its `resources`), without submitting it."""
+        body = _body(request)
+        return Response(
+            services.run_resources(kind=body.get("kind", DEFAULT_KIND), config=body.get("config"), owner=request.user)
+        )
 
 
 class ConcurrencySettingsView(ServiceView):

@@ -11,11 +11,14 @@ from django.utils import timezone
 
 from runs import limits
 from runs.errors import InvalidInput
-from runs.execution.kinds import kind_get
+from runs.execution.kinds import RunKind, kind_get
 from runs.lifecycle import run_enqueue
 from runs.models import ORIGIN_TO_CLASS, Origin, Run, RunStatus
 from runs.slots import store
+from runs.slots.fit import never_fits
 from runs.slots.policy import TIME_LIMIT_CEILING
+from runs.slots.resources import Res
+from runs.slots.store import demand_of
 
 NAME_MAX = 200
 TIME_LIMIT_MAX = TIME_LIMIT_CEILING
@@ -52,16 +55,10 @@ def run_submit(
         )
     if not isinstance(auto_resume, bool):
         raise InvalidInput("must be true or false", field="auto_resume")
-    run_kind = kind_get(kind)
-    if not isinstance(config, dict):
-        raise InvalidInput("must be a JSON object", field="config")
-    if "\\u0000" in json.dumps(config):
-        raise InvalidInput("must not contain NUL characters", field="config")
-    config = run_kind.validate_config(config)
-    if run_kind.authorize is not None:
-        run_kind.authorize(config, owner)
+    run_kind, config, resources = run_demand(kind=kind, config=config, owner=owner)
     with transaction.atomic():
         store.slots_lock()
+        resources_check(resources, store.capacity_load())
         user_limits = limits.limits_load()
         time_limit_seconds = limits.time_limit_resolve(time_limit_seconds, user_limits)
         if user_caps:
@@ -74,6 +71,7 @@ def run_submit(
             config=config,
             owner=owner,
             time_limit_seconds=time_limit_seconds,
+            resources=resources,
             parent=parent,
             status=RunStatus.QUEUED,
             auto_resume=auto_resume,
@@ -81,3 +79,40 @@ def run_submit(
         run_enqueue(run=run, now=timezone.now())
     run.refresh_from_db()
     return run
+
+
+def resources_check(resources: dict[str, Any], capacity: dict[str, Res]) -> None:
+    """400 (field `config`) when the demand could not fit even the whole alive cluster; unknown capacity
+    (no node rows yet) accepts: the run waits until the tick has read the cluster."""
+    problem = never_fits(demand_of(resources.get("bundles")), resources.get("strategy") or "PACK", capacity)
+    if problem is not None:
+        raise InvalidInput(f"this run can never start: it {problem}", field="config")
+
+
+def run_demand(*, kind: Any, config: Any, owner: Any) -> tuple[RunKind, dict[str, Any], dict[str, Any]]:
+    """Validate a kind and config like a submit; return the kind, the config to store and its demand JSON."""
+    run_kind = kind_get(kind)
+    if not isinstance(config, dict):
+        raise InvalidInput("must be a JSON object", field="config")
+    if "\\u0000" in json.dumps(config):
+        raise InvalidInput("must not contain NUL characters", field="config")
+    config = run_kind.validate_config(config)
+    if run_kind.authorize is not None:
+        run_kind.authorize(config, owner)
+    return run_kind, config, run_kind.demand(config)
+
+
+def run_resources(*, kind: Any, config: Any, owner: Any) -> dict[str, Any]:
+    """What a run of this kind and config would ask the cluster for (POST /api/runs/resources/), and whether
+    it could ever fit the alive cluster (`fits`; `problem`: why not, the text a submit's 400 would carry)."""
+    _kind, _config, resources = run_demand(kind=kind, config=config, owner=owner)
+    problem = never_fits(
+        demand_of(resources.get("bundles")), resources.get("strategy") or "PACK", store.capacity_load()
+    )
+    return {
+        "bundles": resources.get("bundles", []),
+        "total": resources.get("total", {}),
+        "strategy": resources.get("strategy", "PACK"),
+        "fits": problem is None,
+        "problem": problem,
+    }

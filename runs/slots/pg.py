@@ -13,12 +13,13 @@ from typing import Any
 
 from django.conf import settings
 from django.db import connection
+from django.utils.dateparse import parse_datetime
 
 from runs.errors import InvalidTransition
 from runs.models import Run
 from runs.notify import CHANNEL
 from runs.slots import store
-from runs.slots.grant import Decision, Snapshot, WaitingSlot
+from runs.slots.grant import BACKFILL_WINDOW, Decision, Snapshot, WaitingSlot
 from runs.slots.policy import CLASSES, Policy, policy_effective
 
 # Grants read the policy under the lock, but re-compute it only when the settings row changed: its version
@@ -35,24 +36,33 @@ _VERSION_SQL = (
 # (min(free slots, class headroom)), so every part is an index seek and the cost does not grow with the queue.
 # %(run)s is excluded: the run released by the same statement (0: none).
 _SNAPSHOT_CTES = """
-held AS (SELECT run_class, count(*)::int AS n FROM runs_slot
-         WHERE state = 'held' AND run_id <> %(run)s GROUP BY run_class),
+held_rows AS (SELECT run_id, run_class, granted_at, time_limit_seconds, demand, placement FROM runs_slot
+              WHERE state = 'held' AND run_id <> %(run)s),
+held AS (SELECT run_class, count(*)::int AS n FROM held_rows GROUP BY run_class),
 budget AS (SELECT c.run_class,
                   GREATEST(0, LEAST(%(max_total)s::int - (SELECT coalesce(sum(n), 0) FROM held)::int,
                                     c.lim - coalesce(h.n, 0)))::int AS b
            FROM unnest(%(classes)s::text[], %(limits)s::int[]) AS c(run_class, lim)
            LEFT JOIN held h ON h.run_class = c.run_class),
 heads AS (SELECT w.* FROM budget CROSS JOIN LATERAL (
-            SELECT s.run_class, s.run_id, s.requested_at FROM runs_slot s
+            SELECT s.run_class, s.run_id, s.requested_at, s.demand, s.strategy, s.time_limit_seconds FROM runs_slot s
             WHERE s.state = 'waiting' AND s.run_class = budget.run_class AND s.run_id <> %(run)s
-            ORDER BY s.requested_at, s.run_id LIMIT budget.b) w)"""
+            ORDER BY s.requested_at, s.run_id
+            LIMIT CASE WHEN budget.b > 0 THEN budget.b + %(window)s ELSE 0 END) w)"""
 
+# Also loaded with every snapshot: each held slot (bundles, placement, latest end) and the alive nodes' totals.
 _SNAPSHOT_COLUMNS = f"""
 (SELECT array_agg(run_class ORDER BY run_class) FROM held) AS held_classes,
 (SELECT array_agg(n ORDER BY run_class) FROM held) AS held_counts,
+(SELECT jsonb_agg(jsonb_build_array(run_id, run_class, granted_at, time_limit_seconds, demand, placement)
+                  ORDER BY run_id) FROM held_rows) AS held_slots,
+(SELECT jsonb_agg(jsonb_build_array(node_id, total) ORDER BY node_id) FROM runs_clusternode WHERE alive)
+  AS capacity,
 (SELECT array_agg(run_class ORDER BY requested_at, run_id) FROM heads) AS head_classes,
 (SELECT array_agg(run_id ORDER BY requested_at, run_id) FROM heads) AS head_ids,
 (SELECT array_agg(requested_at ORDER BY requested_at, run_id) FROM heads) AS head_times,
+(SELECT jsonb_agg(jsonb_build_array(demand, strategy, time_limit_seconds) ORDER BY requested_at, run_id)
+   FROM heads) AS head_demands,
 {_VERSION_SQL} AS policy_version"""
 
 _RELEASE_SQL = (
@@ -78,8 +88,9 @@ _SNAPSHOT_SQL = f"WITH {_SNAPSHOT_CTES}\nSELECT {_SNAPSHOT_COLUMNS}"
 
 _APPLY_SQL = """WITH
 n AS (SELECT pg_notify(%(channel)s, %(payload)s::text) AS sent),
-s AS (UPDATE runs_slot SET state = 'held', granted_at = %(now)s
-      WHERE state = 'waiting' AND run_id = ANY(%(ids)s::bigint[]) RETURNING run_id),
+s AS (UPDATE runs_slot x SET state = 'held', granted_at = %(now)s, placement = p.placement
+      FROM unnest(%(ids)s::bigint[], %(placements)s::jsonb[]) AS p(run_id, placement)
+      WHERE x.state = 'waiting' AND x.run_id = p.run_id RETURNING x.run_id),
 cur AS (SELECT id, status FROM runs_run WHERE id = ANY(%(ids)s::bigint[]) FOR UPDATE),
 r AS (UPDATE runs_run x SET status = %(status)s, {columns}, last_seq = x.last_seq + 1
       FROM cur WHERE x.id = cur.id AND cur.status = ANY(%(allowed)s::text[])
@@ -109,6 +120,7 @@ def _policy_params(policy: Policy) -> dict[str, Any]:
         "max_total": policy.max_total,
         "classes": list(CLASSES),
         "limits": [policy.classes[c].limit for c in CLASSES],
+        "window": BACKFILL_WINDOW,
     }
 
 
@@ -138,12 +150,24 @@ def _snapshot_from(row: dict[str, Any], policy: Policy) -> Snapshot:
     held = {k: 0 for k in CLASSES}
     for run_class, n in zip(row["held_classes"] or [], row["held_counts"] or []):
         held[run_class] = n
+    running = tuple(
+        store.held_slot(run_id, run_class, parse_datetime(at) if at else None, limit, demand, placement)
+        for run_id, run_class, at, limit, demand, placement in _json(row["held_slots"])
+    )
     waiting: dict[str, list[WaitingSlot]] = {}
-    for run_class, run_id, requested_at in zip(
-        row["head_classes"] or [], row["head_ids"] or [], row["head_times"] or []
+    for run_class, run_id, requested_at, (demand, strategy, limit) in zip(
+        row["head_classes"] or [], row["head_ids"] or [], row["head_times"] or [], _json(row["head_demands"])
     ):
-        waiting.setdefault(run_class, []).append(WaitingSlot(run_id=run_id, requested_at=requested_at))
-    return Snapshot(policy=policy, held=held, waiting=waiting)
+        waiting.setdefault(run_class, []).append(store.waiting_slot(run_id, requested_at, demand, strategy, limit))
+    capacity = store.capacity_of(_json(row["capacity"]))
+    return Snapshot(policy=policy, held=held, waiting=waiting, capacity=capacity, running=running)
+
+
+def _json(value: Any) -> list:
+    """A jsonb aggregate as Python (psycopg decodes jsonb; a NULL aggregate is an empty list)."""
+    if isinstance(value, str):
+        value = json.loads(value)
+    return value if isinstance(value, list) else []
 
 
 def snapshot_fetch(*, exclude_run: int = 0) -> Snapshot:
@@ -237,6 +261,7 @@ def grants_apply(
     and queue the NOTIFY (delivered on commit), in one statement. Returns one dict per moved run."""
     ids = [d.run_id for d in decisions]
     params: dict[str, Any] = {
+        "placements": [json.dumps(list(d.placement)) for d in decisions],
         "channel": CHANNEL,
         "payload": json.dumps(notify, separators=(",", ":")),
         "now": now,

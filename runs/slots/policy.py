@@ -28,7 +28,8 @@ LIMIT_RULES: dict[str, tuple[int, int, int]] = {
 }
 LIMIT_KEYS = tuple(LIMIT_RULES)
 TOP_KEYS = ("max_total", "interactive_reserve", "classes", *LIMIT_KEYS)
-CLASS_KEYS = ("limit", "priority")
+CLASS_KEYS = ("limit", "priority", "gpu_limit")
+GPU_LIMIT_MIN, GPU_LIMIT_MAX = 0, 1000
 
 
 class PolicyError(ValueError):
@@ -44,6 +45,7 @@ class PolicyError(ValueError):
 class ClassPolicy:
     limit: int
     priority: int
+    gpu_limit: int | None = None  # GPUs the class may hold at once (None: no limit)
 
 
 @dataclass(frozen=True)
@@ -63,7 +65,9 @@ class Policy:
         return {
             "max_total": self.max_total,
             "interactive_reserve": self.interactive_reserve,
-            "classes": {k: {"limit": c.limit, "priority": c.priority} for k, c in self.classes.items()},
+            "classes": {
+                k: {"limit": c.limit, "priority": c.priority, "gpu_limit": c.gpu_limit} for k, c in self.classes.items()
+            },
         }
 
 
@@ -128,9 +132,11 @@ def policy_effective(raw: Any, *, default_max_total: int) -> Policy:
             item = {}
         limit = item.get("limit")
         priority = item.get("priority")
+        gpu_limit = item.get("gpu_limit")
         classes[name] = ClassPolicy(
             limit=limit if _in_range(limit, LIMIT_MIN, LIMIT_MAX) else base.classes[name].limit,
             priority=priority if _in_range(priority, PRIORITY_MIN, PRIORITY_MAX) else base.classes[name].priority,
+            gpu_limit=gpu_limit if _in_range(gpu_limit, GPU_LIMIT_MIN, GPU_LIMIT_MAX) else None,
         )
     return Policy(max_total=base.max_total, interactive_reserve=base.interactive_reserve, classes=classes)
 
@@ -174,14 +180,16 @@ def policy_validate(changes: Any) -> None:
         if name not in CLASSES:
             raise PolicyError(f"classes.{name}", f"unknown class; expected one of {', '.join(CLASSES)}")
         if not isinstance(item, dict):
-            raise PolicyError(f"classes.{name}", "must be an object with limit and/or priority")
+            raise PolicyError(f"classes.{name}", "must be an object with limit, priority and/or gpu_limit")
         for key in item:
             if key not in CLASS_KEYS:
-                raise PolicyError(f"classes.{name}.{key}", "unknown field; expected limit or priority")
+                raise PolicyError(f"classes.{name}.{key}", "unknown field; expected limit, priority or gpu_limit")
         if "limit" in item:
             _check_int(f"classes.{name}.limit", item["limit"], LIMIT_MIN, LIMIT_MAX)
         if "priority" in item:
             _check_int(f"classes.{name}.priority", item["priority"], PRIORITY_MIN, PRIORITY_MAX)
+        if item.get("gpu_limit") is not None:  # null: no GPU limit
+            _check_int(f"classes.{name}.gpu_limit", item["gpu_limit"], GPU_LIMIT_MIN, GPU_LIMIT_MAX)
 
 
 def policy_merge(stored: Any, changes: dict[str, Any], *, partial: bool) -> dict[str, Any]:
@@ -203,7 +211,10 @@ def policy_merge(stored: Any, changes: dict[str, Any], *, partial: bool) -> dict
         stored_classes = {}
     classes = {k: dict(v) for k, v in stored_classes.items() if k in CLASSES and isinstance(v, dict)}
     for name, item in changes.get("classes", {}).items():
-        classes.setdefault(name, {}).update(item)
+        merged = classes.setdefault(name, {})
+        merged.update(item)
+        if merged.get("gpu_limit", 0) is None:
+            del merged["gpu_limit"]  # null: no GPU limit
     out["classes"] = classes
     return out
 

@@ -8,14 +8,16 @@ from __future__ import annotations
 import threading
 import time
 from datetime import datetime
+from typing import Any
 
 from django.conf import settings
 from django.db import connection, transaction
 from django.db.models import Count
 
-from runs.models import ConcurrencySettings, Slot, SlotState
-from runs.slots.grant import Decision, Snapshot, WaitingSlot, grant
+from runs.models import ClusterNode, ConcurrencySettings, Slot, SlotState
+from runs.slots.grant import Decision, HeldSlot, Snapshot, WaitingSlot, grant
 from runs.slots.policy import CLASSES, Policy, policy_effective
+from runs.slots.resources import Res
 
 # Key of the transaction-scoped advisory lock that serializes grants on PostgreSQL ("RLslots").
 GRANT_LOCK_KEY = 0x524C736C6F7473
@@ -82,45 +84,126 @@ def slot_counts() -> dict[str, dict[str, int]]:
     }
 
 
+def demand_of(bundles: Any) -> tuple[Res, ...]:
+    """Stored bundle JSON (Slot.demand) -> resource vectors; a damaged entry counts as nothing."""
+    out = []
+    for bundle in bundles if isinstance(bundles, list) else []:
+        try:
+            out.append(Res.from_json(bundle if isinstance(bundle, dict) else {}))
+        except ValueError:
+            out.append(Res())
+    return tuple(out)
+
+
+def held_slot(run_id: int, run_class: str, granted_at: Any, limit: int | None, demand: Any, placement: Any) -> HeldSlot:
+    """A held slot from its stored columns (both loaders: the ORM here, the SQL in pg.py)."""
+    nodes = tuple(p if isinstance(p, str) else "" for p in (placement if isinstance(placement, list) else []))
+    return HeldSlot(run_id, run_class, granted_at, limit, demand_of(demand), nodes)
+
+
+def waiting_slot(run_id: int, requested_at: datetime, demand: Any, strategy: str, limit: int | None) -> WaitingSlot:
+    return WaitingSlot(run_id, requested_at, demand_of(demand), strategy or "PACK", limit)
+
+
+def capacity_of(rows: Any) -> dict[str, Res]:
+    """(node_id, total JSON) of alive nodes -> capacity per node (a damaged total counts as empty)."""
+    out = {}
+    for node_id, node_total in rows:
+        try:
+            out[node_id] = Res.from_json(node_total if isinstance(node_total, dict) else {})
+        except ValueError:
+            out[node_id] = Res()
+    return out
+
+
+def capacity_load() -> dict[str, Res]:
+    """Alive nodes' total resources as the tick last read them from Ray ({}: not known yet)."""
+    return capacity_of(ClusterNode.objects.filter(alive=True).order_by("node_id").values_list("node_id", "total"))
+
+
+def held_load() -> tuple[HeldSlot, ...]:
+    """Every held slot with its bundles, placement and latest end (at most max_total rows)."""
+    rows = (
+        Slot.objects.filter(state=SlotState.HELD)
+        .order_by("run_id")
+        .values_list("run_id", "run_class", "granted_at", "time_limit_seconds", "demand", "placement")
+    )
+    return tuple(held_slot(*row) for row in rows)
+
+
 def snapshot_load(policy: Policy) -> Snapshot:
-    """Held counts plus, per class, only as many FIFO heads as one grant pass could take."""
-    held = held_counts()
+    """Held slots (counts per class, bundles, placement, ends), alive capacity, and per class only as many FIFO
+    waiting runs as one grant pass could use (`Snapshot.head_window`)."""
+    running = held_load()
+    held = {k: 0 for k in CLASSES}
+    for h in running:
+        held[h.run_class] = held.get(h.run_class, 0) + 1
+    capacity = capacity_load()
     probe = Snapshot(policy=policy, held=held)
     waiting: dict[str, list[WaitingSlot]] = {}
+    columns = ("run_class", "run_id", "requested_at", "demand", "strategy", "time_limit_seconds")
     heads = [
         Slot.objects.filter(state=SlotState.WAITING, run_class=run_class)
         .order_by("requested_at", "run_id")
-        .values_list("run_class", "run_id", "requested_at")[:budget]
+        .values_list(*columns)[:window]
         for run_class in CLASSES
-        if (budget := probe.head_budget(run_class)) > 0
+        if (window := probe.head_window(run_class)) > 0
     ]
-    if not heads:
-        return Snapshot(policy=policy, held=held, waiting=waiting)
     if connection.features.supports_slicing_ordering_in_compound and len(heads) > 1:
         rows = list(heads[0].union(*heads[1:], all=True))  # one round trip: each part is an index seek
     else:
         rows = [row for part in heads for row in part]
     rows.sort(key=lambda r: (r[2], r[1]))
-    for run_class, run_id, requested_at in rows:
-        waiting.setdefault(run_class, []).append(WaitingSlot(run_id=run_id, requested_at=requested_at))
-    return Snapshot(policy=policy, held=held, waiting=waiting)
+    for run_class, run_id, requested_at, demand, strategy, limit in rows:
+        waiting.setdefault(run_class, []).append(waiting_slot(run_id, requested_at, demand, strategy, limit))
+    return Snapshot(policy=policy, held=held, waiting=waiting, capacity=capacity, running=running)
 
 
 def slots_grant_locked(*, now: datetime) -> list[Decision]:
     """One grant pass; the caller holds slots_lock(). Marks the chosen slots held and returns the decisions."""
     assert connection.in_atomic_block
     decisions = grant(snapshot_load(policy_load(fresh=True)), now)
-    if decisions:
-        Slot.objects.filter(run_id__in=[d.run_id for d in decisions], state=SlotState.WAITING).update(
-            state=SlotState.HELD, granted_at=now
+    for d in decisions:
+        Slot.objects.filter(run_id=d.run_id, state=SlotState.WAITING).update(
+            state=SlotState.HELD, granted_at=now, placement=list(d.placement)
         )
     return decisions
 
 
-def slot_enqueue(*, run_id: int, run_class: str, now: datetime) -> None:
+def slot_demand(resources: Any) -> dict[str, Any]:
+    """The slot columns of a run's demand (Run.resources, the demand JSON written at submit)."""
+    resources = resources if isinstance(resources, dict) else {}
+    bundles = resources.get("bundles")
+    return {
+        "demand": [
+            {k: b.get(k, 0) for k in ("role", "CPU", "GPU", "memory") if k in b}
+            for b in (bundles if isinstance(bundles, list) else [])
+            if isinstance(b, dict)
+        ],
+        "strategy": resources.get("strategy") or "PACK",
+    }
+
+
+def slot_enqueue(
+    *,
+    run_id: int,
+    run_class: str,
+    now: datetime,
+    resources: Any = None,
+    time_limit_seconds: int | None = None,
+) -> None:
+    """A waiting slot for the run, carrying its demand (`resources`: Run.resources), strategy and time limit."""
     Slot.objects.update_or_create(
         run_id=run_id,
-        defaults={"run_class": run_class, "state": SlotState.WAITING, "requested_at": now, "granted_at": None},
+        defaults={
+            "run_class": run_class,
+            "state": SlotState.WAITING,
+            "requested_at": now,
+            "granted_at": None,
+            "placement": [],
+            "time_limit_seconds": time_limit_seconds,
+            **slot_demand(resources),
+        },
     )
 
 
@@ -132,6 +215,8 @@ def slot_release(*, run_id: int) -> bool:
 
 __all__ = [
     "GRANT_LOCK_KEY",
+    "capacity_load",
+    "held_load",
     "held_counts",
     "policy_forget",
     "policy_load",

@@ -13,6 +13,8 @@ pytestmark = pytest.mark.django_db
 
 RUN_FIELDS = {
     "id",
+    "pending_detail",
+    "resources",
     "name",
     "origin",
     "run_class",
@@ -197,10 +199,16 @@ def test_slots_and_dry_run(user, handoffs):
     snap = client.get("/api/slots/").json()
     assert set(snap) == {"policy", "borrowable", "classes", "total"}
     assert set(snap["classes"]) == {"interactive", "app", "schedule", "system"}
-    assert set(snap["classes"]["app"]) == {"running", "waiting", "limit", "priority"}
+    assert set(snap["classes"]["app"]) == {"running", "waiting", "limit", "priority", "gpu_limit", "gpus"}
     assert snap["total"] == {"running": 0, "max_total": 4}
     dry = client.post("/api/slots/dry-run/", {"origin": "schedule"}, format="json").json()
-    assert dry == {"origin": "schedule", "run_class": "schedule", "granted": True, "pending_reason": None}
+    assert dry == {
+        "origin": "schedule",
+        "run_class": "schedule",
+        "granted": True,
+        "pending_reason": None,
+        "pending_detail": None,
+    }
     bad = client.post("/api/slots/dry-run/", {"origin": "cron"}, format="json")
     assert bad.status_code == 400 and bad.json()["field"] == "origin"
 
@@ -217,10 +225,10 @@ def test_settings_are_staff_only(user, staff):
         "max_total": 8,
         "interactive_reserve": 2,
         "classes": {
-            "interactive": {"limit": 8, "priority": 40},
-            "app": {"limit": 6, "priority": 30},
-            "schedule": {"limit": 6, "priority": 20},
-            "system": {"limit": 2, "priority": 10},
+            "interactive": {"limit": 8, "priority": 40, "gpu_limit": None},
+            "app": {"limit": 6, "priority": 30, "gpu_limit": None},
+            "schedule": {"limit": 6, "priority": 20, "gpu_limit": None},
+            "system": {"limit": 2, "priority": 10, "gpu_limit": None},
         },
         "max_queued_per_user": 20,
         "max_running_per_user": 8,
@@ -278,3 +286,63 @@ def test_rl_train_is_the_default_kind(user, handoffs):
     )
     assert answer.status_code == 201, answer.content
     assert answer.json()["kind"] == "rl_train"
+
+
+def test_resources_endpoint_shows_the_demand_before_submitting(user):
+    client = client_for(user)
+    body = client.post("/api/runs/resources/", {"kind": "rl_train", "config": {}}, format="json")
+    assert body.status_code == 200, body.content
+    demand = body.json()
+    assert demand["strategy"] == "PACK" and demand["fits"] is True and demand["problem"] is None
+    assert demand["bundles"][0]["role"] == "driver" and demand["total"]["CPU"] == 1.0
+    bad = client.post("/api/runs/resources/", {"config": {"num_engines": "many"}}, format="json")
+    assert bad.status_code == 400 and bad.json()["field"] == "config.num_engines"
+    assert client_for().post("/api/runs/resources/", {"config": {}}, format="json").status_code in (401, 403)
+
+
+def test_submit_refuses_a_run_that_can_never_fit(user, handoffs):
+    from django.utils import timezone
+
+    from runs.models import ClusterNode
+
+    ClusterNode.objects.all().delete()
+    ClusterNode.objects.create(node_id="small", total={"CPU": 0.5, "GPU": 0, "memory": 1 << 34}, seen_at=timezone.now())
+    client = client_for(user)
+    fits = client.post("/api/runs/resources/", {"config": {}}, format="json").json()
+    assert fits["fits"] is False and fits["problem"].startswith("needs 1 CPU in total; the cluster has 0.5 CPU")
+    refused = client.post("/api/runs/", {"name": "big", "kind": "rl_train", "config": {}}, format="json")
+    assert refused.status_code == 400 and refused.json()["field"] == "config"
+    assert (
+        "can never start: it needs 1 CPU in total; the cluster has 0.5 CPU (largest node 0.5)"
+        in refused.json()["detail"]
+    )
+
+
+def test_run_json_carries_resources_and_the_resource_reason(user, handoffs):
+    from runs.models import ClusterNode
+
+    ClusterNode.objects.all().delete()  # capacity not known yet: accepted, waits
+    created = client_for(user).post("/api/runs/", {"name": "r", "kind": "rl_train", "config": {}}, format="json")
+    assert created.status_code == 201, created.content
+    run = created.json()
+    assert run["status"] == "queued" and run["resources"]["total"]["CPU"] == 1.0
+    assert run["pending_reason"] == "insufficient_resources"
+    assert run["pending_detail"]["message"] == "cluster capacity not known yet"
+
+
+def test_dry_run_with_a_config(user, handoffs):
+    client = client_for(user)
+    dry = client.post("/api/slots/dry-run/", {"origin": "api", "config": {}}, format="json").json()
+    assert dry["granted"] is True
+    bad = client.post("/api/slots/dry-run/", {"origin": "api", "config": {"lr": "x"}}, format="json")
+    assert bad.status_code == 400 and bad.json()["field"].startswith("config")
+
+
+def test_gpu_limit_setting(staff):
+    admin = client_for(staff)
+    patched = admin.patch("/api/settings/concurrency/", {"classes": {"app": {"gpu_limit": 2}}}, format="json")
+    assert patched.status_code == 200 and patched.json()["classes"]["app"]["gpu_limit"] == 2
+    bad = admin.patch("/api/settings/concurrency/", {"classes": {"app": {"gpu_limit": -1}}}, format="json")
+    assert bad.status_code == 400 and bad.json()["field"] == "classes.app.gpu_limit"
+    cleared = admin.patch("/api/settings/concurrency/", {"classes": {"app": {"gpu_limit": None}}}, format="json")
+    assert cleared.json()["classes"]["app"]["gpu_limit"] is None

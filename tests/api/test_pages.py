@@ -58,6 +58,14 @@ def test_settings_form_saves_and_blank_means_default(staff):
     assert 'value="8"' in html and 'data-testid="effective-reserve">2<' in html
 
 
+def test_settings_form_gpu_limit(staff):
+    client = logged_in(staff)
+    assert client.post("/settings/", {"max_total": "4", "app_gpu_limit": "2"}).status_code == 302
+    assert store.policy_stored_raw()["classes"] == {"app": {"gpu_limit": 2}}
+    html = client.get("/settings/").content.decode()
+    assert 'name="app_gpu_limit"' in html and 'value="2"' in html and "GPUs 2" in html and "GPUs no limit" in html
+
+
 @pytest.mark.parametrize(
     "form,field,fragment",
     [
@@ -66,6 +74,8 @@ def test_settings_form_saves_and_blank_means_default(staff):
         ({"max_total": "4", "interactive_reserve": "4"}, "interactive_reserve", "must be below max_total"),
         ({"app_limit": "0"}, "app_limit", "from 1 to 1000"),
         ({"system_priority": "101"}, "system_priority", "from 0 to 100"),
+        ({"app_gpu_limit": "-1"}, "app_gpu_limit", "from 0 to 1000"),
+        ({"app_gpu_limit": "x"}, "app_gpu_limit", "whole number"),
     ],
 )
 def test_settings_form_errors_beside_fields(staff, form, field, fragment):

@@ -31,6 +31,11 @@ def test_submit_from_form_then_board_updates_live(server, users, context) -> Non
     login(page, server, "alice")
     page.get_by_role("link", name="New run").first.click()
     expect(page.get_by_role("heading", name="New training run")).to_be_visible()
+    # The run's demand, computed by the server from the form's values, before submitting; it follows the form.
+    expect(page.get_by_test_id("resources-total")).to_contain_text("1 CPU")
+    page.get_by_label("Num engines", exact=True).fill("4")
+    expect(page.get_by_test_id("resources-total")).to_contain_text("1.25 CPU")
+    page.get_by_label("Num engines", exact=True).fill("2")
     shot(page, "submit-form")
 
     # Inline validation from the API: an out-of-range value is named beside its field.
@@ -63,6 +68,7 @@ def test_submit_from_form_then_board_updates_live(server, users, context) -> Non
     expect(row.get_by_test_id("version")).to_have_text("v2")
     expect(row.locator(".progress .lbl")).to_contain_text("16 / 64 groups")
     expect(page.get_by_test_id("running-interactive")).to_have_text("1")
+    expect(page.get_by_test_id("cluster")).to_have_attribute("data-nodes", "1")  # the cluster_capacity node
     assert_not_reloaded(page)
     shot(page, "board")
 
@@ -212,6 +218,7 @@ def test_staff_reserve_validation_and_board_limits(server, users, context) -> No
 
     page.get_by_label("Total slots").fill("6")
     page.get_by_label("Interactive reserve").fill("2")
+    page.get_by_label("app GPU limit").fill("2")
     expect(page.get_by_test_id("preview-borrowable")).to_have_text("4")
     page.get_by_role("button", name=re.compile("save", re.I)).click()
     expect(page.get_by_test_id("effective-reserve")).to_have_text("2")
@@ -223,6 +230,7 @@ def test_staff_reserve_validation_and_board_limits(server, users, context) -> No
     expect(board.get_by_test_id("borrowable")).to_have_text("4")
     expect(board.locator(".cap-bar .cap-cell")).to_have_count(6)
     expect(board.locator(".cap-bar .cap-cell.reserve")).to_have_count(2)
+    expect(board.get_by_test_id("gpus-app")).to_have_text("0 GPU of 2 (GPU limit)")
     assert_not_reloaded(board)
 
 

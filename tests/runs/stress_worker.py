@@ -43,7 +43,7 @@ from django.utils import timezone  # noqa: E402
 
 from runs import services  # noqa: E402
 from runs.errors import InvalidInput, InvalidTransition  # noqa: E402
-from runs.models import ACTIVE_STATUSES, Run, RunStatus  # noqa: E402
+from runs.models import ACTIVE_STATUSES, ClusterNode, Run, RunStatus  # noqa: E402
 from tests.runs.helpers import TEST_KIND, register_test_kind  # noqa: E402
 from tests.runs.invariants import invariant_violations  # noqa: E402
 
@@ -109,6 +109,10 @@ def setup() -> None:
     from django.core.management import call_command
 
     call_command("migrate", verbosity=0)
+    # Admission grants only what fits alive ClusterNode capacity: one node large enough for every test run.
+    from tests.conftest import TEST_NODE_TOTAL
+
+    ClusterNode.objects.create(node_id="test-node", alive=True, total=TEST_NODE_TOTAL, seen_at=timezone.now())
     print(json.dumps({"owner": get_user_model().objects.create_user("stress").pk}))
 
 

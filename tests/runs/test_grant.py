@@ -16,8 +16,10 @@ from runs.slots.grant import (
     grant,
 )
 from runs.slots.policy import policy_effective
+from runs.slots.resources import Res
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
+BIG = {"n1": Res(cpu=10**6, gpu=10**6, memory=1 << 50)}  # class rules only: resources never bind
 NOW = T0 + timedelta(hours=1)
 
 
@@ -148,7 +150,7 @@ CASES = [
 
 @pytest.mark.parametrize("name,policy,held,waiting,expected", CASES, ids=[c[0] for c in CASES])
 def test_grant_table(name, policy, held, waiting, expected):
-    decisions = grant(Snapshot(policy=policy, held=held, waiting=waiting), NOW)
+    decisions = grant(Snapshot(policy=policy, held=held, waiting=waiting, capacity=BIG), NOW)
     assert [d.run_id for d in decisions] == expected
     assert all(d.granted_at == NOW for d in decisions)
     after = dict(held)

@@ -78,6 +78,10 @@ def test_stored_values_are_used_and_limits_follow_total():
         ({"classes": {"system": {"priority": -1}}}, "classes.system.priority", "from 0 to 100"),
         ({"classes": {"system": {"priority": "high"}}}, "classes.system.priority", "integer"),
         ({"classes": {"system": {"weight": 1}}}, "classes.system.weight", "unknown field"),
+        ({"classes": {"app": {"gpu_limit": -1}}}, "classes.app.gpu_limit", "from 0 to 1000"),
+        ({"classes": {"app": {"gpu_limit": 1001}}}, "classes.app.gpu_limit", "from 0 to 1000"),
+        ({"classes": {"app": {"gpu_limit": 1.5}}}, "classes.app.gpu_limit", "integer"),
+        ({"classes": {"app": {"gpu_limit": True}}}, "classes.app.gpu_limit", "integer"),
         ({"max_slots": 3}, "max_slots", "unknown setting"),
         ([1, 2], "settings", "object"),
     ],
@@ -117,3 +121,18 @@ def test_partial_merges_and_full_replaces():
     assert replaced == {"interactive_reserve": 2, "classes": {}}
     reset = policy_merge({"max_total": 10, "interactive_reserve": 3}, {"interactive_reserve": None}, partial=True)
     assert reset == {"max_total": 10, "classes": {}}
+
+
+def test_gpu_limit_is_optional_and_null_removes_it():
+    assert policy_effective({}, default_max_total=4).classes["app"].gpu_limit is None
+    policy_validate({"classes": {"app": {"gpu_limit": None}}})  # null: no limit
+    stored = policy_merge({}, {"classes": {"app": {"gpu_limit": 2}}}, partial=True)
+    assert policy_effective(stored, default_max_total=4).classes["app"].gpu_limit == 2
+    cleared = policy_merge(stored, {"classes": {"app": {"gpu_limit": None}}}, partial=True)
+    assert (
+        cleared["classes"]["app"] == {}
+        and policy_effective(cleared, default_max_total=4).classes["app"].gpu_limit is None
+    )
+    assert (
+        policy_effective({"classes": {"app": {"gpu_limit": "x"}}}, default_max_total=4).classes["app"].gpu_limit is None
+    )

@@ -46,14 +46,21 @@ def test_snapshot_shape(user, handoffs):
         "max_total": 4,
         "interactive_reserve": 1,
         "classes": {
-            "interactive": {"limit": 4, "priority": 40},
-            "app": {"limit": 3, "priority": 30},
-            "schedule": {"limit": 3, "priority": 20},
-            "system": {"limit": 3, "priority": 10},
+            "interactive": {"limit": 4, "priority": 40, "gpu_limit": None},
+            "app": {"limit": 3, "priority": 30, "gpu_limit": None},
+            "schedule": {"limit": 3, "priority": 20, "gpu_limit": None},
+            "system": {"limit": 3, "priority": 10, "gpu_limit": None},
         },
     }
     assert snap["borrowable"] == 3
-    assert snap["classes"]["app"] == {"running": 1, "waiting": 0, "limit": 3, "priority": 30}
+    assert snap["classes"]["app"] == {
+        "running": 1,
+        "waiting": 0,
+        "limit": 3,
+        "priority": 30,
+        "gpu_limit": None,
+        "gpus": 0.0,
+    }
     assert snap["total"] == {"running": 1, "max_total": 4}
 
 
@@ -66,6 +73,7 @@ def test_dry_run(user, handoffs):
         "run_class": "app",
         "granted": False,
         "pending_reason": "reserve_protected",
+        "pending_detail": None,
     }
     assert selectors.slot_dry_run(origin="dashboard")["granted"] is True
 

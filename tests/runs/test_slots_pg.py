@@ -4,16 +4,20 @@ rules: same snapshot, settings changes seen by the next grant, transitions, even
 from __future__ import annotations
 
 import json
+import threading
 
 import pytest
-from django.db import connection, transaction
+from django.db import close_old_connections, connection, transaction
+from django.utils import timezone
 
 from runs import services
 from runs.errors import InvalidTransition
-from runs.models import ConcurrencySettings, Run, RunEvent, RunStatus, Slot, SlotState
+from runs.models import ClusterNode, ConcurrencySettings, Run, RunEvent, RunStatus, Slot, SlotState
 from runs.notify import CHANNEL
 from runs.slots import pg, store
 from tests.runs.helpers import TEST_KIND
+from tests.runs.test_admission_db import nodes
+from tests.runs.test_admission_db import submit as res_submit
 
 pytestmark = pytest.mark.django_db
 
@@ -102,3 +106,50 @@ def test_release_notifies_granted_ids_on_commit(user, handoffs):
         payloads = [json.loads(n.payload) for n in listener.notifies(timeout=2, stop_after=1)]
     assert [(p["reason"], p["granted"]) for p in payloads] == [("release", [second.pk])]
     assert handoffs.dispatched[-1] == second.pk
+
+
+def test_sql_snapshot_equals_orm_snapshot_with_resources(user, handoffs):
+    nodes(a=(4, 2), b=(4, 2))
+    ClusterNode.objects.create(node_id="dead", alive=False, total={"CPU": 99}, seen_at=timezone.now())
+    services.settings_update(changes={"max_total": 10}, partial=True, by=None)
+    for i in range(14):
+        res_submit(
+            user, name=f"r{i}", origin=["api", "system", "dashboard"][i % 3], cpus=1, gpus=i % 2, bundles=1 + i % 3
+        )
+    Slot.objects.filter(state=SlotState.HELD).update(time_limit_seconds=None)  # a held run without a limit
+    with transaction.atomic():
+        store.slots_lock()
+        orm = store.snapshot_load(store.policy_load(fresh=True))
+        sql = pg.snapshot_fetch()
+        assert sql == orm and sql.capacity.keys() == {"a", "b"} and sql.running and sql.waiting
+        held = sql.running[0].run_id
+        after = pg.snapshot_fetch(exclude_run=held)
+        Slot.objects.filter(run_id=held).delete()
+        assert after == store.snapshot_load(store.policy_load(fresh=True))
+        transaction.set_rollback(True)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_two_concurrent_grants_cannot_both_take_the_last_cpu(user, handoffs):
+    nodes(a=(1, 0))
+    barrier, ids, errors = threading.Barrier(2), [], []
+
+    def one(i: int) -> None:
+        try:
+            barrier.wait()
+            ids.append(res_submit(user, name=f"c{i}", cpus=1).pk)
+        except Exception as exc:  # noqa: BLE001
+            errors.append(exc)
+        finally:
+            close_old_connections()
+            connection.close()
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert not errors and len(ids) == 2
+    statuses = sorted(Run.objects.filter(pk__in=ids).values_list("status", flat=True))
+    assert statuses == [RunStatus.QUEUED, RunStatus.STARTING]
+    assert Slot.objects.filter(state=SlotState.HELD).count() == 1

@@ -1,7 +1,7 @@
 /** Queue board: slots per class with the reserve and borrowable share drawn, the waiting line in grant order,
  * the running runs with gate, version, sampler progress and reward; live over /ws/dashboard/. */
 import { embedded } from "./lib/api";
-import { CLASSES, CLASS_LABEL, duration, esc, eta, num, reasonText, runHref } from "./lib/format";
+import { CLASSES, CLASS_LABEL, detailText, duration, esc, eta, num, reasonText, resText, runHref } from "./lib/format";
 import { LiveSocket, wsUrl } from "./lib/live";
 import { ACTIVE, FINISHED, ownerName, positions, Run, runView, Slots } from "./lib/model";
 import { sparkline } from "./lib/sparkline";
@@ -12,7 +12,7 @@ performance.mark("board-start");
 const MAX_CELLS = 64; // beyond this many slots the capacity bar draws proportional spans instead of cells
 
 const initial = embedded<DashboardSnapshotMsg>("board-data");
-const state: BoardState = { slots: null, queued: [], running: [] };
+const state: BoardState = { slots: null, queued: [], running: [], cluster: null };
 if (initial) applyDashboardMessage(state, { ...initial, type: "snapshot" }, FINISHED);
 const rewardHistory = new Map<number, number[]>();
 const highlight = Number(new URLSearchParams(location.search).get("submitted")) || null;
@@ -70,20 +70,36 @@ function renderCapacity(slots: Slots | null): void {
     <div class="legend" aria-hidden="true">
       ${CLASSES.map((c) => `<span class="cls-${c}"><span class="sw"></span>${CLASS_LABEL[c]}</span>`).join("")}
       <span><span class="sw res"></span>Interactive reserve (free)</span>
-    </div>`;
+    </div>
+    ${clusterHtml()}`;
+}
+
+/** Cluster capacity as admission sees it: alive nodes, their total and what the held runs leave free. */
+function clusterHtml(): string {
+  const c = state.cluster;
+  if (!c) return "";
+  if (!c.nodes) {
+    return `<p class="muted" data-testid="cluster" data-nodes="0">Cluster capacity not known yet: runs wait until the platform has read the Ray cluster.</p>`;
+  }
+  return `<p data-testid="cluster" data-nodes="${esc(c.nodes)}" style="margin:.6rem 0 0">Cluster${c.reachable ? "" : ` <span class="badge st-failed">unreachable</span>`}:
+    <span class="num">${esc(c.nodes)}</span> node${c.nodes === 1 ? "" : "s"};
+    free <strong class="num" data-testid="cluster-free">${esc(resText(c.free))}</strong>
+    of <span class="num" data-testid="cluster-total">${esc(resText(c.total))}</span></p>`;
 }
 
 function renderClasses(slots: Slots | null): void {
   const el = document.getElementById("classes")!;
   if (!slots) { el.innerHTML = ""; return; }
   el.innerHTML = CLASSES.map((c) => {
-    const s = slots.classes[c] ?? { running: 0, waiting: 0, limit: 0, priority: 0 };
+    const s = slots.classes[c] ?? { running: 0, waiting: 0, limit: 0, priority: 0, gpu_limit: null, gpus: 0 };
+    const gpus = s.gpu_limit != null || s.gpus ? `<div class="muted num" data-testid="gpus-${c}" style="font-size:.8rem">${+s.gpus.toFixed(3)} GPU${s.gpu_limit != null ? ` of ${s.gpu_limit} (GPU limit)` : ""}</div>` : "";
     const pct = s.limit ? Math.min(100, (s.running / s.limit) * 100) : 0;
     return `<section class="class-card cls-${c}" aria-label="${CLASS_LABEL[c]} class" data-class="${c}">
       <div class="row"><span class="cls cls-${c}">${CLASS_LABEL[c]}</span><span class="muted">priority ${s.priority}</span></div>
       <div class="row"><span class="big num"><span data-testid="running-${c}">${s.running}</span> <span class="muted" style="font-size:.95rem">/ <span data-testid="limit-${c}">${s.limit}</span></span></span>
         <span class="num">${s.waiting} waiting</span></div>
       <div class="meter" role="meter" aria-label="${CLASS_LABEL[c]} running of limit" aria-valuemin="0" aria-valuemax="${s.limit}" aria-valuenow="${s.running}"><span style="width:${pct}%"></span></div>
+      ${gpus}
     </section>`;
   }).join("");
 }
@@ -107,7 +123,7 @@ function renderRunning(runs: Run[]): void {
     return `<tr data-run="${esc(r.id)}" data-status="${esc(r.status)}"${r.id === highlight ? ' class="flash"' : ""}>
       <td><a class="run-link" href="${runHref(r.id)}">${esc(r.name)}</a><div class="muted num" style="font-size:.8rem">#${esc(r.id)} · ${esc(ownerName(r))}</div></td>
       <td><span class="cls cls-${esc(r.run_class)}">${esc(CLASS_LABEL[r.run_class] ?? r.run_class)}</span></td>
-      <td><span class="badge st-${esc(r.status)}" data-testid="status">${esc(r.status)}</span></td>
+      <td><span class="badge st-${esc(r.status)}" data-testid="status">${esc(r.status)}</span>${r.pending_reason ? `<div class="muted" style="font-size:.8rem" data-testid="status-reason">${esc(reasonText(r.pending_reason))}</div>` : ""}</td>
       <td>${v.gateState ? `<span class="badge gate-${esc(v.gateState)}" title="gate state">${esc(v.gateState)}</span>` : `<span class="muted">—</span>`}</td>
       <td class="num" data-testid="version">${v.version === null ? "—" : `v${v.version}`}</td>
       <td>${progress(r)}</td>
@@ -131,14 +147,14 @@ function waitingRow(r: Run, now: number): string {
     <td class="num" data-testid="position">${esc(p.overall ?? "—")}</td>
     <td><a class="run-link" href="${runHref(r.id)}">${esc(r.name)}</a><div class="muted num" style="font-size:.8rem">#${esc(r.id)} · ${esc(ownerName(r))}</div></td>
     <td><span class="cls cls-${esc(r.run_class)}">${esc(CLASS_LABEL[r.run_class] ?? r.run_class)}</span>${p.inClass ? `<div class="muted num" style="font-size:.8rem">#${esc(p.inClass)} in class</div>` : ""}</td>
-    <td class="reason" data-testid="reason">${esc(reasonText(r.pending_reason))}</td>
+    <td class="reason" data-testid="reason">${esc(reasonText(r.pending_reason))}${r.pending_detail ? `<div class="muted" style="font-size:.8rem" data-testid="reason-detail">${esc(detailText(r.pending_detail))}</div>` : ""}</td>
     <td class="num">${duration(waited)}</td>
     <td class="num" data-testid="eta">${eta(r.eta_seconds)}</td>
   </tr>`;
 }
 
 function renderWaiting(runs: Run[], force = false): void {
-  const key = runs.map((r) => `${r.id}:${r.status}:${JSON.stringify(r.position)}:${r.pending_reason}:${r.eta_seconds}`).join("|");
+  const key = runs.map((r) => `${r.id}:${r.status}:${JSON.stringify(r.position)}:${r.pending_reason}:${JSON.stringify(r.pending_detail)}:${r.eta_seconds}`).join("|");
   if (key === lastQueueKey && !force) return;
   lastQueueKey = key;
   waitingRuns = runs;

@@ -3,10 +3,13 @@
  * snapshot {slots, queue, active} replaces everything; run {run} moves one run between the lists (a queued
  * run's row carries its exact position); slots {slots, queue: {joined, left, reasons, rate}} replaces the counts
  * and moves the waiting rows behind each slot that joined or left the line, whatever the queue length. */
-import type { DashboardRunMsg, DashboardSlotsMsg, DashboardSnapshotMsg, QueueChange, QueueKey } from "./lib/messages";
+import type { ClusterJson, DashboardRunMsg, DashboardSlotsMsg, DashboardSnapshotMsg, QueueChange, QueueKey } from "./lib/messages";
 import type { Run, Slots } from "./lib/model";
 
-export interface BoardState { slots: Slots | null; queued: Run[]; running: Run[] }
+export interface BoardState { slots: Slots | null; queued: Run[]; running: Run[]; cluster?: ClusterJson | null }
+
+/** Reasons that belong to one run (its own demand), kept when a queue change only says "higher priority". */
+const RUN_REASONS = new Set(["insufficient_resources", "gpu_limit_reached"]);
 export type DashboardMsg = DashboardSnapshotMsg | DashboardRunMsg | DashboardSlotsMsg;
 
 /** Whether the waiting slot `key` comes before `run` in grant order (priority, then request time). */
@@ -36,10 +39,16 @@ export function applyQueueChange(state: BoardState, change: QueueChange): void {
     overall = Math.max(1, overall);
     return {
       ...run, position: { overall, in_class: Math.max(1, inClass) },
-      pending_reason: change.reasons?.[run.run_class] ?? run.pending_reason,
+      pending_reason: classReason(change.reasons?.[run.run_class], run.pending_reason),
       eta_seconds: change.rate ? Math.round((overall / change.rate) * 10) / 10 : null,
     };
   });
+}
+
+function classReason(byClass: string | undefined, own: string | null | undefined): string | null {
+  if (byClass === undefined) return own ?? null;
+  if (byClass === "higher_priority_waiting" && own && RUN_REASONS.has(own)) return own;
+  return byClass;
 }
 
 /** Apply one message; returns whether anything changed. */
@@ -48,6 +57,7 @@ export function applyDashboardMessage(state: BoardState, msg: DashboardMsg | nul
   switch (msg.type) {
     case "snapshot":
       if (msg.slots) state.slots = msg.slots;
+      state.cluster = msg.cluster ?? null;
       state.queued = Array.isArray(msg.queue) ? (msg.queue as Run[]) : [];
       state.running = Array.isArray(msg.active) ? (msg.active as Run[]) : [];
       return true;

@@ -2,6 +2,7 @@
  * JSON schema (rendered by the server), values are typed here, and the API's validation errors are shown
  * beside the field they name. */
 import { api, ApiError } from "./lib/api";
+import { esc, resText } from "./lib/format";
 
 const form = document.getElementById("submit-form") as HTMLFormElement;
 const alertBox = document.getElementById("form-error")!;
@@ -86,13 +87,55 @@ function valueOf(input: HTMLInputElement | HTMLSelectElement): unknown {
   return input.value;
 }
 
-form.addEventListener("submit", async (e) => {
-  e.preventDefault();
-  clearErrors();
+function configOf(): Record<string, unknown> {
   const config: Record<string, unknown> = {};
   form.querySelectorAll<HTMLInputElement | HTMLSelectElement>("[data-config]").forEach((input) => {
     config[input.name] = valueOf(input);
   });
+  return config;
+}
+
+interface Demand {
+  bundles: Record<string, unknown>[];
+  total: Record<string, unknown>;
+  strategy: string;
+  fits: boolean;
+  problem: string | null;
+}
+
+// The run's demand as the server derives it (POST /api/runs/resources/: one definition, the submit's), shown
+// before submitting and refreshed while typing.
+const resourcesBody = document.getElementById("resources-body");
+let resourcesTimer = 0;
+let resourcesAsked = 0;
+
+async function showResources(): Promise<void> {
+  if (!resourcesBody) return;
+  const asked = ++resourcesAsked;
+  const kind = (form.elements.namedItem("kind") as HTMLInputElement).value;
+  try {
+    const d = await api<Demand>("POST", "/api/runs/resources/", { kind, config: configOf() });
+    if (asked !== resourcesAsked) return;
+    const rows = d.bundles.map((b) => `<tr><td>${esc(b.role)}</td><td class="num">${esc(b.CPU)}</td><td class="num">${esc(b.GPU)}</td><td class="num">${esc(resText({ memory: b.memory }).split(" · ")[2])}</td></tr>`).join("");
+    resourcesBody.innerHTML = `<p style="margin:.2rem 0"><span data-testid="resources-total">${esc(resText(d.total))}</span> in ${d.bundles.length} bundles, placement ${esc(d.strategy)}.</p>
+      ${d.fits ? "" : `<p class="alert alert-error" role="alert" data-testid="resources-problem">This run can never start on this cluster: it ${esc(d.problem)}.</p>`}
+      <details><summary>Per process</summary><div class="table-wrap"><table><thead><tr><th scope="col">Process</th><th scope="col">CPU</th><th scope="col">GPU</th><th scope="col">Memory</th></tr></thead><tbody>${rows}</tbody></table></div></details>`;
+  } catch (err) {
+    if (asked !== resourcesAsked) return;
+    resourcesBody.innerHTML = `<p class="muted" style="margin:.2rem 0">${err instanceof ApiError && err.status === 400 ? "Shown once the form is valid." : "Could not compute the resources right now."}</p>`;
+  }
+}
+
+form.addEventListener("input", () => {
+  clearTimeout(resourcesTimer);
+  resourcesTimer = window.setTimeout(showResources, 300);
+});
+void showResources();
+
+form.addEventListener("submit", async (e) => {
+  e.preventDefault();
+  clearErrors();
+  const config = configOf();
   const name = (form.elements.namedItem("name") as HTMLInputElement).value.trim();
   const kind = (form.elements.namedItem("kind") as HTMLInputElement).value;
   button.disabled = true;
@@ -115,4 +158,5 @@ form.querySelector<HTMLButtonElement>("#reset-defaults")?.addEventListener("clic
     else input.value = def;
   });
   clearErrors();
+  void showResources();
 });

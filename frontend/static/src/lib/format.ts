@@ -64,7 +64,31 @@ const REASONS: Record<string, string> = {
   global_limit_reached: "Every slot on the platform is in use",
   reserve_protected: "Free slots are held back for interactive runs",
   higher_priority_waiting: "Runs of higher priority are ahead in line",
+  gpu_limit_reached: "Its class holds as many GPUs as its GPU limit allows",
+  insufficient_resources: "Not enough free CPU, GPU or memory on the cluster",
+  waiting_for_resources: "Granted; waiting for Ray to place all of its processes",
 };
+
+/** A resource vector (Ray JSON units) in words: "1.5 CPU · 1 GPU · 2 GiB". */
+export function resText(r: Record<string, unknown> | null | undefined): string {
+  if (!r) return "—";
+  const n = (v: unknown) => (typeof v === "number" ? v : 0);
+  const gib = n(r.memory) / 2 ** 30;
+  const mem = gib >= 1 ? `${+gib.toFixed(2)} GiB` : `${+(n(r.memory) / 2 ** 20).toFixed(0)} MiB`;
+  return `${+n(r.CPU).toFixed(3)} CPU · ${+n(r.GPU).toFixed(3)} GPU · ${mem}`;
+}
+
+/** A pending detail in words (insufficient_resources: needs vs free). */
+export function detailText(detail: Record<string, unknown> | null | undefined): string {
+  if (!detail) return "";
+  if (typeof detail.message === "string" && !detail.needs) return detail.message;
+  if (detail.needs) {
+    const msg = typeof detail.message === "string" ? `${detail.message}; ` : "";
+    return `${msg}needs ${resText(detail.needs as Record<string, unknown>)}; free ${resText(detail.free as Record<string, unknown>)}`;
+  }
+  if (typeof detail.gpu_limit === "number") return `holds ${detail.held_gpus} of ${detail.gpu_limit} GPUs`;
+  return "";
+}
 
 export function reasonText(reason: string | null | undefined): string {
   if (!reason) return "Waiting for the next grant";

@@ -14,11 +14,14 @@ export interface ClassSlots {
   waiting: number;
   limit: number;
   priority: number;
+  gpu_limit: number | null;
+  gpus: number;
 }
 
 export interface ClassPolicy {
   limit: number;
   priority: number;
+  gpu_limit: number | null;
 }
 
 export interface SlotPolicy {
@@ -30,6 +33,14 @@ export interface SlotPolicy {
 export interface SlotTotal {
   running: number;
   max_total: number;
+}
+
+/** The cluster as admission sees it (runs.dashboard.cluster_snapshot): whether the last read of Ray worked, the alive nodes, their total resources and what the held runs leave free (Ray JSON units). */
+export interface ClusterJson {
+  reachable: boolean;
+  nodes: number;
+  total: Record<string, number>;
+  free: Record<string, number>;
 }
 
 /** GET /api/slots/ and the `slots` of every dashboard message. */
@@ -62,11 +73,13 @@ export interface RunJson {
   queued_seconds: number;
   position: Position | null;
   pending_reason: string | null;
+  pending_detail: Record<string, any> | null;
   eta_seconds: number | null;
   error: string;
   summary: Record<string, any>;
   auto_resume: boolean;
   time_limit_seconds: number | null;
+  resources: Record<string, any> | null;
 }
 
 /** A run as the board draws it: the run JSON without config, the summary cut to what a row shows, `requested_at` (seconds) of a queued run's slot (its place in grant order), the active runs' reward history. */
@@ -85,6 +98,7 @@ export interface BoardRun {
   queued_seconds?: number;
   position?: Position | null;
   pending_reason?: string | null;
+  pending_detail?: Record<string, any> | null;
   eta_seconds?: number | null;
   error?: string;
   summary?: Record<string, any>;
@@ -127,6 +141,7 @@ export interface TruncatedMsg {
 export interface DashboardSnapshotMsg {
   type: "snapshot";
   slots: SlotsJson;
+  cluster: ClusterJson;
   queue: BoardRun[];
   active: BoardRun[];
 }
