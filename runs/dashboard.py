@@ -17,8 +17,8 @@ from django.db.models.functions import RowNumber
 from django.utils import timezone
 
 from runs import selectors
-from runs.messages import BoardRun, DashboardSnapshotMsg, QueueChange, QueueKey, RunJson
-from runs.models import ACTIVE_STATUSES, Run, RunEvent, RunStatus, Slot
+from runs.messages import BoardRun, ClusterJson, DashboardSnapshotMsg, QueueChange, QueueKey, RunJson
+from runs.models import ACTIVE_STATUSES, ClusterNode, ClusterStatus, Run, RunEvent, RunStatus, Slot, SlotState
 from runs.slots import store
 from runs.slots.grant import HIGHER_PRIORITY_WAITING, blocking_reason
 from runs.slots.policy import CLASSES
@@ -137,8 +137,28 @@ def dashboard_snapshot(*, user: Any) -> tuple[DashboardSnapshotMsg, dict[int, in
         active.append(row)
     queue, seqs = queue_rows(user=user)
     seqs.update({run.pk: run.last_seq for run in active_runs})
-    snapshot = DashboardSnapshotMsg(type="snapshot", slots=selectors.slots_snapshot(), queue=queue, active=active)
+    snapshot = DashboardSnapshotMsg(
+        type="snapshot", slots=selectors.slots_snapshot(), queue=queue, active=active, cluster=cluster_snapshot()
+    )
     return snapshot, seqs
+
+
+RESOURCE_KEYS = ("CPU", "GPU", "memory")
+
+
+def cluster_snapshot() -> ClusterJson:
+    """{reachable, nodes, total, free}: alive ClusterNode totals, less every held slot's bundles (a minimal
+    version; admission's placement-aware accounting replaces it)."""
+    reachable = bool(ClusterStatus.objects.order_by("pk").values_list("reachable", flat=True).first())
+    totals = list(ClusterNode.objects.filter(alive=True).values_list("total", flat=True))
+    total = {k: sum(float((t or {}).get(k) or 0) for t in totals) for k in RESOURCE_KEYS}
+    used = dict.fromkeys(RESOURCE_KEYS, 0.0)
+    for demand in Slot.objects.filter(state=SlotState.HELD).values_list("demand", flat=True):
+        for bundle in demand or []:
+            for k in RESOURCE_KEYS:
+                used[k] += float((bundle or {}).get(k) or 0) if isinstance(bundle, dict) else 0.0
+    free = {k: max(0.0, total[k] - used[k]) for k in RESOURCE_KEYS}
+    return ClusterJson(reachable=reachable, nodes=len(totals), total=total, free=free)
 
 
 def queue_change(*, joined: Iterable[tuple[int, float]], left: Iterable[tuple[int, float]]) -> QueueChange:

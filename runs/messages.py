@@ -177,11 +177,22 @@ class TruncatedMsg(TypedDict):
 # --- websocket messages: /ws/dashboard/ -----------------------------------------------------------------
 
 
+class ClusterJson(TypedDict):
+    """The Ray cluster as the tick last read it (runs/dashboard.py cluster_snapshot): whether Ray answered,
+    how many nodes are alive, their total resources and what held runs leave free ({"CPU", "GPU", "memory"})."""
+
+    reachable: bool
+    nodes: int
+    total: dict[str, float]
+    free: dict[str, float]
+
+
 class DashboardSnapshotMsg(TypedDict):
     type: Literal["snapshot"]
     slots: SlotsJson
     queue: list[BoardRun]
     active: list[BoardRun]
+    cluster: ClusterJson
 
 
 class DashboardRunMsg(TypedDict):
@@ -211,6 +222,7 @@ TS_EXPORTS: tuple[type, ...] = (
     RunSnapshotMsg,
     EventsMsg,
     TruncatedMsg,
+    ClusterJson,
     DashboardSnapshotMsg,
     DashboardRunMsg,
     DashboardSlotsMsg,

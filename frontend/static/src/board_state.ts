@@ -1,12 +1,12 @@
 /** Folds /ws/dashboard/ messages (types: lib/messages.ts, generated from runs/messages.py; rules:
  * docs/realtime.md) into the board's state; pure, so it is easy to follow.
- * snapshot {slots, queue, active} replaces everything; run {run} moves one run between the lists (a queued
+ * snapshot {slots, queue, active, cluster} replaces everything (a change of Ray's reachability arrives as one); run {run} moves one run between the lists (a queued
  * run's row carries its exact position); slots {slots, queue: {joined, left, reasons, rate}} replaces the counts
  * and moves the waiting rows behind each slot that joined or left the line, whatever the queue length. */
-import type { DashboardRunMsg, DashboardSlotsMsg, DashboardSnapshotMsg, QueueChange, QueueKey } from "./lib/messages";
+import type { ClusterJson, DashboardRunMsg, DashboardSlotsMsg, DashboardSnapshotMsg, QueueChange, QueueKey } from "./lib/messages";
 import type { Run, Slots } from "./lib/model";
 
-export interface BoardState { slots: Slots | null; queued: Run[]; running: Run[] }
+export interface BoardState { slots: Slots | null; queued: Run[]; running: Run[]; cluster?: ClusterJson | null }
 export type DashboardMsg = DashboardSnapshotMsg | DashboardRunMsg | DashboardSlotsMsg;
 
 /** Whether the waiting slot `key` comes before `run` in grant order (priority, then request time). */
@@ -48,6 +48,7 @@ export function applyDashboardMessage(state: BoardState, msg: DashboardMsg | nul
   switch (msg.type) {
     case "snapshot":
       if (msg.slots) state.slots = msg.slots;
+      state.cluster = msg.cluster ?? null;
       state.queued = Array.isArray(msg.queue) ? (msg.queue as Run[]) : [];
       state.running = Array.isArray(msg.active) ? (msg.active as Run[]) : [];
       return true;

@@ -124,11 +124,20 @@ export interface TruncatedMsg {
   through: number;
 }
 
+/** The Ray cluster as the tick last read it (runs/dashboard.py cluster_snapshot): whether Ray answered, how many nodes are alive, their total resources and what held runs leave free ({"CPU", "GPU", "memory"}). */
+export interface ClusterJson {
+  reachable: boolean;
+  nodes: number;
+  total: Record<string, number>;
+  free: Record<string, number>;
+}
+
 export interface DashboardSnapshotMsg {
   type: "snapshot";
   slots: SlotsJson;
   queue: BoardRun[];
   active: BoardRun[];
+  cluster: ClusterJson;
 }
 
 export interface DashboardRunMsg {
