@@ -149,9 +149,8 @@ def resources_apply(*, run: Run, stored: list[RunEvent], status: str) -> str:
         waited = data.get("waited_s")
         detail = str(data.get("detail") or "")
         reason = f"placement group not ready within {waited} s" if waited is not None else "placement timeout"
-        if lifecycle.run_requeue(run=run, reason=f"{reason}{': ' + detail if detail else ''}") is not None:
-            return RunStatus.QUEUED
-        return Run.objects.values_list("status", flat=True).get(pk=run.pk)
+        lifecycle.run_requeue(run=run, reason=f"{reason}{': ' + detail if detail else ''}")
+        return Run.objects.values_list("status", flat=True).get(pk=run.pk)  # granted again at once, maybe
     if state == "waiting":
         detail = str(data.get("detail") or f"waiting for a placement group ({data.get('strategy') or 'PACK'})")
         Run.objects.filter(pk=run.pk, status=RunStatus.STARTING).update(
