@@ -51,7 +51,8 @@ def resources(seq: int, state: str, **data) -> dict:
 
 def test_a_heartbeat_is_stamped_and_stores_nothing(user, handoffs):
     run = submit(user)
-    assert post(run, {"events": []}) == {"stored": 0, "duplicates": 0, "last_seq": 2, "status": "starting", "dropped": 0}
+    reply = post(run, {"events": []})
+    assert reply == {"stored": 0, "duplicates": 0, "last_seq": 2, "status": "starting", "dropped": 0}
     run.refresh_from_db()
     assert run.heartbeat_at is not None and run.status == RunStatus.STARTING  # waits for its group
     assert RunEvent.objects.filter(run=run).exclude(source="platform").count() == 0
@@ -115,7 +116,10 @@ def test_the_old_attempts_posts_are_refused_after_a_requeue(user, handoffs):
     old_token = run.ingest_token
     post(run, [resources(1, "timeout", waited_s=300.0)])
     response = Client().post(
-        f"/api/runs/{run.pk}/ingest/", data=[], content_type="application/json", HTTP_AUTHORIZATION=f"Bearer {old_token}"
+        f"/api/runs/{run.pk}/ingest/",
+        data=[],
+        content_type="application/json",
+        HTTP_AUTHORIZATION=f"Bearer {old_token}",
     )
     assert response.status_code == 401
 
@@ -175,14 +179,14 @@ def test_node_loss_ends_exactly_the_runs_placed_on_the_node(user, handoffs):
     now = timezone.now()
     ClusterNode.objects.create(node_id="a", address="10.0.0.1", alive=True, total={}, seen_at=now)
     ClusterNode.objects.create(node_id="b", address="10.0.0.2", alive=False, total={}, seen_at=now)
-    on_a, on_b, planned_on_b, waiting = submit(user), submit(user), submit(user), submit(user)
+    on_a, on_b, planned_on_b = submit(user), submit(user), submit(user)
+    waiting = submit(user)  # three app runs hold slots (the fourth is the interactive reserve): this one waits
+    assert waiting.status == RunStatus.QUEUED
     for r in (on_a, on_b):
         services.run_transition(run=r, status=RunStatus.RUNNING)
     Slot.objects.filter(run=on_a).update(placement=["a", "a"])
     Slot.objects.filter(run=on_b).update(placement=["a", "b"])
     Slot.objects.filter(run=planned_on_b).update(placement=["b"])
-    services.settings_update(changes={"max_total": 3}, partial=True, by=None)
-    waiting = submit(user)  # the fifth: waits for a slot
 
     assert liveness.runs_node_loss() == {on_b.pk: RunStatus.FAILED, planned_on_b.pk: "requeued"}
     on_a.refresh_from_db()
@@ -192,6 +196,8 @@ def test_node_loss_ends_exactly_the_runs_placed_on_the_node(user, handoffs):
     assert not Slot.objects.filter(run=on_b).exists() and on_b.pk in handoffs.stopped
     planned_on_b.refresh_from_db()
     assert planned_on_b.attempt == 1 and "node b (10.0.0.2) lost" in planned_on_b.pending_detail
+    waiting.refresh_from_db()
+    assert waiting.status == RunStatus.STARTING  # granted the slot the lost run released
     assert liveness.runs_node_loss() == {}  # applied once
 
 

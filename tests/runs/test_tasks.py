@@ -97,5 +97,3 @@ def test_while_ray_is_unreachable_the_tick_fails_nothing_but_time_limits(user, h
     ray_view["reachable"] = True  # back: the same runs are judged now (Ray knows neither job)
     done = tasks.tick()
     assert (done["launch_timeout"], done["reclaimed"]) == ([starting.pk], [running.pk])
-
-
