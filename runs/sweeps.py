@@ -50,7 +50,7 @@ def runs_reclaim_stale(*, now: datetime, jobs: Mapping[int, str | None] | None) 
         Q(heartbeat_at__lt=cutoff) | Q(heartbeat_at__isnull=True, granted_at__lt=cutoff)
     )
     reasons: dict[int, str] = {}
-    for run in stale.only("pk", "heartbeat_at", "granted_at", "ray_submission_id", "attempt"):
+    for run in list(stale.only("pk", "heartbeat_at", "granted_at", "ray_submission_id", "attempt")):
         last = run.heartbeat_at or run.granted_at
         silent = int((now - last).total_seconds()) if last else timeout
         status = jobs.get(run.pk) if run.ray_submission_id == submission_id_for(run) else None

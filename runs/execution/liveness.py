@@ -70,7 +70,7 @@ def runs_starting_check(*, now: datetime, jobs: Jobs) -> dict[str, list[int]]:
     (relaunch: the runs whose launch was lost, for the caller to hand to the launcher again)."""
     done: dict[str, list[int]] = {"launch_timeout": [], "requeued": [], "relaunch": []}
     limit = settings.RUN_LAUNCH_TIMEOUT_SECONDS
-    for run in Run.objects.filter(status=RunStatus.STARTING, granted_at__isnull=False):
+    for run in list(Run.objects.filter(status=RunStatus.STARTING, granted_at__isnull=False)):
         assert run.granted_at is not None
         age = (now - run.granted_at).total_seconds()
         status = job_status_of(run, jobs)
