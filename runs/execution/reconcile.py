@@ -109,10 +109,6 @@ def jobs_observe(runs: list[Run]) -> dict[int, JobDetails | None] | None:
     """Ray's view of each run's current job ({run id: details, None when Ray does not know the job}); None
     when Ray's job API is not reachable (then nothing may be concluded from a job's absence)."""
     if not runs:
-        try:
-            ray_client()
-        except RayUnavailable:
-            return None
         return {}
     try:
         client = ray_client()

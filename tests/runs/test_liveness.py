@@ -239,3 +239,25 @@ def test_the_board_snapshot_says_when_ray_is_unreachable(staff):
         "total": {"CPU": 4.0, "GPU": 2.0, "memory": 8.0},
         "free": {"CPU": 4.0, "GPU": 2.0, "memory": 8.0},
     }
+
+
+def test_reconcile_of_starting_runs_follows_the_placement_rules(user, handoffs):
+    from types import SimpleNamespace
+
+    from runs.execution.reconcile import run_reconcile
+
+    services.settings_update(changes={"max_total": 4}, partial=True, by=None)
+    grouped, plain, silent = submit(user), submit(user, group=False), submit(user, group=False)
+    Run.objects.filter(pk__in=[grouped.pk, plain.pk]).update(heartbeat_at=timezone.now())
+    running = SimpleNamespace(status="RUNNING", message="")
+    for run in (grouped, plain, silent):
+        run.refresh_from_db()
+    # A job that runs but whose group is not ready: the run stays `starting` until its `ready` event.
+    assert run_reconcile(run=grouped, info=running) == "unchanged"
+    # Without a group, a job Ray reports running that has posted is re-attached; one that never posted waits.
+    assert run_reconcile(run=plain, info=running) == "reattached"
+    assert run_reconcile(run=silent, info=running) == "unchanged"
+    # A group job that exited 0 while starting: its `timeout` event was lost; requeued, not succeeded.
+    assert run_reconcile(run=grouped, info=SimpleNamespace(status="SUCCEEDED", message="")) == "requeued"
+    grouped.refresh_from_db()
+    assert grouped.attempt == 1 and grouped.status in (RunStatus.QUEUED, RunStatus.STARTING)
