@@ -23,6 +23,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 @pytest.fixture(autouse=True)
 def _artifacts(settings, tmp_path):
     settings.RUN_ARTIFACTS_DIR = str(tmp_path)
+    settings.RAY_ADDRESS = "http://127.0.0.1:9"  # no Ray here (never the machine's default 8265: maybe someone's)
 
 
 def submit(user, **kw):

@@ -24,6 +24,7 @@ GROUP = {"bundles": [{"role": r, "CPU": 0.25, "GPU": 0, "memory": 1} for r in ("
 @pytest.fixture(autouse=True)
 def _artifacts(settings, tmp_path):
     settings.RUN_ARTIFACTS_DIR = str(tmp_path)
+    settings.RAY_ADDRESS = "http://127.0.0.1:9"  # no Ray here (never the machine's default 8265: maybe someone's)
 
 
 def submit(user, *, group: bool = True, **kw) -> Run:
