@@ -188,7 +188,7 @@ def test_dashboard_snapshot_visibility_and_coalesced_run_updates():
         comm = communicator("/ws/dashboard/", alice)
         assert (await comm.connect(timeout=WAIT))[0]
         snap = await comm.receive_json_from(timeout=WAIT)
-        assert snap["type"] == "snapshot" and set(snap) == {"type", "slots", "queue", "active"}
+        assert snap["type"] == "snapshot" and set(snap) == {"type", "slots", "queue", "active", "cluster"}
         assert [r["name"] for r in snap["active"]] == ["mine"]
         assert set(snap["slots"]) >= {"classes", "total"}
         started = time.monotonic()
