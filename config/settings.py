@@ -219,12 +219,18 @@ RUN_ARTIFACTS_DIR = Path(os.environ.get("RUN_ARTIFACTS_DIR", VAR_DIR / "runs"))
 RAY_SUBMISSION_PREFIX = os.environ.get("RAY_SUBMISSION_PREFIX", "rlrun")
 # Seconds a stopped job gets after SIGTERM to checkpoint before Ray SIGKILLs it.
 RUN_STOP_GRACE_SECONDS = env_int("RUN_STOP_GRACE_SECONDS", 60)
+# A granted run not `running` this long after its grant fails "launch timeout ..." (Ray reachable only).
+RUN_LAUNCH_TIMEOUT_SECONDS = env_int("RUN_LAUNCH_TIMEOUT_SECONDS", 900)
+# A `starting` run whose job never posted anything by its placement_timeout_s plus this is put back in the queue.
+RUN_PLACEMENT_MARGIN_SECONDS = env_int("RUN_PLACEMENT_MARGIN_SECONDS", 60)
 # Automatic resumes (Run.auto_resume) of one run, at most.
 RUN_AUTO_RESUME_MAX = env_int("RUN_AUTO_RESUME_MAX", 3)
 
 # --- Slots ----------------------------------------------------------------------------------------
 SLOTS_DEFAULT_MAX_TOTAL = env_int("SLOTS_DEFAULT_MAX_TOTAL", 4)
 SLOTS_HEARTBEAT_TIMEOUT_SECONDS = env_int("SLOTS_HEARTBEAT_TIMEOUT_SECONDS", 60)
+# A running run whose heartbeat is stale while Ray still reports its job running is failed only after this long.
+SLOTS_HEARTBEAT_HARD_TIMEOUT_SECONDS = env_int("SLOTS_HEARTBEAT_HARD_TIMEOUT_SECONDS", 600)
 SLOTS_POLICY_CACHE_SECONDS = float(os.environ.get("SLOTS_POLICY_CACHE_SECONDS", "1"))
 
 # --- Cache: sign-in failure counters (runs/auth_limit.py) -------------------------------------------

@@ -1,6 +1,8 @@
 """Event ingest: check a job's per-run token, validate its event batch, store it once, fold the run summary,
-count every accepted post as a heartbeat, and finish the run when the batch holds the job's final `status`
-event (succeeded, failed; cancelled while stopping): at once, in the same request, not at the next tick.
+count every accepted post as a heartbeat (an empty one, `{"events": []}`, is only that), apply the job's
+`resources` events to a `starting` run (waiting: pending reason; ready: running, with its real placement;
+timeout: back to the queue), and finish the run when the batch holds the job's final `status` event
+(succeeded, failed; cancelled while stopping): at once, in the same request, not at the next tick.
 The HTTP view is runs/api/ingest.py; formats in docs/realtime.md.
 """
 
@@ -12,18 +14,23 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
+from runs import lifecycle
 from runs.errors import InvalidInput, InvalidTransition, RunNotFound, ServiceError
 from runs.events import event_ts, run_events_record
+from runs.execution.liveness import has_placement_group
 from runs.execution.outcome import event_outcome, run_job_finished
-from runs.models import FINISHED_STATUSES, Run, RunEvent
+from runs.models import FINISHED_STATUSES, Run, RunEvent, RunStatus, Slot
 from runs.realtime import run_summary_publish
 from runs.retention import events_keep
+from runs.slots import store as slot_store
 from runs.stores import run_events_publish
 from trainer.events import EventSchemaError, IngestReply, validate_event
 
 MAX_BATCH = 1000
 # Event types whose latest `data` the run summary keeps, under the same key.
 SUMMARY_TYPES: frozenset[str] = frozenset({"gate", "version", "sampler", "train", "checkpoint"})
+# Run.pending_reason of a `starting` run whose job waits for its placement group (its `resources` event).
+WAITING_FOR_RESOURCES = "waiting_for_resources"
 
 
 class IngestUnauthorized(ServiceError):
@@ -111,6 +118,7 @@ def run_events_ingest(*, run: Run, payload: Any) -> IngestResult:
         status, last_seq = locked.status, locked.last_seq
         if folded:
             run_summary_publish(run_id=run.pk)
+    status = resources_apply(run=run, stored=stored, status=status)
     final = next((e for e in reversed(stored) if e.type == "status"), None)
     if final is not None and status not in FINISHED_STATUSES:
         # After the commit above: finishing takes the grant lock, which is always taken before a run row lock.
@@ -121,6 +129,48 @@ def run_events_ingest(*, run: Run, payload: Any) -> IngestResult:
     return IngestResult(
         stored=len(stored), duplicates=len(kept) - len(stored), last_seq=last_seq, status=status, dropped=len(dropped)
     )
+
+
+def resources_apply(*, run: Run, stored: list[RunEvent], status: str) -> str:
+    """After a post is stored: what its `resources` events (or, for a run without a placement group, the post
+    itself) mean for a `starting` run; returns the run's status after it. Runs after the post's commit, since
+    moves take the grant lock, which is always taken before a run row lock."""
+    if status != RunStatus.STARTING:
+        return status
+    if not has_placement_group(run):
+        return _started(run, placement=None)  # the first accepted post of a job without a group
+    event = next((e for e in reversed(stored) if e.type == "resources"), None)
+    data = event.data if event is not None and isinstance(event.data, dict) else {}
+    state = data.get("state")
+    if state == "ready":
+        nodes = data.get("nodes")
+        return _started(run, placement=nodes if isinstance(nodes, list) else None)
+    if state == "timeout":
+        waited = data.get("waited_s")
+        detail = str(data.get("detail") or "")
+        reason = f"placement group not ready within {waited} s" if waited is not None else "placement timeout"
+        lifecycle.run_requeue(run=run, reason=f"{reason}{': ' + detail if detail else ''}")
+        return Run.objects.values_list("status", flat=True).get(pk=run.pk)  # granted again at once, maybe
+    if state == "waiting":
+        detail = str(data.get("detail") or f"waiting for a placement group ({data.get('strategy') or 'PACK'})")
+        Run.objects.filter(pk=run.pk, status=RunStatus.STARTING).update(
+            pending_reason=WAITING_FOR_RESOURCES, pending_detail=detail[:300]
+        )
+    return status
+
+
+def _started(run: Run, *, placement: list[Any] | None) -> str:
+    """starting -> running (one writer: runs.lifecycle), the pending reason cleared, the real placement kept."""
+    with transaction.atomic():
+        slot_store.slots_lock()
+        locked = Run.objects.select_for_update().get(pk=run.pk)
+        if locked.status != RunStatus.STARTING:
+            return locked.status
+        lifecycle.run_status_change(run=locked, status=RunStatus.RUNNING)
+        Run.objects.filter(pk=run.pk).update(pending_reason="", pending_detail="")
+        if placement and all(isinstance(n, str) for n in placement):
+            Slot.objects.filter(run_id=run.pk).update(placement=placement)
+    return RunStatus.RUNNING
 
 
 def _fold_order(items: list[dict[str, Any]], stored: list[RunEvent], dropped: list[dict[str, Any]]) -> list[RunEvent]:

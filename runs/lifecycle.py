@@ -26,7 +26,7 @@ from django.utils import timezone
 from runs import limits
 from runs.errors import InvalidInput, InvalidTransition
 from runs.events import PLATFORM_SOURCE, run_events_record
-from runs.models import FINISHED_STATUSES, Run, RunStatus
+from runs.models import FINISHED_STATUSES, Run, RunStatus, Slot, SlotState
 from runs.notify import slots_notify
 from runs.realtime import dashboard_publish
 from runs.slots import store as slot_store
@@ -36,7 +36,8 @@ STATES: tuple[str, ...] = tuple(RunStatus.values)
 # Allowed moves; anything else is a bug in the caller and raises InvalidTransition.
 TRANSITIONS: dict[str, frozenset[str]] = {
     RunStatus.QUEUED: frozenset({RunStatus.STARTING, RunStatus.CANCELLED, RunStatus.FAILED}),
-    RunStatus.STARTING: frozenset({RunStatus.RUNNING, RunStatus.STOPPING, *FINISHED_STATUSES}),
+    # starting -> queued: the run's placement group was not ready in time (run_requeue); not a failure.
+    RunStatus.STARTING: frozenset({RunStatus.RUNNING, RunStatus.STOPPING, RunStatus.QUEUED, *FINISHED_STATUSES}),
     RunStatus.RUNNING: frozenset({RunStatus.STOPPING, *FINISHED_STATUSES}),
     RunStatus.STOPPING: frozenset(FINISHED_STATUSES),
     RunStatus.SUCCEEDED: frozenset({RunStatus.QUEUED}),
@@ -235,6 +236,32 @@ def run_cancel(*, run: Run, by: Any) -> Run:
         if locked.status == RunStatus.STOPPING:
             return locked
     raise InvalidTransition(f"run {run.pk} is already {locked.status}", field="status")
+
+
+def run_requeue(*, run: Run, reason: str) -> str | None:
+    """Put a `starting` run back in the queue at its old position, holding nothing: its placement group was not
+    ready in time (the job's `timeout` event, or the tick's fallback for a job that never posted). Not a failure:
+    the slot goes back to `waiting` with its original requested_at, the attempt goes up (a new Ray submission id
+    and ingest token: the old job's late posts and outcome are ignored), and the next runs are granted in the
+    same transaction. Returns the old attempt's submission id (the caller stops that job if it may still run),
+    or None when the run was no longer `starting` (nothing written)."""
+    started = time.time()
+    now = timezone.now()
+    with transaction.atomic():
+        slot_store.slots_lock()
+        locked = Run.objects.select_for_update().get(pk=run.pk)
+        if locked.status != RunStatus.STARTING:
+            return None
+        old_submission = locked.ray_submission_id
+        locked.attempt += 1
+        locked.pending_reason, locked.pending_detail = "", f"requeued: {reason}"[:300]
+        locked.save(update_fields=["attempt", "pending_reason", "pending_detail"])
+        run_status_change(run=locked, status=RunStatus.QUEUED, error="", now=now)
+        # Back to `waiting` with its original requested_at (the same queue position), placed nowhere.
+        Slot.objects.filter(run_id=locked.pk).update(state=SlotState.WAITING, granted_at=None, placement=[])
+        grant_pass(reason="requeue", started=started, now=now)
+    logger.info("run %s: requeued at its old position (%s)", run.pk, reason)
+    return old_submission
 
 
 def run_resume(*, run: Run, by: Any, user_caps: bool = True) -> Run:

@@ -118,9 +118,10 @@ def slots_changed_publish(*, resync: bool = False) -> None:
 
 def dashboard_publish(update: dict[str, Any]) -> None:
     """Entry point of the lifecycle: {"kind": "run_status", "run": id, "status", "previous", ...} or
-    {"kind": "settings"}. A move into or out of `queued` is a queue change (`joined` / `left`)."""
+    {"kind": "settings"} or {"kind": "cluster"} (Ray's reachability changed: consumers resync, and the new
+    snapshot carries it). A move into or out of `queued` is a queue change (`joined` / `left`)."""
     if update.get("kind") != "run_status":
-        return slots_changed_publish(resync=update.get("kind") == "settings")
+        return slots_changed_publish(resync=update.get("kind") in ("settings", "cluster"))
     status, previous = update.get("status"), update.get("previous")
     if status == RunStatus.QUEUED and previous != RunStatus.QUEUED:
         _pending()["joined"].append(update["run"])

@@ -1,10 +1,10 @@
-"""The tick's sweeps over active runs: reclaim runs whose job stopped heartbeating and fail runs past their
-time limit. Each failure goes through runs.lifecycle.run_finish (so follow-ups such as auto-resume apply) and
-asks the launcher to stop the job."""
+"""The tick's sweeps over active runs: reclaim runs whose job stopped heartbeating (confirmed against Ray)
+and fail runs past their time limit (whether Ray is reachable or not). Each failure goes through
+runs.lifecycle.run_finish (so follow-ups such as auto-resume apply) and asks the launcher to stop the job."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta
 
 from django.conf import settings
@@ -12,9 +12,13 @@ from django.db import transaction
 from django.db.models import Q
 
 from runs import limits
+from runs.execution.ray import submission_id_for
 from runs.lifecycle import run_finish
 from runs.models import ACTIVE_STATUSES, Run, RunStatus
 from runs.slots import store as slot_store
+
+# Ray job statuses of a job that is still going (a stale heartbeat then waits for the hard timeout).
+ALIVE_JOB_STATUSES = frozenset({"PENDING", "RUNNING"})
 
 
 def _fail_active(run_ids: list[int], *, error_of: Callable[[Run], str]) -> list[int]:
@@ -31,16 +35,31 @@ def _fail_active(run_ids: list[int], *, error_of: Callable[[Run], str]) -> list[
     return failed
 
 
-def runs_reclaim_stale(*, now: datetime) -> list[int]:
-    """Fail active runs whose executor stopped heartbeating (never heartbeated: counted from the grant).
-    A heartbeat is any accepted ingest post (runs/ingest.py)."""
-    timeout = settings.SLOTS_HEARTBEAT_TIMEOUT_SECONDS
+def runs_reclaim_stale(*, now: datetime, jobs: Mapping[int, str | None] | None) -> list[int]:
+    """Fail `running` / `stopping` runs whose job stopped heartbeating, once Ray confirms it (`jobs`: Ray's
+    status of each observed run's current job, None for a job Ray does not know; `jobs` None: Ray is not
+    reachable, and nothing is failed). A heartbeat is any accepted ingest post (runs/ingest.py). A job that
+    ended is the reconcile's (its real outcome); a job Ray no longer knows fails the run at once; a job Ray
+    still reports running fails it only after SLOTS_HEARTBEAT_HARD_TIMEOUT_SECONDS. `starting` runs are not
+    looked at here: their liveness is their job's status (runs/execution/liveness.py)."""
+    if jobs is None:
+        return []
+    timeout, hard = settings.SLOTS_HEARTBEAT_TIMEOUT_SECONDS, settings.SLOTS_HEARTBEAT_HARD_TIMEOUT_SECONDS
     cutoff = now - timedelta(seconds=timeout)
-    stale = Run.objects.filter(status__in=ACTIVE_STATUSES).filter(
+    stale = Run.objects.filter(status__in=(RunStatus.RUNNING, RunStatus.STOPPING)).filter(
         Q(heartbeat_at__lt=cutoff) | Q(heartbeat_at__isnull=True, granted_at__lt=cutoff)
     )
-    ids = list(stale.values_list("pk", flat=True))
-    return _fail_active(ids, error_of=lambda r: f"heartbeat lost: no heartbeat for more than {timeout} s")
+    reasons: dict[int, str] = {}
+    for run in list(stale.only("pk", "heartbeat_at", "granted_at", "ray_submission_id", "attempt")):
+        last = run.heartbeat_at or run.granted_at
+        silent = int((now - last).total_seconds()) if last else timeout
+        status = jobs.get(run.pk) if run.ray_submission_id == submission_id_for(run) else None
+        if status is None:
+            job = run.ray_submission_id or "(never submitted)"
+            reasons[run.pk] = f"heartbeat lost and Ray no longer knows job {job} (no heartbeat for {silent} s)"
+        elif status in ALIVE_JOB_STATUSES and silent > hard:
+            reasons[run.pk] = f"heartbeat lost for {silent} s while Ray reports the job {status.lower()}"
+    return _fail_active(list(reasons), error_of=lambda r: reasons[r.pk])
 
 
 def runs_enforce_time_limits(*, now: datetime) -> list[int]:

@@ -1,12 +1,12 @@
-"""Celery tasks, the entry points of the control plane's background work: the periodic tick (reconcile,
-reclaim, time limits, schedules, grant fallback, lost launches), the launcher's hand-offs (launch a granted
-run, stop a run's job) and the follow-ups of a finished run. Tasks take ids and never wait for slots or training.
-runs.lifecycle names them (TASK_*) rather than importing this module, which sits above it."""
+"""Celery tasks, the entry points of the control plane's background work: the periodic tick (cluster read,
+reconcile, liveness and node loss, time limits, schedules, grant fallback, lost launches), the launcher's
+hand-offs (launch a granted run, stop a run's job) and the follow-ups of a finished run. Tasks take ids and
+never wait for slots or training. runs.lifecycle names them (TASK_*) rather than importing this module, which
+sits above it."""
 
 from __future__ import annotations
 
 import logging
-from datetime import timedelta
 from typing import Any
 
 from celery import Task, shared_task
@@ -15,16 +15,11 @@ from django.utils import timezone
 
 from runs import lifecycle, sweeps
 from runs.errors import ServiceError
-from runs.execution import followups, launch
-from runs.execution.reconcile import runs_reconcile
-from runs.models import Run, RunStatus
+from runs.execution import capacity, followups, launch, liveness, reconcile
 from runs.schedules import schedules_submit_due
 
 logger = logging.getLogger(__name__)
 
-# A granted run that has not heartbeated this long after its grant is launched again (its launch was lost);
-# launches are idempotent (Ray submission_id = run id + attempt), so a second launch of a live job is a no-op.
-RELAUNCH_AFTER_SECONDS = 30
 # Reconcile outcomes that change nothing (a job still running, a launch not yet submitted): not logged.
 QUIET_OUTCOMES = frozenset({"unchanged", "not submitted yet"})
 FOLLOWUPS_RETRY_SECONDS = 5
@@ -33,32 +28,33 @@ FOLLOWUPS_MAX_RETRIES = 20
 
 @shared_task(name="runs.tasks.tick")
 def tick() -> dict[str, Any]:
-    # Job outcomes first: a run whose job ended gets its real result, not "heartbeat lost".
-    reconciled = runs_reconcile()
     now = timezone.now()
-    reclaimed = sweeps.runs_reclaim_stale(now=now)
-    timed_out = sweeps.runs_enforce_time_limits(now=now)
-    scheduled = schedules_submit_due(now=now)
-    granted = lifecycle.slots_grant(reason="tick")
-    lost = list(
-        Run.objects.filter(
-            status=RunStatus.STARTING,
-            heartbeat_at__isnull=True,
-            granted_at__lt=now - timedelta(seconds=RELAUNCH_AFTER_SECONDS),
-        ).values_list("pk", flat=True)
-    )
-    for run_id in lost:
-        dispatch_run.delay(run_id)
-    done = {
-        "reconciled": reconciled,
-        "reclaimed": reclaimed,
-        "timed_out": timed_out,
-        "scheduled": scheduled,
-        "granted": granted,
-        "relaunched": lost,
+    # The cluster first: node rows for admission and node loss, and whether Ray answers at all. Ray not
+    # reachable: nothing is failed for liveness (no reclaim, launch timeout, node loss); time limits still apply.
+    reachable = capacity.cluster_refresh(now=now)
+    observed = reconcile.jobs_observe(reconcile.active_runs_with_jobs()) if reachable else None
+    # Job outcomes first: a run whose job ended gets its real result, not "heartbeat lost".
+    reconciled = reconcile.runs_reconcile(observed) if observed is not None else {}
+    jobs = reconcile.job_statuses(observed) if observed is not None else None
+    now = timezone.now()
+    done: dict[str, Any] = {"reconciled": reconciled, "unreachable": [] if jobs is not None else ["ray"]}
+    if jobs is not None:
+        done["node_loss"] = liveness.runs_node_loss()
+        starting = liveness.runs_starting_check(now=now, jobs=jobs)
+        done["launch_timeout"], done["requeued"] = starting["launch_timeout"], starting["requeued"]
+        done["reclaimed"] = sweeps.runs_reclaim_stale(now=now, jobs=jobs)
+        for run_id in starting["relaunch"]:
+            dispatch_run.delay(run_id)
+        done["relaunched"] = starting["relaunch"]
+    done["timed_out"] = sweeps.runs_enforce_time_limits(now=now)
+    done["scheduled"] = schedules_submit_due(now=now)
+    done["granted"] = lifecycle.slots_grant(reason="tick")
+    # A tick that changed nothing says nothing (one runs every 2 s); an unreachable Ray is logged by the read.
+    changed = {
+        **done,
+        "unreachable": [],
+        "reconciled": {pk: what for pk, what in reconciled.items() if what not in QUIET_OUTCOMES},
     }
-    # A tick that changed nothing says nothing (one runs every 2 s).
-    changed = {**done, "reconciled": {pk: what for pk, what in reconciled.items() if what not in QUIET_OUTCOMES}}
     if any(changed.values()):
         logger.info("tick: %s", ", ".join(f"{what} {ids}" for what, ids in changed.items() if ids))
     return done

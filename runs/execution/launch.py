@@ -1,18 +1,18 @@
 """The one launcher: hands every granted run of every kind to Ray and stops its job. `launch_run` takes a
-`starting` run, asks its kind for the job (`job_spec`, pure), writes the spec's files, submits and moves the
-run to `running`; any error on the way fails the run through runs.lifecycle.run_finish (so auto-resume
-applies). `job_stop` asks the run's job to stop; the reconcile (or the job's own final event) records it."""
+`starting` run, asks its kind for the job (`job_spec`, pure), writes the spec's files and submits; the run
+stays `starting` until its job reports (runs/ingest.py); any error on the way fails the run through
+runs.lifecycle.run_finish (so auto-resume applies). `job_stop` asks the run's job to stop; the reconcile (or
+the job's own final event) records it."""
 
 from __future__ import annotations
 
 import logging
 from pathlib import Path
 
-from runs.errors import InvalidTransition
 from runs.execution import ray
 from runs.execution.jobs import JobSpec, run_artifacts_dir
 from runs.execution.kinds import kind_get
-from runs.lifecycle import run_finish, run_transition
+from runs.lifecycle import run_finish
 from runs.models import Run, RunStatus
 
 logger = logging.getLogger(__name__)
@@ -30,7 +30,8 @@ def job_files_write(run: Run, spec: JobSpec) -> None:
 
 
 def run_launch_job(run: Run, spec: JobSpec) -> None:
-    """Record the submission id, write the spec's files, submit, move to `running`."""
+    """Record the submission id, write the spec's files, submit. The run stays `starting`: it becomes `running`
+    when its job reports its placement group ready (or, for a kind without one, at the job's first post)."""
     submission_id = ray.submission_id_for(run)
     # Recorded first, so that a worker dying right after the submit leaves a run whose job can be found.
     if not Run.objects.filter(pk=run.pk, status=RunStatus.STARTING).update(ray_submission_id=submission_id):
@@ -42,14 +43,11 @@ def run_launch_job(run: Run, spec: JobSpec) -> None:
     except ray.RayUnavailable:
         logger.warning("run %s: Ray is not reachable; the tick will launch it again", run.pk, exc_info=True)
         return
-    try:
-        run_transition(run=run, status=RunStatus.RUNNING)
-    except InvalidTransition:
-        # Cancelled, failed or already marked running while we submitted. A run that no longer wants a job
-        # must not keep one: the cancel path may have looked for the job before it existed.
-        current = Run.objects.get(pk=run.pk)
-        if current.status != RunStatus.RUNNING:
-            job_stop(current)
+    current = Run.objects.get(pk=run.pk)
+    if current.status not in (RunStatus.STARTING, RunStatus.RUNNING) or current.attempt != run.attempt:
+        # Cancelled, failed or requeued while we submitted. A run that no longer wants this job must not keep
+        # it: the cancel path may have looked for the job before it existed.
+        job_submission_stop(submission_id)
 
 
 def launch_run(run_id: int) -> str:
@@ -92,6 +90,21 @@ def job_stop(run: Run) -> None:
             run_finish(run=fresh, status=RunStatus.CANCELLED, error=fresh.error)
     except (*ray.RAY_UNREACHABLE, ray.RayUnavailable):
         logger.warning("run %s: Ray not reachable to stop %s; the tick retries", run.pk, run.ray_submission_id)
+
+
+def job_submission_stop(submission_id: str) -> None:
+    """Ask one Ray job to stop by its submission id (an old attempt's job, which job_stop no longer names);
+    a job Ray does not know, or Ray unreachable, is left alone (an unknown job runs nothing). Best effort: it
+    never raises (the state change it follows is committed)."""
+    if not submission_id:
+        return
+    try:
+        ray.ray_client().stop_job(submission_id)
+    except RuntimeError as exc:
+        if "does not exist" not in str(exc):
+            logger.warning("stopping Ray job %s failed: %s", submission_id, exc)
+    except Exception as exc:  # noqa: BLE001 - unreachable, refused (auth), anything: logged, not raised
+        logger.warning("Ray not reachable to stop job %s: %s", submission_id, exc)
 
 
 def stop_run(run_id: int) -> str:

@@ -48,16 +48,15 @@ def test_second_launch_is_a_no_op(ray_settings, settings, django_user_model, sub
     spec = JobSpec(entrypoint=["sleep", "60"], entrypoint_num_cpus=0.2, entrypoint_memory=64 * 1024 * 1024)
 
     run_launch_job(run, spec)
-    run_launch_job(Run.objects.get(pk=run.pk), spec)  # e.g. a redelivered task: already `running`, no new job
-    Run.objects.filter(pk=run.pk).update(status=RunStatus.STARTING)
-    run_launch_job(Run.objects.get(pk=run.pk), spec)  # the lost-launch sweep: the job exists, just recorded
+    run_launch_job(Run.objects.get(pk=run.pk), spec)  # e.g. a redelivered task: the job exists, just recorded
+    run_launch_job(Run.objects.get(pk=run.pk), spec)  # the lost-launch sweep: the same
 
     client = JobSubmissionClient(ray_settings.dashboard_url)
     jobs = [j for j in client.list_jobs() if (j.metadata or {}).get("platform_run") == str(run.pk)]
     run.refresh_from_db()
     try:
         assert [j.submission_id for j in jobs] == [f"{submission_prefix}-{run.pk}-0"] == [run.ray_submission_id]
-        assert run.status == RunStatus.RUNNING
+        assert run.status == RunStatus.STARTING  # `running` comes from the job's report, not from the launcher
         env = jobs[0].runtime_env["env_vars"]
         assert env["RUN_ID"] == str(run.pk)
         # The token is in a 0600 file the job reads, never in what the job API shows to anyone listing jobs.

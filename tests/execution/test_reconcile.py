@@ -78,7 +78,8 @@ def test_starting_run_with_a_running_job_is_reattached(ray_settings, django_user
     user = django_user_model.objects.create_user(username="w")
     run = _active_run(user, status=RunStatus.STARTING, submission_id="")
     sid = f"{submission_prefix}-{run.pk}-0"
-    Run.objects.filter(pk=run.pk).update(ray_submission_id=sid, heartbeat_at=None)
+    # It posted (a run without a placement group, whose move at its first post was lost).
+    Run.objects.filter(pk=run.pk).update(ray_submission_id=sid)
     client = JobSubmissionClient(ray_cluster.dashboard_url)
     client.submit_job(entrypoint="sleep 60", submission_id=sid, metadata={"platform_run": str(run.pk)})
     try:

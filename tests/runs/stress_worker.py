@@ -96,7 +96,7 @@ def step(op: str, rng: random.Random, owner) -> None:
         if run:
             stale = timezone.now() - timedelta(seconds=settings.SLOTS_HEARTBEAT_TIMEOUT_SECONDS + 5)
             Run.objects.filter(pk=run.pk, status__in=ACTIVE_STATUSES).update(heartbeat_at=stale)
-        services.runs_reclaim_stale(now=timezone.now())
+        services.runs_reclaim_stale(now=timezone.now(), jobs={})  # Ray knows no job here
     elif op == "settings":
         try:
             services.settings_update(changes=random_settings(rng), partial=rng.random() < 0.7, by=None)

@@ -1,5 +1,6 @@
 """Every way a run ends goes through run_finish, so its follow-ups apply whatever ended it: an auto-resume run
-failed by heartbeat reclaim, by its time limit or by a launch error is resumed; and a job's own final event
+failed by heartbeat reclaim, by its time limit, by a launch error, by the launch timeout or by the loss of its
+node is resumed (a lost launch is launched again, not failed); and a job's own final event
 finishes its run in the ingest request itself (no tick)."""
 
 from __future__ import annotations
@@ -12,8 +13,8 @@ from django.test import Client
 from django.utils import timezone
 
 from runs import services, tasks
-from runs.execution import ray
-from runs.models import Run, RunStatus, Slot
+from runs.execution import liveness, ray
+from runs.models import ClusterNode, Run, RunStatus, Slot
 from tests.runs.helpers import TEST_JOB_KIND
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -22,6 +23,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 @pytest.fixture(autouse=True)
 def _artifacts(settings, tmp_path):
     settings.RUN_ARTIFACTS_DIR = str(tmp_path)
+    settings.RAY_ADDRESS = "http://127.0.0.1:9"  # no Ray here (never the machine's default 8265: maybe someone's)
 
 
 def submit(user, **kw):
@@ -43,7 +45,7 @@ def test_reclaimed_auto_resume_run_is_resumed(user, handoffs, settings):
     settings.SLOTS_HEARTBEAT_TIMEOUT_SECONDS = 30
     run = submit(user, auto_resume=True)
     services.run_transition(run=run, status=RunStatus.RUNNING)
-    assert services.runs_reclaim_stale(now=timezone.now() + timedelta(seconds=31)) == [run.pk]
+    assert services.runs_reclaim_stale(now=timezone.now() + timedelta(seconds=31), jobs={}) == [run.pk]
     assert_resumed(run, "heartbeat lost")
     assert run.pk in handoffs.stopped  # the platform ended it: its job is asked to stop
 
@@ -65,10 +67,40 @@ def test_launch_error_of_an_auto_resume_run_is_resumed(user, handoffs, monkeypat
     assert_resumed(run, "launch failed: entrypoint refused")
 
 
+def test_launch_timeout_of_an_auto_resume_run_is_resumed(user, handoffs, settings):
+    settings.RUN_LAUNCH_TIMEOUT_SECONDS = 900
+    run = submit(user, auto_resume=True)
+    run.refresh_from_db()
+    done = liveness.runs_starting_check(now=run.granted_at + timedelta(seconds=901), jobs={})
+    assert done["launch_timeout"] == [run.pk]
+    assert_resumed(run, "launch timeout: not running 901 s after its grant")
+    assert run.pk in handoffs.stopped
+
+
+def test_a_lost_launch_is_launched_again_not_failed(user, handoffs):
+    run = submit(user, auto_resume=True)
+    run.refresh_from_db()
+    done = liveness.runs_starting_check(now=run.granted_at + timedelta(seconds=31), jobs={})
+    assert done == {"launch_timeout": [], "requeued": [], "relaunch": [run.pk]}
+    run.refresh_from_db()
+    assert (run.status, run.attempt) == (RunStatus.STARTING, 0)
+
+
+def test_node_loss_of_an_auto_resume_run_is_resumed(user, handoffs):
+    ClusterNode.objects.create(node_id="n1", address="10.0.0.1", alive=False, total={}, seen_at=timezone.now())
+    run = submit(user, auto_resume=True)
+    services.run_transition(run=run, status=RunStatus.RUNNING)
+    Slot.objects.filter(run_id=run.pk).update(placement=["n0", "n1"])
+    assert liveness.runs_node_loss() == {run.pk: RunStatus.FAILED}
+    assert_resumed(run, "node n1 (10.0.0.1) lost")
+    assert run.pk in handoffs.stopped
+
+
 def test_without_auto_resume_a_failed_run_stays_failed(user, handoffs, settings):
     settings.SLOTS_HEARTBEAT_TIMEOUT_SECONDS = 30
     run = submit(user)
-    assert services.runs_reclaim_stale(now=timezone.now() + timedelta(seconds=31)) == [run.pk]
+    services.run_transition(run=run, status=RunStatus.RUNNING)
+    assert services.runs_reclaim_stale(now=timezone.now() + timedelta(seconds=31), jobs={}) == [run.pk]
     run.refresh_from_db()
     assert (run.status, run.attempt) == (RunStatus.FAILED, 0)
 
@@ -78,7 +110,10 @@ def test_auto_resume_is_bounded(user, handoffs, settings):
     settings.RUN_AUTO_RESUME_MAX = 2
     run = submit(user, auto_resume=True)
     for _ in range(3):
-        services.runs_reclaim_stale(now=timezone.now() + timedelta(seconds=31))
+        run.refresh_from_db()
+        if run.status == RunStatus.STARTING:
+            services.run_transition(run=run, status=RunStatus.RUNNING)
+        services.runs_reclaim_stale(now=timezone.now() + timedelta(seconds=31), jobs={})
     run.refresh_from_db()
     assert (run.status, run.attempt) == (RunStatus.FAILED, 2)
 

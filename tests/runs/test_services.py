@@ -104,8 +104,8 @@ def test_stale_heartbeat_is_reclaimed_and_next_granted(user, settings, handoffs)
     # The real heartbeat path: the job's (here empty) event post, authenticated with its ingest token.
     assert run_events_ingest(run=run_for_ingest(run_id=run.pk, token=run.ingest_token), payload=[]).status == "running"
     now = timezone.now()
-    assert services.runs_reclaim_stale(now=now + timedelta(seconds=10)) == []
-    assert services.runs_reclaim_stale(now=now + timedelta(seconds=31)) == [run.pk]
+    assert services.runs_reclaim_stale(now=now + timedelta(seconds=10), jobs={}) == []
+    assert services.runs_reclaim_stale(now=now + timedelta(seconds=31), jobs={}) == [run.pk]
     run.refresh_from_db()
     waiting.refresh_from_db()
     assert run.status == RunStatus.FAILED and "heartbeat lost" in run.error

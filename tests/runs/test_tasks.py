@@ -10,7 +10,7 @@ import pytest
 from django.utils import timezone
 
 from runs import services, tasks
-from runs.execution import ray
+from runs.execution import capacity, ray, reconcile
 from runs.models import Run, RunStatus, Slot
 from tests.runs.helpers import TEST_JOB_KIND, TEST_KIND
 
@@ -33,7 +33,9 @@ def test_dispatch_launches_starting_runs_only(user, handoffs, submitted):
     run = submit(user, TEST_JOB_KIND)
     assert tasks.dispatch_run(run.pk) == "launched" and submitted == [run.pk]
     run.refresh_from_db()
-    assert run.status == RunStatus.RUNNING and run.ray_submission_id == ray.submission_id_for(run)
+    # Submitted, still `starting`: it runs when its job reports (its placement group ready, or its first post).
+    assert run.status == RunStatus.STARTING and run.ray_submission_id == ray.submission_id_for(run)
+    services.run_transition(run=run, status=RunStatus.RUNNING)
     assert tasks.dispatch_run(run.pk) == "skipped" and submitted == [run.pk]  # a stale message is ignored
 
 
@@ -53,14 +55,45 @@ def test_stop_of_a_run_without_a_job_cancels_it(user, handoffs):
     assert run.status == RunStatus.CANCELLED
 
 
-def test_tick_logs_only_when_it_did_something(user, handoffs, caplog):
-    """One tick runs every 2 s: an idle one logs nothing; one that reclaims a run says so, at INFO."""
+@pytest.fixture
+def ray_view(monkeypatch):
+    """The tick's view of Ray, set by the test: reachable or not, and the jobs Ray knows (none)."""
+    view = {"reachable": True}
+    monkeypatch.setattr(capacity, "cluster_refresh", lambda now: view["reachable"])
+    monkeypatch.setattr(reconcile, "jobs_observe", lambda runs: {})
+    return view
+
+
+def test_tick_logs_only_when_it_did_something(user, handoffs, caplog, ray_view):
+    """One tick runs every 2 s: an idle one logs nothing; one that fails a run says so, at INFO."""
     caplog.set_level(logging.DEBUG, logger="runs")
     run = submit(user)
-    assert tasks.tick()["reclaimed"] == []
+    assert tasks.tick()["launch_timeout"] == []
     assert [r.getMessage() for r in caplog.records if r.name == "runs.tasks"] == []
 
-    Run.objects.filter(pk=run.pk).update(granted_at=timezone.now() - timedelta(hours=1))  # never heartbeated
-    assert tasks.tick()["reclaimed"] == [run.pk]
+    Run.objects.filter(pk=run.pk).update(granted_at=timezone.now() - timedelta(hours=1))  # never got running
+    assert tasks.tick()["launch_timeout"] == [run.pk]
     logged = [(r.levelno, r.getMessage()) for r in caplog.records if r.name == "runs.tasks"]
-    assert logged == [(logging.INFO, f"tick: reclaimed [{run.pk}]")]
+    assert logged == [(logging.INFO, f"tick: launch_timeout [{run.pk}]")]
+    run.refresh_from_db()
+    assert run.status == RunStatus.FAILED and run.error.startswith("launch timeout: not running 3600 s")
+
+
+def test_while_ray_is_unreachable_the_tick_fails_nothing_but_time_limits(user, handoffs, ray_view, settings):
+    settings.SLOTS_HEARTBEAT_TIMEOUT_SECONDS = 30
+    services.settings_update(changes={"max_total": 4}, partial=True, by=None)
+    ray_view["reachable"] = False
+    starting, running, limited = submit(user), submit(user), submit(user)
+    services.run_transition(run=running, status=RunStatus.RUNNING)
+    hour_ago = timezone.now() - timedelta(hours=1)
+    Run.objects.filter(pk__in=[starting.pk, running.pk]).update(granted_at=hour_ago, heartbeat_at=hour_ago)
+    Run.objects.filter(pk=limited.pk).update(granted_at=hour_ago, time_limit_seconds=60)
+    done = tasks.tick()
+    assert done["unreachable"] == ["ray"] and done["timed_out"] == [limited.pk]
+    assert "reclaimed" not in done and "launch_timeout" not in done and "node_loss" not in done
+    statuses = dict(Run.objects.values_list("pk", "status"))
+    assert (statuses[starting.pk], statuses[running.pk]) == (RunStatus.STARTING, RunStatus.RUNNING)
+
+    ray_view["reachable"] = True  # back: the same runs are judged now (Ray knows neither job)
+    done = tasks.tick()
+    assert (done["launch_timeout"], done["reclaimed"]) == ([starting.pk], [running.pk])

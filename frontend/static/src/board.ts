@@ -87,6 +87,12 @@ function clusterHtml(): string {
     of <span class="num" data-testid="cluster-total">${esc(resText(c.total))}</span></p>`;
 }
 
+/** The banner of an unreachable Ray cluster: runs wait (none is failed for it) until Ray answers again. */
+function renderCluster(state: BoardState): void {
+  const el = document.getElementById("cluster-banner")!;
+  el.hidden = !state.cluster || state.cluster.reachable;
+}
+
 function renderClasses(slots: Slots | null): void {
   const el = document.getElementById("classes")!;
   if (!slots) { el.innerHTML = ""; return; }
@@ -202,6 +208,7 @@ function render(): void {
     if (hist[hist.length - 1] !== v.reward) { hist.push(v.reward); if (hist.length > 60) hist.shift(); }
     rewardHistory.set(r.id, hist);
   }
+  renderCluster(state);
   renderCapacity(state.slots);
   renderClasses(state.slots);
   renderRunning(state.running);

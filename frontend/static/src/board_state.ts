@@ -1,6 +1,6 @@
 /** Folds /ws/dashboard/ messages (types: lib/messages.ts, generated from runs/messages.py; rules:
  * docs/realtime.md) into the board's state; pure, so it is easy to follow.
- * snapshot {slots, queue, active} replaces everything; run {run} moves one run between the lists (a queued
+ * snapshot {slots, queue, active, cluster} replaces everything (a change of Ray's reachability arrives as one); run {run} moves one run between the lists (a queued
  * run's row carries its exact position); slots {slots, queue: {joined, left, reasons, rate}} replaces the counts
  * and moves the waiting rows behind each slot that joined or left the line, whatever the queue length. */
 import type { ClusterJson, DashboardRunMsg, DashboardSlotsMsg, DashboardSnapshotMsg, QueueChange, QueueKey } from "./lib/messages";

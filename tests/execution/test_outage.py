@@ -1,0 +1,197 @@
+"""Acceptance (issue 11): with the Ray head stopped for 3 minutes while 3 runs are queued or starting, no run
+fails; when Ray is back, they run to success.
+
+A platform of its own (daphne, a Celery worker with the beat: the tick) on the test database, against a Ray head
+of its own that the test stops and starts again on the same ports (by its process group; no other Ray on the
+machine is touched). The outage length is a parameter: RAY_OUTAGE_SECONDS (default 180, what the suite runs).
+Marked `outage` (and `slow`): it takes about 5 to 8 minutes, mostly the outage itself and three training runs on
+two cores, so it can run in a pytest process of its own beside the rest of the suite (`-m outage`)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import requests
+from django.db import connection
+
+from runs.dashboard import cluster_snapshot
+from runs.models import ClusterStatus, Run, RunStatus
+from tests.conftest import REPO_ROOT, VENV_BIN, free_port
+from tests.execution.conftest import TINY_TRAIN_CONFIG, Api, Platform, wait_for
+from tests.processes import die_with_parent, stop_process_group
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow, pytest.mark.outage]
+
+OUTAGE_SECONDS = float(os.environ.get("RAY_OUTAGE_SECONDS", "180"))
+LIVENESS_SETTINGS = (
+    "SLOTS_HEARTBEAT_TIMEOUT_SECONDS",
+    "SLOTS_HEARTBEAT_HARD_TIMEOUT_SECONDS",
+    "RUN_LAUNCH_TIMEOUT_SECONDS",
+)
+RUN_CONFIG = {**TINY_TRAIN_CONFIG, "steps": 3, "eval_every": 3, "checkpoint_every": 3}
+
+
+class OwnHead:
+    """One Ray head on fixed ports and its own temp dir; stop() ends its process group, start() brings it back."""
+
+    def __init__(self, temp_dir: str) -> None:
+        self.temp_dir = temp_dir
+        self.ports = {name: free_port() for name in ("gcs", "dashboard", "agent", "client", "metrics")}
+        self.dashboard_url = f"http://127.0.0.1:{self.ports['dashboard']}"
+        self.proc: subprocess.Popen | None = None
+        self.starts = 0
+
+    def start(self) -> None:
+        env = {
+            **os.environ,
+            "PATH": f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}",
+            "PYTHONPATH": str(REPO_ROOT),
+        }
+        p = self.ports
+        cmd = [
+            str(VENV_BIN / "ray"),
+            "start",
+            "--head",
+            "--block",
+            "--num-cpus",
+            "4",
+            "--port",
+            str(p["gcs"]),
+            "--dashboard-host",
+            "127.0.0.1",
+            "--dashboard-port",
+            str(p["dashboard"]),
+            "--dashboard-agent-listen-port",
+            str(p["agent"]),
+            "--ray-client-server-port",
+            str(p["client"]),
+            "--metrics-export-port",
+            str(p["metrics"]),
+            "--temp-dir",
+            self.temp_dir,
+            "--include-dashboard",
+            "true",
+            "--disable-usage-stats",
+        ]
+        self.starts += 1
+        log = open(Path(self.temp_dir) / f"head-{self.starts}.log", "w")
+        self.proc = subprocess.Popen(
+            cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=die_with_parent()
+        )
+        wait_for(self.serving, timeout=240, interval=1, what="the Ray head's job API", on_timeout=self.log)
+
+    def serving(self) -> bool:
+        assert self.proc is not None and self.proc.poll() is None, self.log()
+        try:
+            return requests.get(f"{self.dashboard_url}/api/version", timeout=2).status_code in (200, 401)
+        except requests.RequestException:
+            return False
+
+    def stop(self) -> None:
+        stop_process_group(self.proc, grace=30)
+        self.proc = None
+
+    def log(self) -> str:
+        path = Path(self.temp_dir) / f"head-{self.starts}.log"
+        return path.read_text(errors="replace")[-3000:] if path.exists() else ""
+
+
+@pytest.fixture
+def own_head() -> Iterator[OwnHead]:
+    head = OwnHead(tempfile.mkdtemp(prefix="ray-outage-"))
+    try:
+        head.start()
+        yield head
+    finally:
+        head.stop()
+        shutil.rmtree(head.temp_dir, ignore_errors=True)
+
+
+@pytest.fixture
+def own_platform(transactional_db, own_head: OwnHead, redis_url: str, tmp_path: Path) -> Iterator[Platform]:
+    db = connection.settings_dict
+    assert connection.vendor == "postgresql", "the outage test needs PostgreSQL (set DATABASE_URL)"
+    database_url = f"postgres://{db['USER']}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}"
+    web_url = f"http://127.0.0.1:{free_port()}"
+    prefix = f"outage{os.getpid()}"
+    env = {
+        **os.environ,
+        "DATABASE_URL": database_url,
+        "REDIS_URL": redis_url,
+        "RAY_ADDRESS": own_head.dashboard_url,
+        "PLATFORM_PUBLIC_URL": web_url,
+        "RUN_ARTIFACTS_DIR": str(tmp_path / "runs"),
+        "RAY_SUBMISSION_PREFIX": prefix,
+        "CELERY_QUEUE": f"{prefix}-tasks",
+        "SCHEDULER_TICK_SECONDS": "2",
+        "CELERY_VISIBILITY_TIMEOUT": "10",
+        "CELERY_UNACKED_RESTORE_INTERVAL": "1",
+        "PATH": f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}",
+        "PYTHONPATH": str(REPO_ROOT),
+        "OMP_NUM_THREADS": "1",
+        "DJANGO_SETTINGS_MODULE": "config.settings",
+    }
+    # Liveness settings are the defaults (heartbeat 60 s, launch timeout 900 s): what the acceptance is about.
+    for name in (
+        "SLOTS_HEARTBEAT_TIMEOUT_SECONDS",
+        "RUN_LAUNCH_TIMEOUT_SECONDS",
+        "SLOTS_HEARTBEAT_HARD_TIMEOUT_SECONDS",
+    ):
+        env.pop(name, None)
+    log_dir = tmp_path / "logs"
+    log_dir.mkdir()
+    plat = Platform(env=env, web_url=web_url, log_dir=log_dir)
+    try:
+        plat.start_web()
+        plat.start_worker()
+        yield plat
+    finally:
+        plat.stop()
+
+
+def cluster_reachable() -> bool | None:
+    return ClusterStatus.objects.values_list("reachable", flat=True).first()
+
+
+@pytest.mark.parametrize("outage_s", [OUTAGE_SECONDS])
+def test_runs_survive_a_ray_head_outage_and_then_succeed(own_platform, own_head, django_user_model, outage_s):
+    from rest_framework.authtoken.models import Token
+
+    started = time.monotonic()
+    user = django_user_model.objects.create_user(username="ops", password="pw", is_staff=True)
+    api = Api(own_platform.web_url, Token.objects.create(user=user).key)
+    logs = lambda: own_platform.log("worker")  # noqa: E731
+    wait_for(lambda: cluster_reachable() is True, timeout=120, what="the tick to read the cluster", on_timeout=logs)
+
+    own_head.stop()
+    wait_for(lambda: cluster_reachable() is False, timeout=60, what="the tick to see Ray gone", on_timeout=logs)
+    assert cluster_snapshot()["reachable"] is False  # what the board's banner is driven by
+    ids = [
+        api.post(
+            "/api/runs/", {"name": f"outage-{i}", "origin": "api", "kind": "rl_train", "config": RUN_CONFIG}, expect=201
+        )["id"]
+        for i in range(3)
+    ]
+    outage_started = time.monotonic()
+    while time.monotonic() - outage_started < outage_s:
+        statuses = dict(Run.objects.filter(pk__in=ids).values_list("pk", "status"))
+        assert set(statuses.values()) <= {RunStatus.QUEUED, RunStatus.STARTING}, (statuses, logs())
+        time.sleep(5)
+
+    own_head.start()
+    for run_id in ids:
+        run = api.wait_status(
+            run_id, {"succeeded", "failed", "cancelled"}, timeout=900, on_timeout=lambda: logs() + own_head.log()
+        )
+        assert run["status"] == "succeeded", (run, logs())
+    for run in Run.objects.filter(pk__in=ids):
+        failures = run.events.filter(type="status", data__status="failed")
+        assert not failures.exists(), [e.data for e in failures]
+    print(f"\noutage test: {outage_s:.0f} s outage, {time.monotonic() - started:.0f} s in all")
