@@ -56,6 +56,20 @@ def run_events_url(run: Run) -> str:
     return f"{settings.PLATFORM_PUBLIC_URL.rstrip('/')}/api/runs/{run.pk}/ingest/"
 
 
+def driver_bundle(run: Run) -> Bundle:
+    """The driver's reservation: the first bundle of what admission charged (Run.resources, fixed at submit), so
+    the job takes exactly what was granted. A run stored without resources gets its config's driver bundle (the
+    config is checked again by the job, which runs --sandboxed)."""
+    from trainer.config import TrainConfig
+    from trainer.resources import Bundle, run_bundles
+
+    bundles = run.resources.get("bundles") if isinstance(run.resources, dict) else None
+    if bundles:
+        first = bundles[0]
+        return Bundle(str(first["role"]), float(first["CPU"]), float(first.get("GPU", 0)), int(first["memory"]))
+    return run_bundles(TrainConfig.from_dict(run.config))[0]
+
+
 def rl_train_job(run: Run) -> JobSpec:
     """`python -m trainer run`: the config is written next to the checkpoints (a shared path in production).
 
@@ -78,11 +92,8 @@ def rl_train_job(run: Run) -> JobSpec:
     if run.resume_requested:
         cmd.append("--resume")
     # The entrypoint reserves the driver bundle; the actors' bundles are the job's own placement group.
-    from trainer.config import TrainConfig
-    from trainer.resources import run_bundles
-
-    driver = run_bundles(TrainConfig.from_dict(run.config, allow_debug=False))[0]
-    return JobSpec.for_driver(cmd, driver, files={str(config_path): json.dumps(run.config, indent=2, sort_keys=True)})
+    files = {str(config_path): json.dumps(run.config, indent=2, sort_keys=True)}
+    return JobSpec.for_driver(cmd, driver_bundle(run), files=files)
 
 
 def eval_job(run: Run) -> JobSpec:
