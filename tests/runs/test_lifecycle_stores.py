@@ -64,7 +64,7 @@ def test_finish_moves_agree(user, previous, status):
     for store in (ORM_STORE, PG_STORE):
         with transaction.atomic():
             run = _run_in(user, previous, SlotState.HELD, now - timedelta(minutes=5))
-            finished, _ = store.finish(
+            finished = store.finish(
                 run_id=run.pk,
                 status=status,
                 error="e",
@@ -94,7 +94,6 @@ def test_grant_moves_agree(user, previous):
                         decisions=[Decision(run.pk, "app", now)],
                         now=now,
                         source="platform",
-                        notify={},
                         status=status,
                         allowed_from=lifecycle.allowed_from(status),
                         columns=lifecycle.stamp(status, now),
