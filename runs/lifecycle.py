@@ -141,9 +141,12 @@ def grants_catch_up(*, reason: str = "catch-up", check_first: bool = True) -> li
         if check_first and not store.grant_pending():
             return granted
         check_first = True
-        with transaction.atomic():
-            with slot_store.catching_up():  # left before the commit: on-commit work runs outside it
-                passed = _grant(reason=reason, now=timezone.now(), try_lock=True)
+        try:
+            with transaction.atomic():
+                with slot_store.catching_up():  # left before the commit: on-commit work runs outside it
+                    passed = _grant(reason=reason, now=timezone.now(), try_lock=True)
+        except InvalidTransition:  # a chosen run was finished meanwhile (without the lock): decide again
+            passed = []
         if passed is None:
             return granted
         granted += passed
@@ -259,7 +262,10 @@ def _finished(run: Run, *, now: datetime, stop_job: bool, grant: str) -> None:
     if grant == "now":
         grant_pass(reason="release", now=now)
     elif grant == "after":
-        grants_catch_up(reason="release", check_first=False)
+        try:
+            grants_catch_up(reason="release", check_first=False)
+        except Exception:  # noqa: BLE001 - the release is committed: it must not look failed; the tick grants
+            logger.exception("run %s: granting after its release failed", run.pk)
     else:
         catch_up = functools.partial(grants_catch_up, reason="release", check_first=False)
         transaction.on_commit(catch_up, robust=True)
