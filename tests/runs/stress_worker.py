@@ -2,9 +2,10 @@
 changes through the real services, checking the invariants after every step. Prints a JSON summary.
 
 Also the lost-wakeup race: `fill` queues runs behind a few held slots, several `finishers` processes finish held
-runs as fast as they can, then `check` (no tick ran) finds every freed slot granted.
+runs as fast as they can while a `holder` keeps taking the grant lock, then `check` (no tick ran) finds every
+freed slot granted.
 
-Usage: DATABASE_URL=... python tests/runs/stress_worker.py setup|work|drain|fill|finishers|check
+Usage: DATABASE_URL=... python tests/runs/stress_worker.py setup|work|drain|fill|finishers|holder|check
        [--ops N --seed S --owner ID]
 """
 
@@ -15,6 +16,7 @@ import json
 import os
 import random
 import sys
+import time
 from datetime import timedelta
 from pathlib import Path
 
@@ -158,8 +160,21 @@ def fill(owner_id: int, count: int) -> None:
 
 def finishers(ops: int) -> None:
     """Finish held runs as fast as possible: each claims one (SKIP LOCKED) and finishes it in the same
-    transaction, so the grant it makes possible runs after that commit (runs.lifecycle.run_finish)."""
-    done = 0
+    transaction, so the grant it makes possible runs after that commit (runs.lifecycle.run_finish). Counts the
+    tries that found the lock taken (`busy`): the race under test."""
+    from runs.slots import pg
+
+    busy = 0
+    try_lock = pg.snapshot_fetch_try_lock
+
+    def counted() -> object:
+        nonlocal busy
+        snapshot = try_lock()
+        busy += snapshot is None
+        return snapshot
+
+    pg.snapshot_fetch_try_lock = counted
+    done, starved_since = 0, None
     while done < ops:
         with transaction.atomic():
             run_id = (
@@ -168,11 +183,28 @@ def finishers(ops: int) -> None:
                 .values_list("run_id", flat=True)
                 .first()
             )
-            if run_id is None:
-                continue  # every held run is claimed by another process right now
+            if run_id is None:  # every held run is claimed by another process right now, or none is held
+                starved_since = starved_since or time.monotonic()
+                if time.monotonic() - starved_since > 10:
+                    break  # freed slots were not granted: `check` says so
+                continue
+            starved_since = None
             services.run_finish(run=Run(pk=run_id), status=RunStatus.SUCCEEDED)
         done += 1
-    print(json.dumps({"ok": True, "finished": done}))
+    print(json.dumps({"ok": True, "finished": done, "busy": busy}))
+
+
+def holder(until: str) -> None:
+    """Until the file `until` exists, take the grant lock again and again, holding it a moment without granting
+    (like a cancel of a stopping run or a sweep with nothing to fail): a release that finds the lock taken then
+    depends on this holder's catch-up after its commit."""
+    from runs.slots import store
+
+    while not os.path.exists(until):
+        with transaction.atomic():
+            store.slots_lock()
+            time.sleep(0.002)
+    print(json.dumps({"ok": True}))
 
 
 def check() -> None:
@@ -187,10 +219,11 @@ def check() -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("mode", choices=["setup", "work", "drain", "fill", "finishers", "check"])
+    parser.add_argument("mode", choices=["setup", "work", "drain", "fill", "finishers", "holder", "check"])
     parser.add_argument("--ops", type=int, default=0)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--owner", type=int, default=0)
+    parser.add_argument("--until", default="")
     args = parser.parse_args()
     register_test_kind()
     if args.mode == "setup":
@@ -203,6 +236,8 @@ def main() -> None:
         return finishers(args.ops)
     if args.mode == "check":
         return check()
+    if args.mode == "holder":
+        return holder(args.until)
     rng = random.Random(args.seed)
     owner = get_user_model().objects.get(pk=args.owner)
     counts: dict[str, int] = {}
