@@ -117,29 +117,31 @@ def set_policy(total: int) -> None:
     )
 
 
-def finish_one() -> bool:
-    """Claim one held run (SKIP LOCKED, so concurrent finishers never pick the same) and finish it; the next
-    grant follows the release's commit (runs.lifecycle.run_finish). True when a held run was finished."""
-    from django.db import transaction
+def finish_one(index: int = 0, finishers: int = 1) -> bool:
+    """Finish one held run of this finisher's share (a hash of the run id modulo the number of finishers, so no
+    two pick the same run; not the id itself: runs are queued round-robin over the classes) by calling
+    run_finish outside any transaction, as its production callers do (the ingest of a job's final event, the
+    launcher, reconcile). The next grant follows the release's commit. False: none held."""
+    from django.db import connection
 
     from runs import services
-    from runs.models import Run, Slot, SlotState
+    from runs.models import Run
 
-    with transaction.atomic():
-        run_id = (
-            Slot.objects.select_for_update(skip_locked=True)
-            .filter(state=SlotState.HELD)
-            .values_list("run_id", flat=True)
-            .first()
+    with connection.cursor() as cur:
+        cur.execute(
+            "SELECT run_id FROM runs_slot WHERE state = 'held' AND abs(hashint8(run_id)) %% %s = %s LIMIT 1",
+            [finishers, index],
         )
-        if run_id is None:
-            return False
-        services.run_finish(run=Run(pk=run_id), status="succeeded")
+        row = cur.fetchone()
+    if row is None:
+        time.sleep(0.0005)  # every held run of this share is finished; the next grants may land in it
+        return False
+    services.run_finish(run=Run(pk=row[0]), status="succeeded")
     return True
 
 
 def finisher_proc(
-    url: str, mode: str, index: int, ready: mp.Queue, start: mp.Event, seconds: float, out: mp.Queue
+    url: str, mode: str, index: int, count: int, ready: mp.Queue, start: mp.Event, seconds: float, out: mp.Queue
 ) -> None:
     django_setup(url)
     from django.db import connection
@@ -149,7 +151,7 @@ def finisher_proc(
             with connection.cursor() as cur:  # autocommit: one committed single-row UPDATE per iteration
                 cur.execute("UPDATE bench_floor SET n = n + 1 WHERE id = %s", [index])
             return True
-        return finish_one()
+        return finish_one(index, count)
 
     if mode == "floor":
         with connection.cursor() as cur:
@@ -202,7 +204,8 @@ def run_parallel(url: str, mode: str, concurrency: int, seconds: float) -> tuple
     ctx = mp.get_context("spawn")
     ready, start, out = ctx.Queue(), ctx.Event(), ctx.Queue()
     procs = [
-        ctx.Process(target=finisher_proc, args=(url, mode, i, ready, start, seconds, out)) for i in range(concurrency)
+        ctx.Process(target=finisher_proc, args=(url, mode, i, concurrency, ready, start, seconds, out))
+        for i in range(concurrency)
     ]
     for p in procs:
         p.start()

@@ -48,9 +48,10 @@ _discovery_lock = threading.Lock()
 TASK_DISPATCH = "runs.tasks.dispatch_run"
 TASK_STOP = "runs.tasks.stop_run"
 TASK_FOLLOWUPS = "runs.tasks.run_followups"
-# A catch-up gives up after this many locked passes in a row that granted nothing although its check said
-# they would (a settings change racing it, say): the tick grants then.
-CATCH_UP_IDLE_PASSES = 3
+# A catch-up gives up after this many locked passes in a row that granted nothing although its check said they
+# would. Now and then that is a race (another catch-up granted in between); always, it would be a bug: the tick
+# grants then.
+CATCH_UP_IDLE_PASSES = 20
 
 
 def move_allowed(previous: str, status: str) -> bool:
