@@ -1,8 +1,8 @@
 """PostgreSQL fast path of releases and grants: a release in one statement (no grant lock), and under the grant
 lock the snapshot in one statement and the grants applied (slots held, runs `starting`, status events) in
-another. SQL only loads and writes: which moves are
-allowed and which columns a move stamps are parameters from runs.lifecycle (through runs/stores.py), and
-which runs get a slot is decided by the pure `runs.slots.grant.grant` on the snapshot these queries return.
+another. SQL only loads and writes: which moves are allowed and which columns a move stamps are parameters from
+runs.lifecycle (through runs/stores.py), and which runs get a slot is decided by the pure
+`runs.slots.grant.grant` on the snapshot these queries return.
 """
 
 from __future__ import annotations
