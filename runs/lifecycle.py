@@ -233,22 +233,24 @@ def run_finish(*, run: Run, status: str, error: str = "", stop_job: bool = False
     now = timezone.now()
     store = run_store()
 
-    def release() -> Run | None:
+    def release(probe: bool) -> tuple[Run | None, bool]:
+        allowed, columns = allowed_from(status), stamp(status, now)
         return store.finish(
-            run_id=run.pk, status=status, error=error, now=now, allowed=allowed_from(status), columns=stamp(status, now)
+            run_id=run.pk, status=status, error=error, now=now, allowed=allowed, columns=columns, probe=probe
         )
 
     if store.releases_unlocked and not connection.in_atomic_block:
-        # PostgreSQL, no caller's transaction: the release is one statement, committed on its own (autocommit).
-        finished = release()
+        # PostgreSQL, no caller's transaction: the release is one statement, committed on its own (autocommit),
+        # then, in the same round trip, a probe of the grant lock: taken, its holder grants for this release.
+        finished, lock_free = release(probe=True)
         if finished is not None:
-            _finished(finished, now=now, stop_job=stop_job, grant="after")
+            _finished(finished, now=now, stop_job=stop_job, grant="after" if lock_free else "holder")
             return finished
         return _refused(run, status)
     # No savepoint when nested (the release is one statement on PostgreSQL). A refused move writes nothing and is
     # raised after the block, so the caller's transaction stays usable.
     with transaction.atomic(savepoint=False):
-        finished = release()
+        finished, _ = release(probe=False)
         if finished is not None:
             grant = "now" if not store.releases_unlocked or slot_store.lock_held() else "on_commit"
             _finished(finished, now=now, stop_job=stop_job, grant=grant)
@@ -258,7 +260,8 @@ def run_finish(*, run: Run, status: str, error: str = "", stop_job: bool = False
 
 def _finished(run: Run, *, now: datetime, stop_job: bool, grant: str) -> None:
     """What follows a release: its publishing, the grant (`now`: this transaction holds the lock; `after`: the
-    release is committed; `on_commit`), the follow-ups and the job's stop (after commit)."""
+    release is committed; `on_commit`; `holder`: committed, and the lock's holder then grants for it), the
+    follow-ups and the job's stop (after commit)."""
     moved_publish(Moved.of(run, status=run.status, previous=run.previous_status), ts=now.timestamp())
     if grant == "now":
         grant_pass(reason="release", now=now)
@@ -267,7 +270,7 @@ def _finished(run: Run, *, now: datetime, stop_job: bool, grant: str) -> None:
             grants_catch_up(reason="release", check_first=False)
         except Exception:  # noqa: BLE001 - the release is committed: it must not look failed; the tick grants
             logger.exception("run %s: granting after its release failed", run.pk)
-    else:
+    elif grant == "on_commit":
         catch_up = functools.partial(grants_catch_up, reason="release", check_first=False)
         transaction.on_commit(catch_up, robust=True)
     _followups_schedule(run)

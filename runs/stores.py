@@ -112,11 +112,20 @@ class RunStore(Protocol):
     releases_unlocked: bool  # True: `finish` does not take the grant lock; the grant is a separate step
 
     def finish(
-        self, *, run_id: int, status: str, error: str, now: datetime, allowed: list[str], columns: Columns
-    ) -> Run | None:
+        self,
+        *,
+        run_id: int,
+        status: str,
+        error: str,
+        now: datetime,
+        allowed: list[str],
+        columns: Columns,
+        probe: bool = False,
+    ) -> tuple[Run | None, bool]:
         """Move the run to a finished `status` if it is in `allowed` and release its slot (taking the grant lock
-        first unless `releases_unlocked`). Returns the run (carrying `previous_status`); None when the move is
-        refused (nothing written)."""
+        first unless `releases_unlocked`). Returns the run (carrying `previous_status`; None when the move is
+        refused: nothing written) and, with `probe` (releases_unlocked, autocommit), whether the grant lock was
+        free right after the release committed (else True)."""
         ...
 
     def grant(
@@ -135,17 +144,25 @@ class OrmStore:
     releases_unlocked = False
 
     def finish(
-        self, *, run_id: int, status: str, error: str, now: datetime, allowed: list[str], columns: Columns
-    ) -> Run | None:
+        self,
+        *,
+        run_id: int,
+        status: str,
+        error: str,
+        now: datetime,
+        allowed: list[str],
+        columns: Columns,
+        probe: bool = False,
+    ) -> tuple[Run | None, bool]:
         slot_store.slots_lock()
         locked = Run.objects.select_for_update().get(pk=run_id)
         if locked.status not in allowed:
-            return None
+            return None, True
         previous = locked.status
         status_write(run=locked, status=status, error=error, now=now, columns=columns)
         slot_store.slot_release(run_id=run_id)
         locked.previous_status = previous
-        return locked
+        return locked, True
 
     def grant(
         self, *, now: datetime, allowed: list[str], columns: Columns, try_lock: bool = False
@@ -170,8 +187,16 @@ class PgStore:
     releases_unlocked = True
 
     def finish(
-        self, *, run_id: int, status: str, error: str, now: datetime, allowed: list[str], columns: Columns
-    ) -> Run | None:
+        self,
+        *,
+        run_id: int,
+        status: str,
+        error: str,
+        now: datetime,
+        allowed: list[str],
+        columns: Columns,
+        probe: bool = False,
+    ) -> tuple[Run | None, bool]:
         return slots_pg.release(
             run_id=run_id,
             status=status,
@@ -180,6 +205,7 @@ class PgStore:
             source=PLATFORM_SOURCE,
             now=now,
             columns=columns,
+            probe=probe,
         )
 
     def grant(

@@ -201,11 +201,17 @@ def release(
     source: str,
     now: datetime,
     columns: dict[str, datetime | None],
-) -> Run | None:
+    probe: bool = False,
+) -> tuple[Run | None, bool]:
     """Finish a run (status, finished_at, error, numbered `status` event, slot deleted) in one statement, without
-    the grant lock: granting the freed capacity is a separate step (runs.lifecycle.grants_catch_up). None when
-    the run's status does not allow the move (the caller decides: no-op or error). The Run carries
-    `previous_status`."""
+    the grant lock: granting the freed capacity is a separate step (runs.lifecycle.grants_catch_up). The Run
+    (None when the run's status does not allow the move: the caller decides, no-op or error) carries
+    `previous_status`.
+
+    `probe` (autocommit only): the same message then commits and asks whether the grant lock is free right
+    after that commit (`pg_try_advisory_xact_lock` in a transaction of its own, which ends with the message).
+    False: a holder had it then, and that holder's check after its own commit sees this release. Without
+    `probe`, the bool is True."""
     params: dict[str, Any] = {
         "run": run_id,
         "status": status,
@@ -213,16 +219,26 @@ def release(
         "allowed": allowed_from,
         "source": source,
         "now": now,
+        "lock": store.GRANT_LOCK_KEY,
     }
+    sql = _RELEASE_SQL.format(columns=_set_columns(columns, params))
+    if probe:
+        # One simple-query message runs as one implicit transaction up to the COMMIT; the probe runs after it.
+        sql += ";\nCOMMIT;\nSELECT pg_try_advisory_xact_lock(%(lock)s)"
     with connection.cursor() as cursor:
-        cursor.execute(_RELEASE_SQL.format(columns=_set_columns(columns, params)), params)
+        cursor.execute(sql, params)
         names = [c.name for c in cursor.description]
         values = cursor.fetchone()
+        lock_free = True
+        if probe:
+            cursor.nextset()  # the COMMIT
+            cursor.nextset()
+            lock_free = bool(cursor.fetchone()[0])
     if values is None:
-        return None
+        return None, lock_free
     if dict(zip(names, values))["events_added"] != 1:
         raise RuntimeError(f"run {run_id}: status event not stored")
-    return _run_from_row(names, values)
+    return _run_from_row(names, values), lock_free
 
 
 def grants_apply(

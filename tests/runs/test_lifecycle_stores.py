@@ -64,7 +64,7 @@ def test_finish_moves_agree(user, previous, status):
     for store in (ORM_STORE, PG_STORE):
         with transaction.atomic():
             run = _run_in(user, previous, SlotState.HELD, now - timedelta(minutes=5))
-            finished = store.finish(
+            finished, _ = store.finish(
                 run_id=run.pk,
                 status=status,
                 error="e",
