@@ -1,11 +1,12 @@
 """Slot benchmark on PostgreSQL: release-to-next-grant cycles/s vs a same-concurrency commit floor,
-release-to-start latency across processes (LISTEN/NOTIFY), and per-grant cost vs queue depth.
+release-to-grant latency seen from another process (it polls for granted runs), and per-grant cost vs queue
+depth.
 
 Writes bench/results/slots.json. Uses its own database `bench_slots` (dropped and re-created).
 Usage: DATABASE_URL=postgres://postgres@127.0.0.1:5432/postgres python bench/slots.py [--quick]
-Browser fan-out and the Celery hand-off (`dispatch_run.delay`) are stubbed in the bench processes: both run
-after commit, outside the grant lock, and are measured elsewhere; what is measured here is the slot path
-(lock, release, grant, commit).
+Browser fan-out, the Celery hand-off (`dispatch_run.delay`) and the follow-ups task are stubbed in the bench
+processes: they run after commit, outside the grant lock, and are measured elsewhere; what is measured here is
+the slot path (the release and its commit, then the grant: lock, snapshot, grant, commit).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import secrets
 import statistics
 import sys
 import time
+from datetime import timedelta
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
@@ -44,18 +46,23 @@ def django_setup(url: str) -> None:
     import django
 
     django.setup()
+    import runs.concurrency
+    import runs.lifecycle
     import runs.realtime
-    import runs.services
+    import runs.stores
     import runs.tasks
-    from runs.kinds import RunKind, kind_register
+    from runs.execution.kinds import KINDS, RunKind
 
     noop = lambda *a, **k: None  # noqa: E731
     runs.realtime.run_event_publish = runs.realtime.dashboard_publish = noop
-    runs.services.dashboard_publish = runs.services.run_event_publish = noop
+    runs.stores.dashboard_publish = runs.stores.run_event_publish = noop
+    runs.lifecycle.dashboard_publish = runs.concurrency.dashboard_publish = noop
     # The after-commit hand-off to Celery is a broker publish in production; eager mode would run the worker's
     # task body inside the finisher instead, which is no part of the release -> grant path measured here.
     runs.tasks.dispatch_run.delay = noop
-    kind_register(RunKind(name=BENCH_KIND, validate_config=lambda c: c, json_schema=dict, launch=noop))
+    # Follow-ups (evaluation, auto-resume) run after the finish's commit, in the finisher; a bench run has none.
+    runs.lifecycle._followups_run = noop
+    KINDS[BENCH_KIND] = RunKind(name=BENCH_KIND, validate_config=lambda c: c, json_schema=dict)
 
 
 def recreate_database(base: str) -> None:
@@ -122,29 +129,31 @@ def set_policy(total: int) -> None:
     )
 
 
-def finish_one() -> bool:
-    """Claim one held run (SKIP LOCKED, so concurrent finishers never pick the same) and finish it: the release
-    and the next grant commit together. True when a waiting run was granted by it."""
-    from django.db import transaction
+def finish_one(index: int = 0, finishers: int = 1) -> bool:
+    """Finish one held run of this finisher's share (a hash of the run id modulo the number of finishers, so no
+    two pick the same run; not the id itself: runs are queued round-robin over the classes) by calling
+    run_finish outside any transaction, as its production callers do (the ingest of a job's final event, the
+    launcher, reconcile). The next grant follows the release's commit. False: none held."""
+    from django.db import connection
 
     from runs import services
-    from runs.models import Run, Slot, SlotState
+    from runs.models import Run
 
-    with transaction.atomic():
-        run_id = (
-            Slot.objects.select_for_update(skip_locked=True)
-            .filter(state=SlotState.HELD)
-            .values_list("run_id", flat=True)
-            .first()
+    with connection.cursor() as cur:
+        cur.execute(
+            "SELECT run_id FROM runs_slot WHERE state = 'held' AND abs(hashint8(run_id)) %% %s = %s LIMIT 1",
+            [finishers, index],
         )
-        if run_id is None:
-            return False
-        services.run_finish(run=Run(pk=run_id), status="succeeded")
+        row = cur.fetchone()
+    if row is None:
+        time.sleep(0.0005)  # every held run of this share is finished; the next grants may land in it
+        return False
+    services.run_finish(run=Run(pk=row[0]), status="succeeded")
     return True
 
 
 def finisher_proc(
-    url: str, mode: str, index: int, ready: mp.Queue, start: mp.Event, seconds: float, out: mp.Queue
+    url: str, mode: str, index: int, count: int, ready: mp.Queue, start: mp.Event, seconds: float, out: mp.Queue
 ) -> None:
     django_setup(url)
     from django.db import connection
@@ -154,7 +163,7 @@ def finisher_proc(
             with connection.cursor() as cur:  # autocommit: one committed single-row UPDATE per iteration
                 cur.execute("UPDATE bench_floor SET n = n + 1 WHERE id = %s", [index])
             return True
-        return finish_one()
+        return finish_one(index, count)
 
     if mode == "floor":
         with connection.cursor() as cur:
@@ -163,47 +172,85 @@ def finisher_proc(
         step()
     ready.put(index)
     start.wait()
-    done, deadline = 0, time.perf_counter() + seconds
+    done, starts, deadline = 0, [], time.perf_counter() + seconds
     while time.perf_counter() < deadline:
+        started = time.time()
         if step():
             done += 1
-    out.put(done)
+            starts.append(started)
+    out.put((done, starts if mode == "latency" else []))
 
 
-def listener_proc(url: str, ready: mp.Event, stop: mp.Event, out: mp.Queue) -> None:
-    """Another process waiting for slot changes: latency = notification received - release started."""
+def poller_proc(url: str, ready: mp.Event, stop: mp.Event, out: mp.Queue) -> None:
+    """Another process watching for grants: polls for newly granted runs (about every 0.5 ms) and records when
+    it first saw each. Grants are serialized under the lock, so granted_at hardly ever goes back across commits:
+    each poll reads from 50 ms before the latest granted_at seen."""
     django_setup(url)
-    from runs.notify import slots_listen
+    from django.db import connection
 
-    latencies: list[float] = []
-    ready.set()
-    while not stop.is_set():
-        for payload in slots_listen(timeout=0.5):  # returns after 0.5 s without a notification
+    seen: set[int] = set()
+    seen_at: list[float] = []
+    margin = timedelta(milliseconds=50)
+    with connection.cursor() as cur:
+        cur.execute("SELECT max(granted_at) FROM runs_run")
+        since = cur.fetchone()[0]
+        cur.execute("SELECT id FROM runs_run WHERE granted_at >= %s", [since - margin])
+        seen.update(r[0] for r in cur.fetchall())
+        ready.set()
+        while not stop.is_set():
+            cur.execute("SELECT id, granted_at FROM runs_run WHERE granted_at >= %s", [since - margin])
             now = time.time()
-            if payload.get("reason") == "release" and payload.get("granted"):
-                latencies.append((now - payload["t"]) * 1000)
-            if stop.is_set():
-                break
-    out.put(latencies)
+            for run_id, granted_at in cur.fetchall():
+                if run_id not in seen:
+                    seen.add(run_id)
+                    seen_at.append(now)
+                    since = max(since, granted_at)
+            time.sleep(0.0005)
+    out.put(seen_at)
 
 
-def run_parallel(url: str, mode: str, concurrency: int, seconds: float) -> float:
-    """Operations per second of `concurrency` processes over the same `seconds`; the clock starts only once
-    every process has set up Django and warmed up (slow process start-up on a busy machine is not counted)."""
+def run_parallel(url: str, mode: str, concurrency: int, seconds: float) -> tuple[float, list[float]]:
+    """Operations per second of `concurrency` processes over the same `seconds` (and, mode "latency", when each
+    release started); the clock starts only once every process has set up Django and warmed up (slow process
+    start-up on a busy machine is not counted)."""
     ctx = mp.get_context("spawn")
     ready, start, out = ctx.Queue(), ctx.Event(), ctx.Queue()
     procs = [
-        ctx.Process(target=finisher_proc, args=(url, mode, i, ready, start, seconds, out)) for i in range(concurrency)
+        ctx.Process(target=finisher_proc, args=(url, mode, i, concurrency, ready, start, seconds, out))
+        for i in range(concurrency)
     ]
     for p in procs:
         p.start()
     for _ in procs:
         ready.get(timeout=180)
     start.set()
-    total = sum(out.get(timeout=seconds + 120) for _ in procs)
+    results = [out.get(timeout=seconds + 120) for _ in procs]
     for p in procs:
         p.join()
-    return total / seconds
+    return sum(done for done, _ in results) / seconds, sorted(t for _, starts in results for t in starts)
+
+
+def measure_latency(url: str, concurrency: int, seconds: float) -> dict[str, float]:
+    """Release -> grant seen in another process, with `concurrency` finishers. The queue never empties and every
+    slot is held, so each release frees exactly one slot and the n-th grant needs the n-th release: pairing the
+    n-th release start with the n-th grant seen gives each release's wait for a grant it made possible."""
+    ctx = mp.get_context("spawn")
+    ready, stop, seen_out = ctx.Event(), ctx.Event(), ctx.Queue()
+    poller = ctx.Process(target=poller_proc, args=(url, ready, stop, seen_out))
+    poller.start()
+    ready.wait(120)
+    _, starts = run_parallel(url, "latency", concurrency, seconds)
+    time.sleep(0.5)  # grants of the last releases
+    stop.set()
+    seen = sorted(seen_out.get(timeout=60))
+    poller.join()
+    seen = [t for t in seen if t >= starts[0]]  # grants of the warm-up releases came before the clock started
+    latencies = sorted((g - s) * 1000 for s, g in zip(starts, seen))
+    print(f"latency: {len(starts)} releases, {len(seen)} grants seen", flush=True)
+    return {
+        "p50": round(latencies[len(latencies) // 2], 3),
+        "p99": round(latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))], 3),
+    }
 
 
 def main() -> None:
@@ -253,34 +300,19 @@ def main() -> None:
 
     # Throughput: N finishers releasing and granting, against N processes doing minimal committed UPDATEs.
     set_policy(16)
-    fill_queue(owner_id=owner.pk, count=int(2500 * seconds), classes=classes)
+    fill_queue(owner_id=owner.pk, count=int(12_000 * seconds), classes=classes)
     connection.close()
-    ctx = mp.get_context("spawn")
     for concurrency in (1, 4, 16):
-        latency_out = ctx.Queue()
-        ready, stop = ctx.Event(), ctx.Event()
-        listener = None
-        if concurrency == 4:
-            listener = ctx.Process(target=listener_proc, args=(url, ready, stop, latency_out))
-            listener.start()
-            ready.wait(60)
-        cycles_per_s = run_parallel(url, "cycle", concurrency, seconds)
-        if listener is not None:
-            stop.set()
-            latencies = sorted(latency_out.get(timeout=60))
-            listener.join()
-            result["latency_ms"] = {
-                "p50": round(latencies[len(latencies) // 2], 3),
-                "p99": round(latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))], 3),
-            }
-            print(f"latency over {len(latencies)} releases: {result['latency_ms']}", flush=True)
-        floor_per_s = run_parallel(url, "floor", concurrency, seconds)
+        cycles_per_s, _ = run_parallel(url, "cycle", concurrency, seconds)
+        floor_per_s, _ = run_parallel(url, "floor", concurrency, seconds)
         result["finishers"][str(concurrency)] = {
             "cycles_per_s": round(cycles_per_s, 1),
             "floor_per_s": round(floor_per_s, 1),
             "ratio": round(cycles_per_s / floor_per_s, 3) if floor_per_s else 0.0,
         }
         print(f"{concurrency} finishers: {result['finishers'][str(concurrency)]}", flush=True)
+    result["latency_ms"] = measure_latency(url, 4, seconds)
+    print(f"latency (4 finishers): {result['latency_ms']}", flush=True)
 
     out = ROOT / "bench" / "results" / "slots.json"
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -3,7 +3,6 @@ the new limits in the same transaction."""
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 from django.conf import settings
@@ -24,7 +23,6 @@ def settings_update(*, changes: Any, partial: bool, by: Any) -> dict[str, Any]:
         policy_validate(changes)
     except PolicyError as exc:
         raise InvalidInput(exc.message, field=exc.field) from exc
-    started = time.time()
     with transaction.atomic():
         store.slots_lock()
         row = ConcurrencySettings.objects.select_for_update().order_by("pk").first()
@@ -40,6 +38,6 @@ def settings_update(*, changes: Any, partial: bool, by: Any) -> dict[str, Any]:
         row.save()
         store.policy_forget()
         dashboard_publish({"kind": "settings"})
-        grant_pass(reason="settings", started=started)
+        grant_pass(reason="settings")
     store.policy_forget()
     return raw

@@ -14,20 +14,18 @@ from __future__ import annotations
 import functools
 import logging
 import threading
-import time
 from datetime import datetime
 from typing import Any
 
 from celery import current_app
 from django.conf import settings
-from django.db import transaction
+from django.db import connection, transaction
 from django.utils import timezone
 
 from runs import limits
 from runs.errors import InvalidInput, InvalidTransition
 from runs.events import PLATFORM_SOURCE, run_events_record
 from runs.models import FINISHED_STATUSES, Run, RunStatus, Slot, SlotState
-from runs.notify import slots_notify
 from runs.realtime import dashboard_publish
 from runs.slots import store as slot_store
 from runs.stores import Moved, moved_publish, run_events_publish, run_store, status_write
@@ -51,6 +49,10 @@ _discovery_lock = threading.Lock()
 TASK_DISPATCH = "runs.tasks.dispatch_run"
 TASK_STOP = "runs.tasks.stop_run"
 TASK_FOLLOWUPS = "runs.tasks.run_followups"
+# A catch-up gives up after this many locked passes in a row that granted nothing although its check said they
+# would. Now and then that is a race (another catch-up granted in between); always, it would be a bug: the tick
+# grants then.
+CATCH_UP_IDLE_PASSES = 20
 
 
 def move_allowed(previous: str, status: str) -> bool:
@@ -101,32 +103,61 @@ def run_status_change(*, run: Run, status: str, error: str | None = None, now: d
     return run
 
 
-def grant_pass(*, reason: str, started: float, snapshot: Any = None, now: datetime | None = None) -> list[int]:
+def grant_pass(*, reason: str, now: datetime | None = None) -> list[int]:
     """Grant under the lock (already held): runs move to `starting` and are handed to the launcher after commit."""
-    now = now or timezone.now()
-    notify: dict[str, Any] = {"reason": reason, "granted": [], "t": started}
+    granted = _grant(reason=reason, now=now or timezone.now(), try_lock=False)
+    assert granted is not None  # only a pass that tries the lock can find it taken
+    return granted
+
+
+def _grant(*, reason: str, now: datetime, try_lock: bool) -> list[int] | None:
     moved = run_store().grant(
-        now=now,
-        snapshot=snapshot,
-        notify=notify,
-        allowed=allowed_from(RunStatus.STARTING),
-        columns=stamp(RunStatus.STARTING, now),
+        now=now, allowed=allowed_from(RunStatus.STARTING), columns=stamp(RunStatus.STARTING, now), try_lock=try_lock
     )
-    granted = [m.run_id for m in moved]
+    if moved is None:
+        return None
     for m in moved:
         moved_publish(m, ts=now.timestamp())
         task_after_commit(TASK_DISPATCH, m.run_id)
-    if not run_store().notifies_grants or not granted:
-        slots_notify({"reason": reason, "granted": granted, "t": started})  # else sent with the grants
-    return granted
+    if moved:
+        logger.debug("grant (%s): %s", reason, [m.run_id for m in moved])
+    return [m.run_id for m in moved]
 
 
 def slots_grant(*, reason: str = "tick") -> list[int]:
     """Run one serialized grant pass in its own transaction; returns the granted run ids."""
-    started = time.time()
     with transaction.atomic():
         slot_store.slots_lock()
-        return grant_pass(reason=reason, started=started)
+        return grant_pass(reason=reason)
+
+
+def grants_catch_up(*, reason: str = "catch-up", check_first: bool = True) -> list[int]:
+    """After a commit (never inside a transaction): grant what releases committed so far have freed, in passes of
+    one locked transaction each, until a check without the lock finds nothing to grant. Stops, too, when
+    another transaction holds the lock: that holder runs this after its own commit, and its check then sees
+    every release committed before (the argument is in docs/slots.md). PostgreSQL; the tick is the fallback."""
+    store = run_store()
+    granted: list[int] = []
+    idle_passes = 0
+    while idle_passes < CATCH_UP_IDLE_PASSES:
+        if check_first and not store.grant_pending():
+            return granted
+        check_first = True
+        try:
+            with transaction.atomic():
+                with slot_store.catching_up():  # left before the commit: on-commit work runs outside it
+                    passed = _grant(reason=reason, now=timezone.now(), try_lock=True)
+        except InvalidTransition:  # a chosen run was finished meanwhile (without the lock): decide again
+            passed = []
+        if passed is None:
+            return granted
+        granted += passed
+        idle_passes = 0 if passed else idle_passes + 1
+    logger.warning("grant catch-up: the check keeps finding grants the locked pass does not make; the tick retries")
+    return granted
+
+
+slot_store.after_unlock_register(grants_catch_up)
 
 
 def run_enqueue(*, run: Run, now: datetime) -> None:
@@ -162,7 +193,7 @@ def run_enqueue(*, run: Run, now: datetime) -> None:
             "previous": None,
         }
     )
-    grant_pass(reason="submit", started=time.time(), now=now)
+    grant_pass(reason="submit", now=now)
 
 
 def run_transition(*, run: Run, status: str, error: str | None = None) -> Run:
@@ -196,27 +227,67 @@ def _followups_schedule(run: Run) -> None:
 
 def run_finish(*, run: Run, status: str, error: str = "", stop_job: bool = False) -> Run:
     """End a run, whatever ended it: status and event, slot released, next waiting runs granted, follow-ups
-    scheduled, all in one transaction; `stop_job` also asks the launcher to stop the run's job after commit
-    (the platform ended a run whose job may still be going). Finishing a finished run is a no-op (racing
-    finalizers: the first one wins); any other refused move raises InvalidTransition."""
+    scheduled; `stop_job` also asks the launcher to stop the run's job after commit (the platform ended a run
+    whose job may still be going). Finishing a finished run is a no-op (racing finalizers: the first one
+    wins); any other refused move raises InvalidTransition.
+
+    When the grant happens: in the same transaction when it holds the grant lock already (the caller took it,
+    or the store takes it for the release: SQLite). Otherwise (PostgreSQL) the release commits on its own and
+    the freed capacity is granted right after that commit (`grants_catch_up`, on commit): nested in a caller's
+    transaction, that is after the caller's commit, since no other transaction can see the slot free before."""
     if status not in FINISHED_STATUSES:
         raise InvalidInput(f"must be one of {', '.join(FINISHED_STATUSES)}", field="status")
-    started = time.time()
     now = timezone.now()
-    # No savepoint when nested (the lock, the release and the snapshot are one round trip on PostgreSQL). A
-    # refused move writes nothing and is raised after the block, so the caller's transaction stays usable.
-    with transaction.atomic(savepoint=False):
-        finished, snapshot = run_store().finish(
-            run_id=run.pk, status=status, error=error, now=now, allowed=allowed_from(status), columns=stamp(status, now)
+    store = run_store()
+
+    def release(probe: bool) -> tuple[Run | None, bool]:
+        allowed, columns = allowed_from(status), stamp(status, now)
+        return store.finish(
+            run_id=run.pk, status=status, error=error, now=now, allowed=allowed, columns=columns, probe=probe
         )
+
+    if store.releases_unlocked and not connection.in_atomic_block:
+        # PostgreSQL, no caller's transaction: the release is one statement, committed on its own (autocommit),
+        # then, in the same round trip, a probe of the grant lock: taken, its holder grants for this release.
+        finished, lock_free = release(probe=True)
         if finished is not None:
-            moved_publish(Moved.of(finished, status=status, previous=finished.previous_status), ts=now.timestamp())
-            grant_pass(reason="release", started=started, snapshot=snapshot, now=now)
-            _followups_schedule(finished)
-            if stop_job:
-                task_after_commit(TASK_STOP, finished.pk)
+            _finished(finished, now=now, stop_job=stop_job, grant="after" if lock_free else "holder")
             return finished
-        current = Run.objects.get(pk=run.pk)  # the row is locked by the store's attempt
+        return _refused(run, status)
+    # No savepoint when nested (the release is one statement on PostgreSQL). A refused move writes nothing and is
+    # raised after the block, so the caller's transaction stays usable.
+    with transaction.atomic(savepoint=False):
+        finished, _ = release(probe=False)
+        if finished is not None:
+            grant = "now" if not store.releases_unlocked or slot_store.lock_held() else "on_commit"
+            _finished(finished, now=now, stop_job=stop_job, grant=grant)
+            return finished
+    return _refused(run, status)
+
+
+def _finished(run: Run, *, now: datetime, stop_job: bool, grant: str) -> None:
+    """What follows a release: its publishing, the grant (`now`: this transaction holds the lock; `after`: the
+    release is committed; `on_commit`; `holder`: committed, and the lock's holder then grants for it), the
+    follow-ups and the job's stop (after commit)."""
+    moved_publish(Moved.of(run, status=run.status, previous=run.previous_status), ts=now.timestamp())
+    if grant == "now":
+        grant_pass(reason="release", now=now)
+    elif grant == "after":
+        try:
+            grants_catch_up(reason="release", check_first=False)
+        except Exception:  # noqa: BLE001 - the release is committed: it must not look failed; the tick grants
+            logger.exception("run %s: granting after its release failed", run.pk)
+    elif grant == "on_commit":
+        catch_up = functools.partial(grants_catch_up, reason="release", check_first=False)
+        transaction.on_commit(catch_up, robust=True)
+    _followups_schedule(run)
+    if stop_job:
+        task_after_commit(TASK_STOP, run.pk)
+
+
+def _refused(run: Run, status: str) -> Run:
+    """The store refused the move: a no-op when the run is finished already, else InvalidTransition."""
+    current = Run.objects.get(pk=run.pk)
     if current.status in FINISHED_STATUSES:
         return current
     raise InvalidTransition(f"cannot move run {run.pk} from {current.status} to {status}", field="status")
@@ -245,7 +316,6 @@ def run_requeue(*, run: Run, reason: str) -> str | None:
     and ingest token: the old job's late posts and outcome are ignored), and the next runs are granted in the
     same transaction. Returns the old attempt's submission id (the caller stops that job if it may still run),
     or None when the run was no longer `starting` (nothing written)."""
-    started = time.time()
     now = timezone.now()
     with transaction.atomic():
         slot_store.slots_lock()
@@ -259,7 +329,7 @@ def run_requeue(*, run: Run, reason: str) -> str | None:
         run_status_change(run=locked, status=RunStatus.QUEUED, error="", now=now)
         # Back to `waiting` with its original requested_at (the same queue position), placed nowhere.
         Slot.objects.filter(run_id=locked.pk).update(state=SlotState.WAITING, granted_at=None, placement=[])
-        grant_pass(reason="requeue", started=started, now=now)
+        grant_pass(reason="requeue", now=now)
     logger.info("run %s: requeued at its old position (%s)", run.pk, reason)
     return old_submission
 
@@ -268,7 +338,6 @@ def run_resume(*, run: Run, by: Any, user_caps: bool = True) -> Run:
     """Re-queue a failed or cancelled run (same run, same event stream; `resume_requested` tells the launcher
     to continue from the last checkpoint). A resume adds a queued run, so the owner's per-user caps apply
     (`user_caps=False` only for the platform's automatic resume of a run that just failed)."""
-    started = time.time()
     with transaction.atomic():
         slot_store.slots_lock()
         locked = Run.objects.select_for_update().get(pk=run.pk)
@@ -288,6 +357,6 @@ def run_resume(*, run: Run, by: Any, user_caps: bool = True) -> Run:
             resources=locked.resources,
             time_limit_seconds=locked.time_limit_seconds,
         )
-        grant_pass(reason="resume", started=started)
+        grant_pass(reason="resume")
     locked.refresh_from_db()
     return locked

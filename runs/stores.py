@@ -1,5 +1,6 @@
 """The run store: the two ways a lifecycle move is written, behind one interface. `OrmStore` works on any
-database; `PgStore` does each locked step in one SQL statement on PostgreSQL (runs/slots/pg.py). Neither
+database (a release takes the grant lock and is granted in its transaction); `PgStore` does each step in one
+SQL statement on PostgreSQL (runs/slots/pg.py), and its releases commit without the grant lock. Neither
 decides anything: which moves are allowed (`allowed`) and which columns a move stamps (`columns`) come from
 runs.lifecycle, the one owner of the state machine. Also the ORM writer of a single move and its publishing.
 """
@@ -8,9 +9,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Protocol
+from typing import Protocol
 
 from django.db import connection, transaction
+from django.utils import timezone
 
 from runs.errors import InvalidTransition
 from runs.events import PLATFORM_SOURCE, run_event_to_dict
@@ -18,7 +20,7 @@ from runs.models import Run, RunEvent, RunStatus
 from runs.realtime import dashboard_publish, run_event_publish
 from runs.slots import pg as slots_pg
 from runs.slots import store as slot_store
-from runs.slots.grant import Snapshot, grant
+from runs.slots.grant import grant
 
 Columns = dict[str, datetime | None]
 
@@ -107,42 +109,66 @@ def status_write(*, run: Run, status: str, error: str | None, now: datetime, col
 
 
 class RunStore(Protocol):
-    notifies_grants: bool  # True: `grant` sends the slots NOTIFY itself
+    releases_unlocked: bool  # True: `finish` does not take the grant lock; the grant is a separate step
 
     def finish(
-        self, *, run_id: int, status: str, error: str, now: datetime, allowed: list[str], columns: Columns
-    ) -> tuple[Run | None, Snapshot | None]:
-        """Take the grant lock, move the run to a finished `status` if it is in `allowed`, release its slot.
-        Returns the run (carrying `previous_status`) and, when the store has it, the grant snapshot after the
-        release; (None, None) when the move is refused (nothing written)."""
+        self,
+        *,
+        run_id: int,
+        status: str,
+        error: str,
+        now: datetime,
+        allowed: list[str],
+        columns: Columns,
+        probe: bool = False,
+    ) -> tuple[Run | None, bool]:
+        """Move the run to a finished `status` if it is in `allowed` and release its slot (taking the grant lock
+        first unless `releases_unlocked`). Returns the run (carrying `previous_status`; None when the move is
+        refused: nothing written) and, with `probe` (releases_unlocked, autocommit), whether the grant lock was
+        free right after the release committed (else True)."""
         ...
 
     def grant(
-        self, *, now: datetime, snapshot: Snapshot | None, notify: dict[str, Any], allowed: list[str], columns: Columns
-    ) -> list[Moved]:
-        """One grant pass (the caller holds the lock): hold the decided slots, move their runs to `starting`."""
+        self, *, now: datetime, allowed: list[str], columns: Columns, try_lock: bool = False
+    ) -> list[Moved] | None:
+        """One grant pass: hold the decided slots, move their runs to `starting`. The caller holds the lock, or
+        (`try_lock`) the pass tries to take it first: None when another transaction holds it."""
+        ...
+
+    def grant_pending(self) -> bool:
+        """Whether a grant pass would grant anything now (read only, no lock)."""
         ...
 
 
 class OrmStore:
-    notifies_grants = False
+    releases_unlocked = False
 
     def finish(
-        self, *, run_id: int, status: str, error: str, now: datetime, allowed: list[str], columns: Columns
-    ) -> tuple[Run | None, Snapshot | None]:
+        self,
+        *,
+        run_id: int,
+        status: str,
+        error: str,
+        now: datetime,
+        allowed: list[str],
+        columns: Columns,
+        probe: bool = False,
+    ) -> tuple[Run | None, bool]:
         slot_store.slots_lock()
         locked = Run.objects.select_for_update().get(pk=run_id)
         if locked.status not in allowed:
-            return None, None
+            return None, True
         previous = locked.status
         status_write(run=locked, status=status, error=error, now=now, columns=columns)
         slot_store.slot_release(run_id=run_id)
         locked.previous_status = previous
-        return locked, None
+        return locked, True
 
     def grant(
-        self, *, now: datetime, snapshot: Snapshot | None, notify: dict[str, Any], allowed: list[str], columns: Columns
-    ) -> list[Moved]:
+        self, *, now: datetime, allowed: list[str], columns: Columns, try_lock: bool = False
+    ) -> list[Moved] | None:
+        if try_lock and not slot_store.slots_try_lock():
+            return None
         ids = [d.run_id for d in slot_store.slots_grant_locked(now=now)]
         by_id = Run.objects.select_for_update().in_bulk(ids)
         moved = []
@@ -151,17 +177,27 @@ class OrmStore:
             if run.status not in allowed:
                 raise InvalidTransition(f"cannot move run {run_id} from {run.status} to starting", field="status")
             moved.append(status_write(run=run, status=RunStatus.STARTING, error=None, now=now, columns=columns))
-        notify["granted"] = ids
         return moved
+
+    def grant_pending(self) -> bool:
+        return bool(grant(slot_store.snapshot_load(slot_store.policy_load(fresh=True)), timezone.now()))
 
 
 class PgStore:
-    notifies_grants = True
+    releases_unlocked = True
 
     def finish(
-        self, *, run_id: int, status: str, error: str, now: datetime, allowed: list[str], columns: Columns
-    ) -> tuple[Run | None, Snapshot | None]:
-        return slots_pg.release_with_snapshot(
+        self,
+        *,
+        run_id: int,
+        status: str,
+        error: str,
+        now: datetime,
+        allowed: list[str],
+        columns: Columns,
+        probe: bool = False,
+    ) -> tuple[Run | None, bool]:
+        return slots_pg.release(
             run_id=run_id,
             status=status,
             error=error,
@@ -169,20 +205,22 @@ class PgStore:
             source=PLATFORM_SOURCE,
             now=now,
             columns=columns,
+            probe=probe,
         )
 
     def grant(
-        self, *, now: datetime, snapshot: Snapshot | None, notify: dict[str, Any], allowed: list[str], columns: Columns
-    ) -> list[Moved]:
-        decisions = grant(snapshot or slots_pg.snapshot_fetch(), now)
-        notify["granted"] = [d.run_id for d in decisions]
+        self, *, now: datetime, allowed: list[str], columns: Columns, try_lock: bool = False
+    ) -> list[Moved] | None:
+        snapshot = slots_pg.snapshot_fetch_try_lock() if try_lock else slots_pg.snapshot_fetch()
+        if snapshot is None:
+            return None
+        decisions = grant(snapshot, now)
         if not decisions:
             return []
         rows = slots_pg.grants_apply(
             decisions=decisions,
             now=now,
             source=PLATFORM_SOURCE,
-            notify=notify,
             status=RunStatus.STARTING,
             allowed_from=allowed,
             columns=columns,
@@ -200,6 +238,9 @@ class PgStore:
             )
             for r in rows
         ]
+
+    def grant_pending(self) -> bool:
+        return bool(grant(slots_pg.snapshot_fetch(), timezone.now()))
 
 
 ORM_STORE = OrmStore()

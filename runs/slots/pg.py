@@ -1,7 +1,8 @@
-"""PostgreSQL fast path of the locked grant section: release + snapshot in one statement, grants applied
-(slots held, runs `starting`, status events, NOTIFY) in another. SQL only loads and writes: which moves are
-allowed and which columns a move stamps are parameters from runs.lifecycle (through runs/stores.py), and
-which runs get a slot is decided by the pure `runs.slots.grant.grant` on the snapshot these queries return.
+"""PostgreSQL fast path of releases and grants: a release in one statement (no grant lock), and under the grant
+lock the snapshot in one statement and the grants applied (slots held, runs `starting`, status events) in
+another. SQL only loads and writes: which moves are allowed and which columns a move stamps are parameters from
+runs.lifecycle (through runs/stores.py), and which runs get a slot is decided by the pure
+`runs.slots.grant.grant` on the snapshot these queries return.
 """
 
 from __future__ import annotations
@@ -17,7 +18,6 @@ from django.utils.dateparse import parse_datetime
 
 from runs.errors import InvalidTransition
 from runs.models import Run
-from runs.notify import CHANNEL
 from runs.slots import store
 from runs.slots.grant import BACKFILL_WINDOW, Decision, Snapshot, WaitingSlot
 from runs.slots.policy import CLASSES, Policy, policy_effective
@@ -34,7 +34,7 @@ _VERSION_SQL = (
 
 # Held counts and, per class, the FIFO heads one pass could take: LIMIT mirrors Snapshot.head_budget
 # (min(free slots, class headroom)), so every part is an index seek and the cost does not grow with the queue.
-# %(run)s is excluded: the run released by the same statement (0: none).
+# %(run)s is excluded (0: none): the snapshot as it would be once that run is released.
 _SNAPSHOT_CTES = """
 held_rows AS (SELECT run_id, run_class, granted_at, time_limit_seconds, demand, placement FROM runs_slot
               WHERE state = 'held' AND run_id <> %(run)s),
@@ -65,8 +65,9 @@ _SNAPSHOT_COLUMNS = f"""
    FROM heads) AS head_demands,
 {_VERSION_SQL} AS policy_version"""
 
-_RELEASE_SQL = (
-    """WITH
+# A release: one statement, no global lock. The run row lock (FOR UPDATE) and the allowed-from check serialize
+# moves of one run; the slot row is deleted in the same statement, so the release commits as one small write.
+_RELEASE_SQL = """WITH
 cur AS (SELECT id, status FROM runs_run WHERE id = %(run)s FOR UPDATE),
 upd AS (UPDATE runs_run r SET status = %(status)s, {columns}, error = %(error)s, last_seq = r.last_seq + 1
         FROM cur WHERE r.id = cur.id AND cur.status = ANY(%(allowed)s::text[])
@@ -75,19 +76,12 @@ ev AS (INSERT INTO runs_runevent (run_id, seq, source, ts, type, data)
        SELECT id, last_seq, %(source)s, %(now)s, 'status',
               jsonb_build_object('status', %(status)s::text, 'previous', previous_status, 'error', %(error)s::text)
        FROM upd RETURNING 1),
-rel AS (DELETE FROM runs_slot WHERE run_id IN (SELECT id FROM upd) RETURNING 1),
-"""
-    + _SNAPSHOT_CTES.replace("{", "{{").replace("}", "}}")
-    + """
-SELECT upd.*, (SELECT count(*) FROM ev) AS events_added, """
-    + _SNAPSHOT_COLUMNS.replace("{", "{{").replace("}", "}}")
-    + " FROM upd"
-)
+rel AS (DELETE FROM runs_slot WHERE run_id IN (SELECT id FROM upd) RETURNING 1)
+SELECT upd.*, (SELECT count(*) FROM ev) AS events_added FROM upd"""
 
 _SNAPSHOT_SQL = f"WITH {_SNAPSHOT_CTES}\nSELECT {_SNAPSHOT_COLUMNS}"
 
 _APPLY_SQL = """WITH
-n AS (SELECT pg_notify(%(channel)s, %(payload)s::text) AS sent),
 s AS (UPDATE runs_slot x SET state = 'held', granted_at = %(now)s, placement = p.placement
       FROM unnest(%(ids)s::bigint[], %(placements)s::jsonb[]) AS p(run_id, placement)
       WHERE x.state = 'waiting' AND x.run_id = p.run_id RETURNING x.run_id),
@@ -101,7 +95,7 @@ e AS (INSERT INTO runs_runevent (run_id, seq, source, ts, type, data)
       FROM r RETURNING 1)
 SELECT (SELECT count(*) FROM s), (SELECT count(*) FROM e), r.id, r.last_seq, r.owner_id, r.name, r.run_class, r.error,
        r.previous
-FROM n LEFT JOIN r ON true"""
+FROM (SELECT 1) AS one LEFT JOIN r ON true"""
 
 _RUN_COLUMNS = frozenset({"granted_at", "started_at", "finished_at", "heartbeat_at"})
 
@@ -171,12 +165,33 @@ def _json(value: Any) -> list:
 
 
 def snapshot_fetch(*, exclude_run: int = 0) -> Snapshot:
-    """The grant snapshot in one round trip (the caller holds the grant lock)."""
+    """The grant snapshot in one round trip: the caller holds the grant lock (else it is a read-only check)."""
+    snapshot = _fetch(exclude_run=exclude_run, try_lock=False)
+    assert snapshot is not None
+    return snapshot
+
+
+def snapshot_fetch_try_lock() -> Snapshot | None:
+    """Try to take the grant lock and, when taken, fetch the snapshot, in one round trip: two statements in one
+    message (client-side binding), so the snapshot statement starts after the lock is taken and sees every
+    grant committed under it before. None when another transaction holds the lock."""
+    return _fetch(exclude_run=0, try_lock=True)
+
+
+def _fetch(*, exclude_run: int, try_lock: bool) -> Snapshot | None:
     cached = _cached_policy() or policy_for_grant_reload()
-    for _attempt in range(2):
+    for attempt in range(2):
         version, policy = cached
+        params = {"run": exclude_run, "lock": store.GRANT_LOCK_KEY, **_policy_params(policy)}
         with connection.cursor() as cursor:
-            cursor.execute(_SNAPSHOT_SQL, {"run": exclude_run, **_policy_params(policy)})
+            if try_lock and attempt == 0:
+                cursor.execute("SELECT pg_try_advisory_xact_lock(%(lock)s);\n" + _SNAPSHOT_SQL, params)
+                if not cursor.fetchone()[0]:
+                    return None
+                store.lock_taken()
+                cursor.nextset()
+            else:
+                cursor.execute(_SNAPSHOT_SQL, params)
             names = [c.name for c in cursor.description]
             row = dict(zip(names, cursor.fetchone()))
         if row["policy_version"] == version:
@@ -201,7 +216,7 @@ def _run_from_row(names: list[str], values: tuple) -> Run:
     return run
 
 
-def release_with_snapshot(
+def release(
     *,
     run_id: int,
     status: str,
@@ -210,41 +225,44 @@ def release_with_snapshot(
     source: str,
     now: datetime,
     columns: dict[str, datetime | None],
-) -> tuple[Run | None, Snapshot | None]:
-    """Take the grant lock, finish a run (status, finished_at, error, numbered `status` event, slot deleted)
-    and load the grant snapshot as it is after that release: one round trip (two statements, run in order,
-    so the lock is held before the run row is touched). (None, None) when the run's status does not allow
-    the move (the caller decides: no-op or error). The returned Run carries `previous_status`."""
-    version, policy = _cached_policy() or (None, None)
-    if policy is None:
-        store.slots_lock()
-        version, policy = policy_for_grant_reload()
-    params = {
-        "lock": store.GRANT_LOCK_KEY,
+    probe: bool = False,
+) -> tuple[Run | None, bool]:
+    """Finish a run (status, finished_at, error, numbered `status` event, slot deleted) in one statement, without
+    the grant lock: granting the freed capacity is a separate step (runs.lifecycle.grants_catch_up). The Run
+    (None when the run's status does not allow the move: the caller decides, no-op or error) carries
+    `previous_status`.
+
+    `probe` (autocommit only): the same message then commits and asks whether the grant lock is free right
+    after that commit (`pg_try_advisory_xact_lock` in a transaction of its own, which ends with the message).
+    False: a holder had it then, and that holder's check after its own commit sees this release. Without
+    `probe`, the bool is True."""
+    params: dict[str, Any] = {
         "run": run_id,
         "status": status,
         "error": error,
         "allowed": allowed_from,
         "source": source,
         "now": now,
-        **_policy_params(policy),
+        "lock": store.GRANT_LOCK_KEY,
     }
+    sql = _RELEASE_SQL.format(columns=_set_columns(columns, params))
+    if probe:
+        # One simple-query message runs as one implicit transaction up to the COMMIT; the probe runs after it.
+        sql += ";\nCOMMIT;\nSELECT pg_try_advisory_xact_lock(%(lock)s)"
     with connection.cursor() as cursor:
-        # Client-side binding (Django's default psycopg cursor) sends both statements in one message.
-        sql = _RELEASE_SQL.format(columns=_set_columns(columns, params))
-        cursor.execute("SELECT pg_advisory_xact_lock(%(lock)s);\n" + sql, params)
-        cursor.nextset()
+        cursor.execute(sql, params)
         names = [c.name for c in cursor.description]
         values = cursor.fetchone()
+        lock_free = True
+        if probe:
+            cursor.nextset()  # the COMMIT
+            cursor.nextset()
+            lock_free = bool(cursor.fetchone()[0])
     if values is None:
-        return None, None
-    run = _run_from_row(names, values)
-    row = dict(zip(names, values))
-    if row["events_added"] != 1:
+        return None, lock_free
+    if dict(zip(names, values))["events_added"] != 1:
         raise RuntimeError(f"run {run_id}: status event not stored")
-    if row["policy_version"] != version:
-        return run, snapshot_fetch()  # the release is done; snapshot again under the new settings
-    return run, _snapshot_from(row, policy)
+    return _run_from_row(names, values), lock_free
 
 
 def grants_apply(
@@ -252,18 +270,15 @@ def grants_apply(
     decisions: list[Decision],
     now: datetime,
     source: str,
-    notify: dict[str, Any],
     status: str,
     allowed_from: list[str],
     columns: dict[str, datetime | None],
 ) -> list[dict[str, Any]]:
-    """Mark the decided slots held, move their runs to `status` (`starting`) with a numbered `status` event each,
-    and queue the NOTIFY (delivered on commit), in one statement. Returns one dict per moved run."""
+    """Mark the decided slots held and move their runs to `status` (`starting`) with a numbered `status` event
+    each, in one statement. Returns one dict per moved run."""
     ids = [d.run_id for d in decisions]
     params: dict[str, Any] = {
         "placements": [json.dumps(list(d.placement)) for d in decisions],
-        "channel": CHANNEL,
-        "payload": json.dumps(notify, separators=(",", ":")),
         "now": now,
         "ids": ids,
         "source": source,
@@ -296,4 +311,4 @@ def grants_apply(
     return moved
 
 
-__all__ = ["grants_apply", "policy_for_grant_reload", "release_with_snapshot", "snapshot_fetch"]
+__all__ = ["grants_apply", "policy_for_grant_reload", "release", "snapshot_fetch", "snapshot_fetch_try_lock"]

@@ -1,12 +1,18 @@
 """Database side of slots: the grant lock, the effective policy (cached per process), and loading the
 queue snapshot that the pure `grant` function decides on. Grant cost is independent of queue depth: it
 counts held slots and seeks each class's head through the (state, run_class, requested_at, run) index.
+
+On PostgreSQL releases commit without the grant lock, so whoever held the lock may have kept a releaser from
+granting (its `slots_try_lock` failed): every transaction that took the lock runs the catch-up registered by
+runs.lifecycle (`after_unlock_register`) once it has committed. docs/slots.md has the argument.
 """
 
 from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import datetime
 from typing import Any
 
@@ -25,6 +31,47 @@ GRANT_LOCK_KEY = 0x524C736C6F7473
 _cache_lock = threading.Lock()
 _cached: tuple[float, Policy] | None = None
 
+_after_unlock: Callable[[], object] | None = None
+_local = threading.local()  # .catching_up: this thread's catch-up loop holds the lock and checks by itself
+
+
+def after_unlock_register(hook: Callable[[], object]) -> None:
+    """What runs after the commit of every PostgreSQL transaction that took the grant lock (runs.lifecycle)."""
+    global _after_unlock
+    _after_unlock = hook
+
+
+def _after_commit() -> None:
+    if _after_unlock is not None:
+        _after_unlock()
+
+
+def _holding() -> None:
+    """This transaction holds the lock: once it commits, catch up (registered once per transaction)."""
+    if connection.vendor == "postgresql" and not lock_held():
+        transaction.on_commit(_after_commit, robust=True)  # an error there is logged; the tick catches up
+
+
+def lock_held() -> bool:
+    """Whether the current transaction holds the grant lock. PostgreSQL: it called slots_lock (or a successful
+    slots_try_lock); Django forgets the on-commit hook at commit or rollback, as PostgreSQL forgets the lock.
+    SQLite: any transaction holds the write lock (BEGIN IMMEDIATE)."""
+    if connection.vendor != "postgresql":
+        return connection.in_atomic_block
+    if getattr(_local, "catching_up", False):
+        return True
+    return any(hook[1] is _after_commit for hook in connection.run_on_commit)
+
+
+@contextmanager
+def catching_up() -> Iterator[None]:
+    """The catch-up loop's locked pass: it checks again after its commit itself, so no hook is registered."""
+    _local.catching_up = True
+    try:
+        yield
+    finally:
+        _local.catching_up = False
+
 
 def slots_lock() -> None:
     """Serialize with every other grant until the current transaction ends.
@@ -37,6 +84,27 @@ def slots_lock() -> None:
     if connection.vendor == "postgresql":
         with connection.cursor() as cursor:
             cursor.execute("SELECT pg_advisory_xact_lock(%s)", [GRANT_LOCK_KEY])
+        lock_taken()
+
+
+def slots_try_lock() -> bool:
+    """slots_lock without waiting: False when another transaction holds the lock (PostgreSQL)."""
+    if not connection.in_atomic_block:
+        raise RuntimeError("slots_try_lock() must be called inside transaction.atomic()")
+    if connection.vendor != "postgresql":
+        return True
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_try_advisory_xact_lock(%s)", [GRANT_LOCK_KEY])
+        got = bool(cursor.fetchone()[0])
+    if got:
+        lock_taken()
+    return got
+
+
+def lock_taken() -> None:
+    """The current transaction just took the grant lock (PostgreSQL): catch up after its commit."""
+    if not getattr(_local, "catching_up", False):
+        _holding()
 
 
 def policy_stored_raw() -> dict:
@@ -215,8 +283,13 @@ def slot_release(*, run_id: int) -> bool:
 
 __all__ = [
     "GRANT_LOCK_KEY",
+    "after_unlock_register",
     "capacity_load",
+    "catching_up",
     "held_load",
+    "lock_held",
+    "lock_taken",
+    "slots_try_lock",
     "held_counts",
     "policy_forget",
     "policy_load",

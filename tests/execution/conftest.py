@@ -207,6 +207,15 @@ def platform(
     log_dir = tmp_path / "logs"
     log_dir.mkdir()
     plat = Platform(env=env, web_url=web_url, log_dir=log_dir)
+    # Admission charges runs against this Ray cluster's real nodes (what the tick reads), not the stand-in node
+    # every database test starts with: a tick would otherwise find that node gone and requeue its runs.
+    from django.utils import timezone
+
+    from runs.execution.capacity import cluster_refresh
+    from runs.models import ClusterNode
+
+    ClusterNode.objects.all().delete()
+    assert cluster_refresh(now=timezone.now(), address=ray_cluster.dashboard_url), "the Ray cluster's nodes"
     try:
         plat.start_web()
         yield plat

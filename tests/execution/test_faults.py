@@ -41,10 +41,18 @@ def test_worker_killed_while_launching_leaves_exactly_one_job(platform, api, ray
     platform.kill("stalling")
     killed_at = time.monotonic()
 
-    # No tick runs: only Celery's redelivery of the unacknowledged launch task can bring the run to running.
+    # No tick runs: only Celery's redelivery of the unacknowledged launch task can launch it again. The launcher
+    # leaves the run `starting` (the job's `resources: ready` event makes it `running`), so the redelivery is
+    # seen in the fresh worker's log: the launch task done there, finding the job already submitted.
     platform.start_worker("fresh", beat=False)
-    api.wait_status(run["id"], "running", timeout=60, on_timeout=lambda: platform.log("fresh"))
+    wait_for(
+        lambda: re.search(r"runs\.tasks\.dispatch_run\[[^\]]+\] succeeded", platform.log("fresh")),
+        timeout=60,
+        what="the redelivered launch task to finish",
+        on_timeout=lambda: platform.log("fresh"),
+    )
     redelivered_s = time.monotonic() - killed_at
+    api.wait_status(run["id"], "running", timeout=120, on_timeout=lambda: platform.log("fresh"))
     jobs = ray_jobs_of_run(ray_cluster, run["id"])
     assert len(jobs) == 1, [j.submission_id for j in jobs]
     assert api.run(run["id"])["status"] == "running"

@@ -105,6 +105,7 @@ def submit(user, **kw) -> Run:  # noqa: F811 - `user` is the fixture's value
 def test_two_nodes_are_read_and_losing_one_ends_exactly_its_runs(two_nodes, user, handoffs, settings, tmp_path):  # noqa: F811
     settings.RAY_ADDRESS = two_nodes.dashboard_url
     settings.RUN_ARTIFACTS_DIR = str(tmp_path)
+    ClusterNode.objects.all().delete()  # capacity comes from this two-node cluster only
     assert capacity.cluster_refresh(now=timezone.now()) is True
     nodes = {row.node_id: row for row in ClusterNode.objects.all()}
     assert set(nodes) == {two_nodes.head_id, two_nodes.worker_id}

@@ -1,7 +1,12 @@
 """One process of the slot stress test: random submit / cancel / finish / start / heartbeat loss / settings
 changes through the real services, checking the invariants after every step. Prints a JSON summary.
 
-Usage: DATABASE_URL=... python tests/runs/stress_worker.py setup|work|drain [--ops N --seed S --owner ID]
+Also the lost-wakeup race: `fill` queues runs behind a few held slots, several `finishers` processes finish held
+runs as fast as they can while a `holder` keeps taking the grant lock, then `check` (no tick ran) finds every
+freed slot granted.
+
+Usage: DATABASE_URL=... python tests/runs/stress_worker.py setup|work|drain|fill|finishers|holder|check
+       [--ops N --seed S --owner ID]
 """
 
 from __future__ import annotations
@@ -11,6 +16,7 @@ import json
 import os
 import random
 import sys
+import time
 from datetime import timedelta
 from pathlib import Path
 
@@ -39,11 +45,12 @@ runs.realtime.run_event_publish = runs.realtime.dashboard_publish = runs.stores.
 runs.execution.launch.launch_run = lambda run_id: "launched"
 
 from django.contrib.auth import get_user_model  # noqa: E402
+from django.db import transaction  # noqa: E402
 from django.utils import timezone  # noqa: E402
 
 from runs import services  # noqa: E402
 from runs.errors import InvalidInput, InvalidTransition  # noqa: E402
-from runs.models import ACTIVE_STATUSES, ClusterNode, Run, RunStatus  # noqa: E402
+from runs.models import ACTIVE_STATUSES, ClusterNode, Run, RunStatus, Slot, SlotState  # noqa: E402
 from tests.runs.helpers import TEST_KIND, register_test_kind  # noqa: E402
 from tests.runs.invariants import invariant_violations  # noqa: E402
 
@@ -130,7 +137,7 @@ def drain() -> None:
             sys.exit(1)
         for run in active:
             services.run_finish(run=run, status=RunStatus.SUCCEEDED)
-            problems = invariant_violations()
+            problems = invariant_violations(settled=True)
             if problems:
                 print(json.dumps({"ok": False, "problems": problems}))
                 sys.exit(1)
@@ -143,18 +150,98 @@ def drain() -> None:
     sys.exit(0 if never_granted == 0 else 1)
 
 
+RACE_SLOTS = 4
+
+
+def fill(owner_id: int, count: int) -> None:
+    """RACE_SLOTS slots, `count` runs submitted: RACE_SLOTS held, the rest waiting."""
+    services.settings_update(changes={"max_total": RACE_SLOTS, "interactive_reserve": 0}, partial=False, by=None)
+    owner = get_user_model().objects.get(pk=owner_id)
+    for _ in range(count):
+        services.run_submit(owner=owner, name="race", origin="api", kind=TEST_KIND, config={}, user_caps=False)
+    print(json.dumps({"ok": True, "held": Slot.objects.filter(state=SlotState.HELD).count()}))
+
+
+def finishers(ops: int) -> None:
+    """Finish held runs as fast as possible: each claims one (SKIP LOCKED) and finishes it in the same
+    transaction, so the grant it makes possible runs after that commit (runs.lifecycle.run_finish). Counts the
+    tries that found the lock taken (`busy`): the race under test."""
+    from runs.slots import pg
+
+    busy = 0
+    try_lock = pg.snapshot_fetch_try_lock
+
+    def counted() -> object:
+        nonlocal busy
+        snapshot = try_lock()
+        busy += snapshot is None
+        return snapshot
+
+    pg.snapshot_fetch_try_lock = counted
+    done, starved_since = 0, None
+    while done < ops:
+        with transaction.atomic():
+            run_id = (
+                Slot.objects.select_for_update(skip_locked=True)
+                .filter(state=SlotState.HELD)
+                .values_list("run_id", flat=True)
+                .first()
+            )
+            if run_id is None:  # every held run is claimed by another process right now, or none is held
+                starved_since = starved_since or time.monotonic()
+                if time.monotonic() - starved_since > 10:
+                    break  # freed slots were not granted: `check` says so
+                continue
+            starved_since = None
+            services.run_finish(run=Run(pk=run_id), status=RunStatus.SUCCEEDED)
+        done += 1
+    print(json.dumps({"ok": True, "finished": done, "busy": busy}))
+
+
+def holder(until: str) -> None:
+    """Until the file `until` exists, take the grant lock again and again, holding it a moment without granting
+    (like a cancel of a stopping run or a sweep with nothing to fail): a release that finds the lock taken then
+    depends on this holder's catch-up after its commit."""
+    from runs.slots import store
+
+    while not os.path.exists(until):
+        with transaction.atomic():
+            store.slots_lock()
+            time.sleep(0.002)
+    print(json.dumps({"ok": True}))
+
+
+def check() -> None:
+    """After the finishers (no tick, nothing else running): every slot freed went to a waiting run."""
+    waiting = Slot.objects.filter(state=SlotState.WAITING).count()
+    held = Slot.objects.filter(state=SlotState.HELD).count()
+    problems = invariant_violations(settled=True)
+    if waiting and held < RACE_SLOTS:
+        problems.append(f"{held} slots held of {RACE_SLOTS} while {waiting} runs wait")
+    print(json.dumps({"ok": not problems, "problems": problems, "held": held, "waiting": waiting}))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("mode", choices=["setup", "work", "drain"])
+    parser.add_argument("mode", choices=["setup", "work", "drain", "fill", "finishers", "holder", "check"])
     parser.add_argument("--ops", type=int, default=0)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--owner", type=int, default=0)
+    parser.add_argument("--until", default="")
     args = parser.parse_args()
     register_test_kind()
     if args.mode == "setup":
         return setup()
     if args.mode == "drain":
         return drain()
+    if args.mode == "fill":
+        return fill(args.owner, args.ops)
+    if args.mode == "finishers":
+        return finishers(args.ops)
+    if args.mode == "check":
+        return check()
+    if args.mode == "holder":
+        return holder(args.until)
     rng = random.Random(args.seed)
     owner = get_user_model().objects.get(pk=args.owner)
     counts: dict[str, int] = {}

@@ -94,7 +94,6 @@ def test_grant_moves_agree(user, previous):
                         decisions=[Decision(run.pk, "app", now)],
                         now=now,
                         source="platform",
-                        notify={},
                         status=status,
                         allowed_from=lifecycle.allowed_from(status),
                         columns=lifecycle.stamp(status, now),

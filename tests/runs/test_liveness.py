@@ -203,6 +203,7 @@ def test_node_loss_ends_exactly_the_runs_placed_on_the_node(user, handoffs):
 
 
 def test_the_cluster_reader_keeps_nodes_when_ray_is_unreachable(monkeypatch):
+    ClusterNode.objects.all().delete()  # this test is about the rows the reader writes, not the fixture's node
     now = timezone.now()
     seen = [
         capacity.NodeSeen("h", "10.0.0.1", True, {"CPU": 4.0, "GPU": 2.0, "memory": 1e9}),
@@ -232,6 +233,7 @@ def test_the_board_snapshot_says_when_ray_is_unreachable(staff):
     from runs.dashboard import dashboard_snapshot
 
     ClusterStatus.objects.create(reachable=False, checked_at=timezone.now(), message="refused")
+    ClusterNode.objects.all().delete()  # the snapshot of exactly this node, not the fixture's
     ClusterNode.objects.create(node_id="h", alive=True, total={"CPU": 4, "GPU": 2, "memory": 8}, seen_at=timezone.now())
     cluster = dashboard_snapshot(user=staff)[0]["cluster"]
     assert cluster == {

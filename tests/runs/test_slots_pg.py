@@ -1,9 +1,9 @@
 """The PostgreSQL fast path of release + grant (runs/slots/pg.py) against the ORM loader and the services'
-rules: same snapshot, settings changes seen by the next grant, transitions, events and the NOTIFY."""
+rules: same snapshot, settings changes seen by the next grant, transitions, events, and releases committed
+without the grant lock and granted after their commit."""
 
 from __future__ import annotations
 
-import json
 import threading
 
 import pytest
@@ -13,7 +13,6 @@ from django.utils import timezone
 from runs import services
 from runs.errors import InvalidTransition
 from runs.models import ClusterNode, ConcurrencySettings, Run, RunEvent, RunStatus, Slot, SlotState
-from runs.notify import CHANNEL
 from runs.slots import pg, store
 from tests.runs.helpers import TEST_KIND
 from tests.runs.test_admission_db import nodes
@@ -92,19 +91,66 @@ def test_finish_records_event_and_keeps_transition_rules(user):
     assert Slot.objects.filter(run=waiting, state=SlotState.WAITING).exists()
 
 
-@pytest.mark.django_db(transaction=True)
-def test_release_notifies_granted_ids_on_commit(user, handoffs):
+def _lock_free_elsewhere() -> bool:
+    """Whether another connection could take the grant lock right now (it takes and drops it at once)."""
     import psycopg
 
-    services.settings_update(changes={"max_total": 1}, partial=True, by=None)
-    first, second = submit(user, name="a"), submit(user, name="b")
     params = connection.get_connection_params()
     dsn = f"host={params['host']} port={params.get('port') or 5432} dbname={params['dbname']} user={params['user']}"
-    with psycopg.connect(dsn, autocommit=True) as listener:
-        listener.execute(f"LISTEN {CHANNEL}")
+    with psycopg.connect(dsn, autocommit=True) as other:
+        got = other.execute("SELECT pg_try_advisory_lock(%s)", [store.GRANT_LOCK_KEY]).fetchone()[0]
+        if got:
+            other.execute("SELECT pg_advisory_unlock(%s)", [store.GRANT_LOCK_KEY])
+    return bool(got)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_release_commits_without_the_lock_and_grants_after_its_commit(user, handoffs):
+    services.settings_update(changes={"max_total": 1}, partial=True, by=None)
+    first, second = submit(user, name="a"), submit(user, name="b")
+    with transaction.atomic():  # a caller's transaction: the grant waits for its commit
         services.run_finish(run=first, status=RunStatus.SUCCEEDED)
-        payloads = [json.loads(n.payload) for n in listener.notifies(timeout=2, stop_after=1)]
-    assert [(p["reason"], p["granted"]) for p in payloads] == [("release", [second.pk])]
+        assert not store.lock_held() and _lock_free_elsewhere()
+        assert Run.objects.get(pk=second.pk).status == RunStatus.QUEUED
+    second.refresh_from_db()
+    assert second.status == RunStatus.STARTING and handoffs.dispatched[-1] == second.pk
+    # Outside any transaction: granted before run_finish returns.
+    services.run_finish(run=second, status=RunStatus.FAILED)
+    third = submit(user, name="c")
+    services.run_finish(run=third, status=RunStatus.SUCCEEDED)
+    fourth = submit(user, name="d")
+    assert fourth.status == RunStatus.STARTING
+    fifth = submit(user, name="e")
+    services.run_finish(run=fourth, status=RunStatus.SUCCEEDED)
+    assert Run.objects.get(pk=fifth.pk).status == RunStatus.STARTING
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_release_blocked_by_the_lock_is_granted_by_its_holder(user, handoffs):
+    """The lost-wakeup race, step by step: a holder has the lock when a release commits, so the releaser's
+    try-lock fails and it leaves; the holder's check after its own commit grants for it."""
+    services.settings_update(changes={"max_total": 1}, partial=True, by=None)
+    first, second = submit(user, name="a"), submit(user, name="b")
+    holding, release_done = threading.Event(), threading.Event()
+
+    def holder() -> None:
+        try:
+            with transaction.atomic():
+                store.slots_lock()
+                holding.set()
+                assert release_done.wait(15)
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=holder)
+    thread.start()
+    assert holding.wait(15)
+    services.run_finish(run=first, status=RunStatus.SUCCEEDED)  # commits; its try-lock fails; returns
+    assert Run.objects.get(pk=second.pk).status == RunStatus.QUEUED
+    release_done.set()
+    thread.join(15)
+    # The holder committed and, before its thread ended, checked: the freed slot went to `second`.
+    assert Run.objects.get(pk=second.pk).status == RunStatus.STARTING
     assert handoffs.dispatched[-1] == second.pk
 
 

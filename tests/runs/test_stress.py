@@ -9,6 +9,8 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -58,20 +60,69 @@ def stress(database_url: str, *, processes: int, ops_each: int) -> None:
     print(f"{total} ops in {time.monotonic() - started:.1f}s over {processes} processes; drain: {drained}")
 
 
-@pytest.mark.slow
-@pytest.mark.timeout(1800)
-def test_stress_postgresql():
+@contextmanager
+def pg_database(prefix: str) -> Iterator[str]:
     import psycopg
 
-    name = f"stress_slots_{os.getpid()}"
+    name = f"{prefix}_{os.getpid()}"
     with psycopg.connect(f"{PG_BASE}/postgres", autocommit=True) as conn:
         conn.execute(f'DROP DATABASE IF EXISTS "{name}"')
         conn.execute(f'CREATE DATABASE "{name}"')
     try:
-        stress(f"{PG_BASE}/{name}", processes=4, ops_each=int(os.environ.get("STRESS_OPS_EACH", "1250")))
+        yield f"{PG_BASE}/{name}"
     finally:
         with psycopg.connect(f"{PG_BASE}/postgres", autocommit=True) as conn:
             conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1800)
+def test_stress_postgresql():
+    with pg_database("stress_slots") as url:
+        stress(url, processes=4, ops_each=int(os.environ.get("STRESS_OPS_EACH", "1250")))
+
+
+@pytest.mark.timeout(600)
+def test_no_release_left_ungranted_postgresql(tmp_path):
+    """Lost wakeups: releases commit without the grant lock and a releaser that finds the lock taken leaves its
+    grant to the holder. 4 processes finish 4 held slots' runs as fast as they can (a busy lock, many failed
+    try-locks) while a fifth keeps taking the lock without granting; with no tick running, every freed slot
+    must have gone to a waiting run at the end."""
+    processes, finishes_each = 4, 60
+    with pg_database("race_slots") as url:
+        env = dict(os.environ, DATABASE_URL=url, SLOTS_POLICY_CACHE_SECONDS="1", LOG_LEVEL="WARNING")
+        owner = run_worker(env, "setup")["owner"]
+        queued = processes * finishes_each + 20
+        assert run_worker(env, "fill", "--owner", str(owner), "--ops", str(queued))["held"] == 4
+        stop = tmp_path / "stop"
+        holder = subprocess.Popen(
+            [sys.executable, str(WORKER), "holder", "--until", str(stop)], env=env, stdout=subprocess.PIPE, text=True
+        )
+        try:
+            procs = [
+                subprocess.Popen(
+                    [sys.executable, str(WORKER), "finishers", "--ops", str(finishes_each)],
+                    env=env,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE,
+                    text=True,
+                )
+                for _ in range(processes)
+            ]
+            busy = 0
+            for proc in procs:
+                out, err = proc.communicate(timeout=500)
+                lines = [line for line in out.splitlines() if line.startswith("{")]
+                assert proc.returncode == 0 and lines, f"finisher failed: {out[-3000:]}\n{err[-3000:]}"
+                busy += json.loads(lines[-1])["busy"]
+            assert busy > 0, "no try-lock ever found the lock taken: the race was not exercised"
+        finally:
+            stop.touch()  # the holder ends after its current transaction and that transaction's catch-up
+            out, _ = holder.communicate(timeout=120)
+        assert holder.returncode == 0 and '"ok": true' in out, out
+        checked = run_worker(env, "check")
+        assert checked["ok"] and checked["held"] == 4, checked
+        assert checked["waiting"] == queued - 4 - processes * finishes_each, checked
 
 
 @pytest.mark.slow
