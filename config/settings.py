@@ -228,6 +228,13 @@ RUN_AUTO_RESUME_MAX = env_int("RUN_AUTO_RESUME_MAX", 3)
 
 # --- Slots ----------------------------------------------------------------------------------------
 SLOTS_DEFAULT_MAX_TOTAL = env_int("SLOTS_DEFAULT_MAX_TOTAL", 4)
+# The interactive reserve when staff set none (unset: max(1, max_total // 4)); `make run` sets 0 on a machine
+# that fits fewer than 4 runs, where a reserved slot would idle half of it for API runs.
+SLOTS_DEFAULT_INTERACTIVE_RESERVE: int | None = (
+    None
+    if os.environ.get("SLOTS_DEFAULT_INTERACTIVE_RESERVE", "") == ""
+    else env_int("SLOTS_DEFAULT_INTERACTIVE_RESERVE", 0)
+)
 SLOTS_HEARTBEAT_TIMEOUT_SECONDS = env_int("SLOTS_HEARTBEAT_TIMEOUT_SECONDS", 60)
 # A running run whose heartbeat is stale while Ray still reports its job running is failed only after this long.
 SLOTS_HEARTBEAT_HARD_TIMEOUT_SECONDS = env_int("SLOTS_HEARTBEAT_HARD_TIMEOUT_SECONDS", 600)

@@ -63,8 +63,13 @@ def main() -> int:
     nodes = alive_nodes(os.environ["RAY_ADDRESS"], float(os.environ.get("SIZING_WAIT_SECONDS", "120")))
     per_run = [Res.from_json(b.to_json()) for b in run_bundles(TrainConfig())]
     fit = runs_that_fit(nodes, per_run)
+    max_total = max(1, fit)
     out = {
-        "max_total": max(1, fit),
+        "max_total": max_total,
+        # Fewer than 4 slots: the default reserve (max(1, max_total // 4)) would keep half or all of them for the
+        # dashboard and leave API runs one slot on a machine that fits two; a single-user embedded platform
+        # shares them instead (staff can still set a reserve on the settings page).
+        "interactive_reserve": 0 if max_total < 4 else None,
         "fits": fit,
         "nodes": len(nodes),
         "total": total(list(nodes.values())).to_json(),

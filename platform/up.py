@@ -131,11 +131,16 @@ def size_slots(env: dict[str, str], *, embedded_ray: bool) -> str:
         return "max_total: the configured default (the Ray cluster could not be read at start)"
     sized = json.loads(result.stdout.strip().splitlines()[-1])
     env["SLOTS_DEFAULT_MAX_TOTAL"] = str(sized["max_total"])
+    reserve = sized["interactive_reserve"]
+    if reserve is not None and not env.get("SLOTS_DEFAULT_INTERACTIVE_RESERVE"):
+        env["SLOTS_DEFAULT_INTERACTIVE_RESERVE"] = str(reserve)
     cpu, gpu, mem = sized["total"]["CPU"], sized["total"]["GPU"], sized["total"]["memory"] / 2**30
     per = sized["per_run"]
+    reserve_note = f", interactive reserve {env['SLOTS_DEFAULT_INTERACTIVE_RESERVE']}" if reserve is not None else ""
     return (
-        f"max_total {sized['max_total']}: default runs ({per['CPU']:g} CPU, {per['memory'] / 2**30:.1f} GiB each) "
-        f"that fit Ray's {sized['nodes']} node(s) ({cpu:g} CPU, {gpu:g} GPU, {mem:.1f} GiB)"
+        f"max_total {sized['max_total']}{reserve_note}: default runs ({per['CPU']:g} CPU, "
+        f"{per['memory'] / 2**30:.1f} GiB each) that fit Ray's {sized['nodes']} node(s) "
+        f"({cpu:g} CPU, {gpu:g} GPU, {mem:.1f} GiB)"
     )
 
 

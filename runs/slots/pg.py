@@ -25,7 +25,7 @@ from runs.slots.policy import CLASSES, Policy, policy_effective
 # Grants read the policy under the lock, but re-compute it only when the settings row changed: its version
 # (row id, xmin, updated_at) comes back with every snapshot, so a new limit still applies to the next grant.
 _lock = threading.Lock()
-_grant_policy: tuple[str | None, int, Policy] | None = None
+_grant_policy: tuple[str | None, tuple[int, int | None], Policy] | None = None
 
 _VERSION_SQL = (
     "(SELECT xmin::text || ':' || id::text || ':' || updated_at::text FROM runs_concurrencysettings "
@@ -121,7 +121,7 @@ def _policy_params(policy: Policy) -> dict[str, Any]:
 def _cached_policy() -> tuple[str | None, Policy] | None:
     with _lock:
         cached = _grant_policy
-    if cached is None or cached[1] != settings.SLOTS_DEFAULT_MAX_TOTAL:
+    if cached is None or cached[1] != (settings.SLOTS_DEFAULT_MAX_TOTAL, settings.SLOTS_DEFAULT_INTERACTIVE_RESERVE):
         return None
     return cached[0], cached[2]
 
@@ -133,10 +133,12 @@ def policy_for_grant_reload() -> tuple[str | None, Policy]:
         cursor.execute(f"SELECT {_VERSION_SQL}, (SELECT raw::text FROM runs_concurrencysettings ORDER BY id LIMIT 1)")
         version, raw_text = cursor.fetchone()
     raw = json.loads(raw_text) if raw_text else {}
-    default_max_total = settings.SLOTS_DEFAULT_MAX_TOTAL
-    policy = policy_effective(raw if isinstance(raw, dict) else {}, default_max_total=default_max_total)
+    defaults = (settings.SLOTS_DEFAULT_MAX_TOTAL, settings.SLOTS_DEFAULT_INTERACTIVE_RESERVE)
+    policy = policy_effective(
+        raw if isinstance(raw, dict) else {}, default_max_total=defaults[0], default_reserve=defaults[1]
+    )
     with _lock:
-        _grant_policy = (version, default_max_total, policy)
+        _grant_policy = (version, defaults, policy)
     return version, policy
 
 

@@ -114,13 +114,14 @@ def policy_defaults(max_total: int, reserve: int | None = None) -> Policy:
     )
 
 
-def policy_effective(raw: Any, *, default_max_total: int) -> Policy:
-    """Stored (possibly partial or damaged) settings -> effective policy; bad or missing values use defaults."""
+def policy_effective(raw: Any, *, default_max_total: int, default_reserve: int | None = None) -> Policy:
+    """Stored (possibly partial or damaged) settings -> effective policy; bad or missing values use defaults
+    (`default_reserve`: the reserve when none is stored; None: max(1, max_total // 4))."""
     raw = raw if isinstance(raw, dict) else {}
     total = raw.get("max_total")
     total = total if _in_range(total, LIMIT_MIN, LIMIT_MAX) else max(LIMIT_MIN, min(default_max_total, LIMIT_MAX))
     reserve = raw.get("interactive_reserve")
-    reserve = reserve if _in_range(reserve, RESERVE_MIN, RESERVE_MAX) else None
+    reserve = reserve if _in_range(reserve, RESERVE_MIN, RESERVE_MAX) else default_reserve
     base = policy_defaults(total, reserve)
     stored_classes = raw.get("classes")
     if not isinstance(stored_classes, dict):

@@ -120,7 +120,11 @@ def policy_load(*, fresh: bool = False) -> Policy:
     with _cache_lock:
         if not fresh and _cached is not None and now - _cached[0] < settings.SLOTS_POLICY_CACHE_SECONDS:
             return _cached[1]
-    policy = policy_effective(policy_stored_raw(), default_max_total=settings.SLOTS_DEFAULT_MAX_TOTAL)
+    policy = policy_effective(
+        policy_stored_raw(),
+        default_max_total=settings.SLOTS_DEFAULT_MAX_TOTAL,
+        default_reserve=settings.SLOTS_DEFAULT_INTERACTIVE_RESERVE,
+    )
     with _cache_lock:
         _cached = (now, policy)
     return policy
