@@ -1,10 +1,11 @@
 """The terminal of `make run` (platform/up.py, platform/terminal.py) is quiet: an idle platform prints nothing
 after its banner, so the banner stays the last thing on screen; a tick that does something says so; what the
-terminal does not show is in var/logs/. Ray's job API is a stand-in that answers 404 to everything (a job API
-not there yet): the platform counts it as serving, and launches wait for it."""
+terminal does not show is in var/logs/. Ray is a stand-in that lists one node and answers 404 to everything else (a
+job API not there yet): the platform counts it as serving, grants onto that node, and launches wait."""
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
@@ -21,11 +22,45 @@ BANNER_END = "=" * 80
 IDLE_SECONDS = 20
 
 
+# Ray's state API answer for one alive node: the tick reads capacity from it, so runs are granted (and their
+# launches then wait for the job API that is not there).
+NODES = {
+    "result": True,
+    "msg": "",
+    "data": {
+        "result": {
+            "result": [
+                {
+                    "node_id": "stand-in-node",
+                    "node_ip": "127.0.0.1",
+                    "is_head_node": True,
+                    "state": "ALIVE",
+                    "state_message": None,
+                    "node_name": "127.0.0.1",
+                    "resources_total": {"CPU": 2.0, "memory": 8 * 2**30},
+                    "labels": {},
+                    "start_time_ms": 0,
+                    "end_time_ms": 0,
+                }
+            ],
+            "total": 1,
+            "num_after_truncation": 1,
+            "num_filtered": 1,
+            "partial_failure_warning": "",
+            "warnings": None,
+        }
+    },
+}
+
+
 class NotThere(BaseHTTPRequestHandler):
     def do_GET(self) -> None:
-        self.send_response(404)
-        self.send_header("Content-Length", "0")
+        body = json.dumps(NODES).encode() if self.path.startswith("/api/v0/nodes") else b""
+        self.send_response(200 if body else 404)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
         self.end_headers()
+        self.wfile.write(body)
 
     do_POST = do_GET
 

@@ -115,9 +115,9 @@ class TrainConfig:
     """CPUs reserved for the job's driver process ('local' mode: the whole run, learner_cpus added)."""
     learner_cpus: float = 0.25
     """CPUs reserved for the learner actor (torch threads follow: one per whole CPU, at least one)."""
-    engine_cpus: float = 0.125
+    engine_cpus: float = 0.4
     """CPUs reserved for each generation engine actor."""
-    worker_cpus: float = 0.125
+    worker_cpus: float = 0.35
     """CPUs reserved for each rollout worker actor."""
     learner_gpus: float = 0.0
     """GPUs for the learner ('local' mode: for the driver); a run asking for any is admitted only onto GPUs."""

@@ -294,7 +294,7 @@ def test_resources_endpoint_shows_the_demand_before_submitting(user):
     assert body.status_code == 200, body.content
     demand = body.json()
     assert demand["strategy"] == "PACK" and demand["fits"] is True and demand["problem"] is None
-    assert demand["bundles"][0]["role"] == "driver" and demand["total"]["CPU"] == 1.0
+    assert demand["bundles"][0]["role"] == "driver" and demand["total"]["CPU"] == 2.0
     bad = client.post("/api/runs/resources/", {"config": {"num_engines": "many"}}, format="json")
     assert bad.status_code == 400 and bad.json()["field"] == "config.num_engines"
     assert client_for().post("/api/runs/resources/", {"config": {}}, format="json").status_code in (401, 403)
@@ -309,11 +309,11 @@ def test_submit_refuses_a_run_that_can_never_fit(user, handoffs):
     ClusterNode.objects.create(node_id="small", total={"CPU": 0.5, "GPU": 0, "memory": 1 << 34}, seen_at=timezone.now())
     client = client_for(user)
     fits = client.post("/api/runs/resources/", {"config": {}}, format="json").json()
-    assert fits["fits"] is False and fits["problem"].startswith("needs 1 CPU in total; the cluster has 0.5 CPU")
+    assert fits["fits"] is False and fits["problem"].startswith("needs 2 CPU in total; the cluster has 0.5 CPU")
     refused = client.post("/api/runs/", {"name": "big", "kind": "rl_train", "config": {}}, format="json")
     assert refused.status_code == 400 and refused.json()["field"] == "config"
     assert (
-        "can never start: it needs 1 CPU in total; the cluster has 0.5 CPU (largest node 0.5)"
+        "can never start: it needs 2 CPU in total; the cluster has 0.5 CPU (largest node 0.5)"
         in refused.json()["detail"]
     )
 
@@ -325,7 +325,7 @@ def test_run_json_carries_resources_and_the_resource_reason(user, handoffs):
     created = client_for(user).post("/api/runs/", {"name": "r", "kind": "rl_train", "config": {}}, format="json")
     assert created.status_code == 201, created.content
     run = created.json()
-    assert run["status"] == "queued" and run["resources"]["total"]["CPU"] == 1.0
+    assert run["status"] == "queued" and run["resources"]["total"]["CPU"] == 2.0
     assert run["pending_reason"] == "insufficient_resources"
     assert run["pending_detail"]["message"] == "cluster capacity not known yet"
 

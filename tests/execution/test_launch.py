@@ -129,8 +129,8 @@ def test_kinds_declare_their_demand() -> None:
         "worker-2",
     ]
     assert demand["strategy"] == "SPREAD"
-    assert demand["total"] == {"CPU": 0.2 + 0.25 + 0.05 + 0.125 + 3 * 0.125, "GPU": 1.0, "memory": 7 * 512 * mib}
-    assert kind_get("rl_train").demand({})["total"]["CPU"] == 1.0  # the default colocated run: one CPU
+    assert demand["total"] == {"CPU": round(0.2 + 0.25 + 0.05 + 0.4 + 3 * 0.35, 4), "GPU": 1.0, "memory": 7 * 512 * mib}
+    assert kind_get("rl_train").demand({})["total"]["CPU"] == 2.0  # the default colocated run: two CPUs
     assert kind_get("eval").demand({"source_run": 3}) == {
         "bundles": [{"role": "driver", "CPU": 0.5, "GPU": 0.0, "memory": 512 * mib}],
         "total": {"CPU": 0.5, "GPU": 0.0, "memory": 512 * mib},

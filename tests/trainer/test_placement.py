@@ -73,7 +73,7 @@ def test_actors_run_in_their_bundles_and_ray_charges_exactly_the_run(ray_driver)
     cfg = TrainConfig.from_dict(TINY)
     bundles = actor_bundles(cfg)
     want_cpu = round(sum(b.cpus for b in bundles), 4)
-    assert want_cpu == 2.0 + 0.05 + 4 * 0.125
+    assert want_cpu == round(2.0 + 0.05 + 2 * 0.4 + 2 * 0.35, 4)
     before = wait_until(lambda: _free(ray) if _free(ray)[0] == 4.0 else None, timeout=60, what="an idle cluster")
     seen: dict = {}
 
@@ -124,7 +124,7 @@ def test_a_group_that_cannot_be_placed_times_out_and_is_removed(ray_driver) -> N
         build_runtime(cfg, sampler, emit=emitter.emit)
     assert time.monotonic() - t0 < 30
     assert [d["state"] for d in cap.of("resources")] == ["waiting", "timeout"]
-    assert cap.of("resources")[1]["waited_s"] >= 1.0 and "CPU 64.55" in cap.of("resources")[1]["detail"]
+    assert cap.of("resources")[1]["waited_s"] >= 1.0 and "CPU 65.55" in cap.of("resources")[1]["detail"]
     new = {k: v for k, v in ray.util.placement_group_table().items() if k not in groups_before}
     assert len(new) == 1 and next(iter(new.values()))["state"] == "REMOVED"  # removed while this driver lives
 
