@@ -1,9 +1,10 @@
 """A real two-node Ray cluster on this machine (ray.cluster_utils.Cluster: a head and one worker node, each with
 2 logical GPUs; no physical GPU needed): the tick's cluster reader sees both nodes and their GPUs through the
 dashboard's HTTP API, and removing the worker node ends exactly the runs placed on it (resuming the auto-resume
-one), releases their slots and grants the next waiting run.
+one), releases their slots and grants the next waiting run; and admission against those 4 GPUs takes 1-, 2- and
+4-GPU runs only when they fit, keeps a 4-GPU head's reservation and refuses what no node can hold.
 
-Admission may not place runs in this branch yet: the test sets Slot.placement of the held runs itself."""
+The node-loss test sets Slot.placement of its held runs itself, so which run is on which node is its choice."""
 
 from __future__ import annotations
 
@@ -100,6 +101,56 @@ def two_nodes() -> Iterator[TwoNodes]:
 
 def submit(user, **kw) -> Run:  # noqa: F811 - `user` is the fixture's value
     return services.run_submit(owner=user, name="r", origin="api", kind=TEST_JOB_KIND, config={}, **kw)
+
+
+# Small CPU and memory shares, so the two 1-CPU nodes hold several runs and GPUs decide what fits.
+SMALL = {"num_engines": 1, "num_workers": 1, "actor_memory_mb": 64, "steps": 1}
+SMALL.update({k: 0.05 for k in ("driver_cpus", "learner_cpus", "engine_cpus", "worker_cpus")})
+
+
+def gpu_run(user, config: dict, time_limit_seconds: int | None = None) -> Run:  # noqa: F811
+    return services.run_submit(
+        owner=user,
+        name="gpu",
+        origin="api",
+        kind="rl_train",
+        config={**SMALL, **config},
+        time_limit_seconds=time_limit_seconds,
+    )
+
+
+def test_gpu_runs_are_admitted_only_when_they_fit_the_two_nodes(two_nodes, user, handoffs, settings):  # noqa: F811
+    """4 logical GPUs on two nodes of 2, read from Ray: 1- and 2-GPU runs fit; 4 GPUs in four 1-GPU bundles wait
+    for 4 free GPUs (reserved: a 2-GPU run that would end after it could start does not jump ahead, a short 1-GPU
+    run does) and start in the very pass that frees them; a 4-GPU bundle is refused (no node has 4)."""
+    from runs.errors import InvalidInput
+
+    settings.RAY_ADDRESS = two_nodes.dashboard_url
+    ClusterNode.objects.all().delete()  # capacity comes from this two-node cluster only
+    assert capacity.cluster_refresh(now=timezone.now()) is True
+    services.settings_update(changes={"max_total": 20, "interactive_reserve": 0}, partial=True, by=None)
+
+    one = gpu_run(user, {"learner_gpus": 1})
+    assert one.status == RunStatus.STARTING
+    four = gpu_run(user, {"num_engines": 4, "engine_gpus": 1})  # 4 bundles of 1 GPU: needs both nodes
+    assert four.status == RunStatus.QUEUED  # 3 GPUs free
+    two = gpu_run(user, {"learner_gpus": 2})  # fits the free GPUs but would end after the head could start
+    assert two.status == RunStatus.QUEUED
+    short = gpu_run(user, {"learner_gpus": 1}, time_limit_seconds=60)  # ends long before: backfilled
+    assert short.status == RunStatus.STARTING
+    with pytest.raises(InvalidInput) as refused:
+        gpu_run(user, {"learner_gpus": 4})
+    assert refused.value.field == "config" and "largest node 2" in str(refused.value)
+
+    services.run_finish(run=short, status=RunStatus.SUCCEEDED)
+    assert Run.objects.get(pk=four.pk).status == RunStatus.QUEUED  # one GPU still held by `one`
+    services.run_finish(run=one, status=RunStatus.SUCCEEDED)  # 4 GPUs free: the head goes first, in this pass
+    four.refresh_from_db()
+    assert four.status == RunStatus.STARTING
+    placement = Slot.objects.get(run=four).placement
+    gpu_nodes = [node for node, b in zip(placement, four.resources["bundles"]) if b["GPU"]]
+    assert sorted(gpu_nodes) == sorted([two_nodes.head_id] * 2 + [two_nodes.worker_id] * 2)
+    assert Run.objects.get(pk=two.pk).status == RunStatus.QUEUED  # no GPU left for it
 
 
 def test_two_nodes_are_read_and_losing_one_ends_exactly_its_runs(two_nodes, user, handoffs, settings, tmp_path):  # noqa: F811
