@@ -34,7 +34,7 @@ def test_submit_from_form_then_board_updates_live(server, users, context) -> Non
     # The run's demand, computed by the server from the form's values, before submitting; it follows the form.
     expect(page.get_by_test_id("resources-total")).to_contain_text("2 CPU")
     page.get_by_label("Num engines", exact=True).fill("4")
-    expect(page.get_by_test_id("resources-total")).to_contain_text("1.25 CPU")
+    expect(page.get_by_test_id("resources-total")).to_contain_text("2.8 CPU")
     page.get_by_label("Num engines", exact=True).fill("2")
     shot(page, "submit-form")
 
