@@ -239,7 +239,10 @@ class DashboardConsumer(AuthenticatedConsumer):
         await self.send_json(DashboardRunMsg(type="run", run=message["run"]))
 
     async def slots_update(self, message: SlotsUpdateLayer) -> None:
-        if message.get("resync"):  # the policy changed: positions and reasons start over from a snapshot
+        resync_at = message.get("resync_at")
+        if resync_at is not None and resync_at > self._snapshot_at:
+            # The policy changed after our snapshot: positions and reasons start over from a new one. A change
+            # our snapshot already shows (the publisher merged it with later moves) is not a reason to.
             return await self._send_snapshot()
         queue = dict(message["queue"])
         for side in ("joined", "left"):

@@ -158,7 +158,9 @@ class SlotsUpdateLayer(TypedDict):
     type: Literal["slots.update"]
     slots: SlotsJson
     queue: QueueChange
-    resync: bool  # the policy changed: positions are recomputed, so consumers send a fresh snapshot
+    # When the policy (or the cluster's reachability) last changed, as a commit time, or None: positions are
+    # recomputed, so a consumer whose snapshot is older sends a fresh one; a newer snapshot already shows it.
+    resync_at: float | None
 
 
 class SessionEndedLayer(TypedDict):

@@ -143,7 +143,7 @@ def _dashboard_flush() -> None:
             joined=[(r, at) for r in batch["joined"]],
             left=[(r, at) for r in batch["left"]],
             slots=batch["slots"],
-            resync=batch["resync"],
+            resync_at=at if batch["resync"] else None,
         )
 
 
@@ -160,7 +160,7 @@ class DashboardPublisher:
         self._last: dict[Any, float] = {}
         self._joined: list[Move] = []
         self._left: list[Move] = []
-        self._resync = False
+        self._resync_at: float | None = None
         threading.Thread(target=self._loop, name="realtime-dashboard", daemon=True).start()
 
     def offer(
@@ -170,19 +170,20 @@ class DashboardPublisher:
         joined: Iterable[Move] = (),
         left: Iterable[Move] = (),
         slots: bool = False,
-        resync: bool = False,
+        resync_at: float | None = None,
     ) -> None:
         with self._cond:
             keys: list[Any] = list(runs) + ([SLOTS] if slots else [])
             self._joined += joined
             self._left += left
-            self._resync = self._resync or resync
+            if resync_at is not None:
+                self._resync_at = max(self._resync_at or resync_at, resync_at)
             for key in keys:
                 if key not in self._due:
                     self._due[key] = max(time.monotonic(), self._last.get(key, 0.0) + self.interval)
             self._cond.notify()
 
-    def _take_due(self) -> tuple[list[int], tuple[list[Move], list[Move], bool] | None]:
+    def _take_due(self) -> tuple[list[int], tuple[list[Move], list[Move], float | None] | None]:
         with self._cond:
             while True:
                 now = time.monotonic()
@@ -193,8 +194,8 @@ class DashboardPublisher:
                         self._last[key] = now
                     queue = None
                     if SLOTS in ready:
-                        queue = (self._joined, self._left, self._resync)
-                        self._joined, self._left, self._resync = [], [], False
+                        queue = (self._joined, self._left, self._resync_at)
+                        self._joined, self._left, self._resync_at = [], [], None
                     return [k for k in ready if k != SLOTS], queue
                 self._cond.wait(timeout=min(self._due.values()) - now if self._due else None)
 
@@ -207,7 +208,7 @@ class DashboardPublisher:
                 if run_ids:
                     runs_update_send(run_ids)
                 if queue is not None:
-                    slots_update_send(joined=queue[0], left=queue[1], resync=queue[2])
+                    slots_update_send(joined=queue[0], left=queue[1], resync_at=queue[2])
             except Exception:  # noqa: BLE001 - a dashboard refresh must never kill the publisher
                 logger.warning("dashboard publish failed", exc_info=True)
             finally:
@@ -236,13 +237,13 @@ def runs_update_send(run_ids: Any) -> None:
         )
 
 
-def slots_update_message(*, joined: list[Move], left: list[Move], resync: bool = False) -> SlotsUpdateLayer:
+def slots_update_message(*, joined: list[Move], left: list[Move], resync_at: float | None = None) -> SlotsUpdateLayer:
     """The `slots.update` layer message: slot counts and the queue change, a size and a query count that do
     not depend on the queue length."""
     return SlotsUpdateLayer(
-        type="slots.update", slots=slots_snapshot(), queue=queue_change(joined=joined, left=left), resync=resync
+        type="slots.update", slots=slots_snapshot(), queue=queue_change(joined=joined, left=left), resync_at=resync_at
     )
 
 
-def slots_update_send(*, joined: list[Move], left: list[Move], resync: bool = False) -> None:
-    group_send_now(DASHBOARD_GROUP, slots_update_message(joined=joined, left=left, resync=resync))
+def slots_update_send(*, joined: list[Move], left: list[Move], resync_at: float | None = None) -> None:
+    group_send_now(DASHBOARD_GROUP, slots_update_message(joined=joined, left=left, resync_at=resync_at))

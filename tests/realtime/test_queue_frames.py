@@ -4,6 +4,7 @@ never the queue itself, so its size and the queries behind it do not grow with t
 from __future__ import annotations
 
 import json
+import threading
 import time
 from datetime import timedelta
 
@@ -199,3 +200,46 @@ def test_a_rolled_back_submit_publishes_no_queue_move(handoffs):  # noqa: F811
     requested = Slot.objects.get(run_id=real.pk).requested_at.timestamp()
     assert [k["requested_at"] for k in moves(sent, "joined")] == [requested]
     assert [m["run"]["id"] for m in sent if m["type"] == "run"] == [real.pk]
+
+
+class HeldPublisher(realtime.DashboardPublisher):
+    """The dashboard publisher of a loaded process: it does not take anything until `release` is set, so what
+    was offered meanwhile (a policy change, then queue moves) goes out merged in one `slots.update`."""
+
+    def __init__(self, interval: float, release: threading.Event) -> None:
+        self.release = release
+        super().__init__(interval)
+
+    def _take_due(self):
+        self.release.wait()
+        return super()._take_due()
+
+
+def test_a_policy_change_older_than_the_snapshot_does_not_swallow_later_moves(handoffs, monkeypatch):  # noqa: F811
+    # Seen in CI on a loaded machine: the publisher sent the setup's policy change late, merged with the moves of
+    # two submits made after the board's snapshot; the board re-snapshotted and the moves never came as moves.
+    release = threading.Event()
+    monkeypatch.setattr(realtime, "_publisher", HeldPublisher(0.1, release))
+    staff, alice = user_make("boss", staff=True), user_make("alice")
+    services.settings_update(changes={"max_total": 1}, partial=True, by=staff)  # a resync, held back
+    submit(alice)
+
+    async def scenario():
+        comm = communicator("/ws/dashboard/", staff)
+        assert (await comm.connect(timeout=WAIT))[0]
+        snap = await comm.receive_json_from(timeout=WAIT)  # read after the policy change: it already shows it
+        runs = [await sync_to_async(submit)(alice) for _ in range(2)]
+        release.set()
+        got = await receive_until(comm, lambda ms: len(moves(ms, "joined")) == 2)
+        await sync_to_async(services.settings_update)(changes={"max_total": 2}, partial=True, by=staff)
+        again = await receive_until(comm, lambda ms: any(m["type"] == "snapshot" for m in ms))
+        await comm.disconnect(timeout=WAIT)
+        return snap, runs, got, again
+
+    snap, runs, got, again = run_async(scenario)
+    assert snap["slots"]["policy"]["max_total"] == 1
+    assert not [m for m in got if m["type"] == "snapshot"], [m["type"] for m in got]
+    requested = sorted(Slot.objects.filter(run_id__in=[r.pk for r in runs]).values_list("requested_at", flat=True))
+    assert [k["requested_at"] for k in moves(got, "joined")] == [t.timestamp() for t in requested]
+    # A policy change after the snapshot still starts the board over.
+    assert [m for m in again if m["type"] == "snapshot"][-1]["slots"]["policy"]["max_total"] == 2
