@@ -59,6 +59,38 @@ def _wait_for_job_api(cluster: RayCluster, head: subprocess.Popen, log_path: Pat
     pytest.fail(f"Ray job API did not come up: {log_path.read_text()[-2000:]}", pytrace=False)
 
 
+def head_command(*, ports: dict[str, int], temp_dir: str) -> list[str]:
+    """`ray start` of a test head in the foreground (--block: ending its process group stops exactly this cluster
+    and no other Ray on the machine; `ray stop` would kill every one), on the given ports and temp dir."""
+    return [
+        str(VENV_BIN / "ray"),
+        "start",
+        "--head",
+        "--block",
+        "--num-cpus",
+        "4",
+        "--port",
+        str(ports["gcs"]),
+        "--dashboard-host",
+        "127.0.0.1",
+        "--dashboard-port",
+        str(ports["dashboard"]),
+        # Ports Ray otherwise fixes (agent HTTP 52365, client server 10001): a second head on the machine whose
+        # job agent cannot bind answers every job submission with "No available agent" forever.
+        "--dashboard-agent-listen-port",
+        str(ports["agent"]),
+        "--ray-client-server-port",
+        str(ports["client"]),
+        "--metrics-export-port",
+        str(ports["metrics"]),
+        "--temp-dir",
+        temp_dir,
+        "--include-dashboard",
+        "true",
+        "--disable-usage-stats",
+    ]
+
+
 @pytest.fixture(scope="session")
 def ray_cluster() -> RayCluster:
     """A local Ray head shared by every test of this run (starting one costs ~5 s and a lot of memory)."""
@@ -68,35 +100,10 @@ def ray_cluster() -> RayCluster:
     # Jobs run `python ...` from the raylet's PATH: make that the interpreter of this test run.
     env["PATH"] = f"{VENV_BIN}{os.pathsep}{env.get('PATH', '')}"
     env["PYTHONPATH"] = f"{REPO_ROOT}{os.pathsep}{env.get('PYTHONPATH', '')}"
-    cmd = [
-        str(VENV_BIN / "ray"),
-        "start",
-        "--head",
-        "--block",
-        "--num-cpus",
-        "4",
-        "--port",
-        str(port),
-        "--dashboard-host",
-        "127.0.0.1",
-        "--dashboard-port",
-        str(dash_port),
-        # Ports Ray otherwise fixes (agent HTTP 52365, client server 10001): a second head on the machine whose
-        # job agent cannot bind answers every job submission with "No available agent" forever.
-        "--dashboard-agent-listen-port",
-        str(free_port()),
-        "--ray-client-server-port",
-        str(free_port()),
-        "--metrics-export-port",
-        str(free_port()),
-        "--temp-dir",
-        temp_dir,
-        "--include-dashboard",
-        "true",
-        "--disable-usage-stats",
-    ]
-    # --block keeps `ray start` in the foreground; ending it stops exactly this cluster's processes and no
-    # other Ray cluster on the machine (`ray stop` would kill every one).
+    cmd = head_command(
+        ports={"gcs": port, "dashboard": dash_port, **{k: free_port() for k in ("agent", "client", "metrics")}},
+        temp_dir=temp_dir,
+    )
     log = open(Path(temp_dir) / "head.log", "w")
     head = subprocess.Popen(
         cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=die_with_parent()

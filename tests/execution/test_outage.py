@@ -23,7 +23,7 @@ from django.db import connection
 
 from runs.dashboard import cluster_snapshot
 from runs.models import ClusterStatus, Run, RunStatus
-from tests.conftest import REPO_ROOT, VENV_BIN, free_port
+from tests.conftest import REPO_ROOT, VENV_BIN, free_port, head_command
 from tests.execution.conftest import TINY_TRAIN_CONFIG, Api, Platform, wait_for
 from tests.processes import die_with_parent, stop_process_group
 
@@ -54,32 +54,7 @@ class OwnHead:
             "PATH": f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}",
             "PYTHONPATH": str(REPO_ROOT),
         }
-        p = self.ports
-        cmd = [
-            str(VENV_BIN / "ray"),
-            "start",
-            "--head",
-            "--block",
-            "--num-cpus",
-            "4",
-            "--port",
-            str(p["gcs"]),
-            "--dashboard-host",
-            "127.0.0.1",
-            "--dashboard-port",
-            str(p["dashboard"]),
-            "--dashboard-agent-listen-port",
-            str(p["agent"]),
-            "--ray-client-server-port",
-            str(p["client"]),
-            "--metrics-export-port",
-            str(p["metrics"]),
-            "--temp-dir",
-            self.temp_dir,
-            "--include-dashboard",
-            "true",
-            "--disable-usage-stats",
-        ]
+        cmd = head_command(ports=self.ports, temp_dir=self.temp_dir)
         self.starts += 1
         log = open(Path(self.temp_dir) / f"head-{self.starts}.log", "w")
         self.proc = subprocess.Popen(
