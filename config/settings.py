@@ -223,6 +223,8 @@ RUN_STOP_GRACE_SECONDS = env_int("RUN_STOP_GRACE_SECONDS", 60)
 RUN_LAUNCH_TIMEOUT_SECONDS = env_int("RUN_LAUNCH_TIMEOUT_SECONDS", 900)
 # A `starting` run whose job never posted anything by its placement_timeout_s plus this is put back in the queue.
 RUN_PLACEMENT_MARGIN_SECONDS = env_int("RUN_PLACEMENT_MARGIN_SECONDS", 60)
+# A node row dead and no longer listed by Ray this long is deleted (never while a held slot is placed on it).
+CLUSTER_DEAD_NODE_RETENTION_SECONDS = env_int("CLUSTER_DEAD_NODE_RETENTION_SECONDS", 3600)
 # Automatic resumes (Run.auto_resume) of one run, at most.
 RUN_AUTO_RESUME_MAX = env_int("RUN_AUTO_RESUME_MAX", 3)
 

@@ -198,6 +198,9 @@ class ClusterStatus(models.Model):
     reachable = models.BooleanField(default=False)
     checked_at = models.DateTimeField(null=True, blank=True)
     message = models.TextField(blank=True, default="")
+    # When the current reachable stretch began (the first read, or the first after an outage); null while
+    # unreachable. A launch timeout counts from here when the run was granted before it: an outage is not the run's.
+    reachable_since = models.DateTimeField(null=True, blank=True)
 
 
 class ConcurrencySettings(models.Model):

@@ -3,21 +3,23 @@ settings.RAY_ADDRESS, through Ray's state API), kept in ClusterNode rows (what a
 and ClusterStatus (reachable or not, when, why: what the board shows).
 
 A node Ray reports DEAD, or no longer lists, is kept with alive=False: the node-loss sweep
-(runs/execution/liveness.py) fails the runs placed on it. When Ray cannot be read, ClusterStatus says so and the
-node rows are left exactly as they were (an outage of the head is not the loss of every node).
+(runs/execution/liveness.py) fails the runs placed on it. Dead rows are forgotten after
+CLUSTER_DEAD_NODE_RETENTION_SECONDS unless a held slot is still placed on the node. When Ray cannot be read,
+ClusterStatus says so and the node rows are left exactly as they were (an outage of the head is not the loss of
+every node); the start of the current reachable stretch restarts the launch clock of `starting` runs.
 """
 
 from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
 from django.db import transaction
 
-from runs.models import ClusterNode, ClusterStatus
+from runs.models import ClusterNode, ClusterStatus, Slot, SlotState
 from runs.realtime import dashboard_publish
 
 logger = logging.getLogger(__name__)
@@ -74,6 +76,10 @@ def cluster_status_write(*, reachable: bool, now: datetime, message: str = "") -
     row = ClusterStatus.objects.order_by("pk").first()
     previous = row.reachable if row is not None else None
     row = row or ClusterStatus()
+    if reachable and (not previous or row.reachable_since is None):
+        row.reachable_since = now
+    elif not reachable:
+        row.reachable_since = None
     row.reachable, row.checked_at, row.message = reachable, now, message[:2000]
     row.save()
     if previous is not reachable:
@@ -103,7 +109,22 @@ def cluster_nodes_write(seen: list[NodeSeen], *, now: datetime) -> list[str]:
                 ClusterNode.objects.create(
                     node_id=node_id, address=fresh.address, alive=fresh.alive, total=fresh.total, seen_at=now
                 )
+        dead_nodes_prune(now=now)
     return lost
+
+
+def dead_nodes_prune(*, now: datetime) -> int:
+    """Forget nodes dead and unlisted for CLUSTER_DEAD_NODE_RETENTION_SECONDS (Ray gives a restarted node a new
+    id, so without this the rows, and the node-loss sweep's scan of them, grow with every restart), except one
+    a held slot is still placed on: the node-loss sweep must still see that one."""
+    cutoff = now - timedelta(seconds=settings.CLUSTER_DEAD_NODE_RETENTION_SECONDS)
+    stale = set(ClusterNode.objects.filter(alive=False, seen_at__lt=cutoff).values_list("node_id", flat=True))
+    if not stale:
+        return 0
+    for placement in Slot.objects.filter(state=SlotState.HELD).values_list("placement", flat=True):
+        stale -= {n for n in placement or [] if isinstance(n, str)}
+    deleted, _ = ClusterNode.objects.filter(node_id__in=stale).delete()
+    return deleted
 
 
 def cluster_refresh(*, now: datetime, address: str | None = None) -> bool:
@@ -124,6 +145,11 @@ def cluster_refresh(*, now: datetime, address: str | None = None) -> bool:
 
 def _alive(seen: list[NodeSeen]) -> int:
     return sum(1 for n in seen if n.alive)
+
+
+def reachable_since() -> datetime | None:
+    """Start of the current reachable stretch (None: unreachable, or never read)."""
+    return ClusterStatus.objects.order_by("pk").values_list("reachable_since", flat=True).first()
 
 
 def cluster_reachable() -> bool:

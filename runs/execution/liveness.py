@@ -2,7 +2,8 @@
 
 A `starting` run is granted and charged but not placed yet; its liveness is its Ray job's status, not a
 heartbeat: PENDING/RUNNING is alive; a job Ray does not know is launched again (lost launch), never failed;
-a run still not `running` RUN_LAUNCH_TIMEOUT_SECONDS after its grant fails "launch timeout ..."; a run whose job
+a run still not `running` RUN_LAUNCH_TIMEOUT_SECONDS after its grant (or after Ray was reachable again, when
+an outage came after the grant) fails "launch timeout ..."; a run whose job
 never posted anything by its placement timeout (+ RUN_PLACEMENT_MARGIN_SECONDS) goes back to the queue, as the
 job's own `timeout` event would have put it. A node Ray reports dead or no longer lists ends the runs placed on
 it. The tick calls these only while Ray is reachable: an outage of the head fails nothing.
@@ -18,6 +19,7 @@ from django.conf import settings
 from django.db import transaction
 
 from runs.execution import ray
+from runs.execution.capacity import reachable_since
 from runs.execution.launch import job_submission_stop
 from runs.lifecycle import run_finish, run_requeue
 from runs.models import ClusterNode, Run, RunStatus, Slot, SlotState
@@ -70,14 +72,19 @@ def runs_starting_check(*, now: datetime, jobs: Jobs) -> dict[str, list[int]]:
     (relaunch: the runs whose launch was lost, for the caller to hand to the launcher again)."""
     done: dict[str, list[int]] = {"launch_timeout": [], "requeued": [], "relaunch": []}
     limit = settings.RUN_LAUNCH_TIMEOUT_SECONDS
+    back = reachable_since()
     for run in list(Run.objects.filter(status=RunStatus.STARTING, granted_at__isnull=False)):
         assert run.granted_at is not None
         age = (now - run.granted_at).total_seconds()
+        # The launch clock restarts when Ray comes back: time the cluster could not be reached is not the run's.
+        launch_age = (now - max(run.granted_at, back)).total_seconds() if back else age
         status = job_status_of(run, jobs)
         try:
-            if age > limit:
+            if launch_age > limit:
                 job = f"Ray job {run.ray_submission_id} is {status}" if status else "Ray has no job for it"
                 error = f"launch timeout: not running {int(age)} s after its grant (limit {limit} s; {job})"
+                if back and back > run.granted_at:
+                    error += f"; {int(launch_age)} s since Ray was reachable again"
                 if _fail(run, error):
                     done["launch_timeout"].append(run.pk)
             elif run.heartbeat_at is None and age > placement_timeout(run) + settings.RUN_PLACEMENT_MARGIN_SECONDS:

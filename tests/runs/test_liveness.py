@@ -154,6 +154,37 @@ def test_starting_rules(user, handoffs, settings):
     assert f"Ray job {sid[posted.pk]} is RUNNING" in posted.error
 
 
+def test_the_launch_clock_restarts_when_ray_is_reachable_again(user, handoffs, settings, monkeypatch):
+    settings.RUN_LAUNCH_TIMEOUT_SECONDS = 900
+    services.settings_update(changes={"max_total": 4}, partial=True, by=None)
+    run = submit(user)
+    Run.objects.filter(pk=run.pk).update(ray_submission_id=f"{settings.RAY_SUBMISSION_PREFIX}-{run.pk}-0")
+    Run.objects.filter(pk=run.pk).update(heartbeat_at=timezone.now())  # it posted: the placement rule is not it
+    run.refresh_from_db()
+    jobs = {run.pk: "PENDING"}
+    granted = run.granted_at
+    ClusterStatus.objects.all().delete()
+    monkeypatch.setattr(capacity, "nodes_read", lambda address=None: [])
+    down = capacity.ClusterUnreachable("Ray at http://x is not reachable: refused")
+    # Reachable at the grant, then a 20-minute outage (the tick checks nothing meanwhile), then back.
+    assert capacity.cluster_refresh(now=granted) is True
+    monkeypatch.setattr(capacity, "nodes_read", lambda address=None: (_ for _ in ()).throw(down))
+    assert capacity.cluster_refresh(now=granted + timedelta(seconds=60)) is False
+    assert ClusterStatus.objects.get().reachable_since is None
+    monkeypatch.setattr(capacity, "nodes_read", lambda address=None: [])
+    back = granted + timedelta(seconds=1260)
+    assert capacity.cluster_refresh(now=back) is True
+    assert ClusterStatus.objects.get().reachable_since == back
+    # 1,300 s after the grant but 40 s after Ray came back: it waits.
+    assert liveness.runs_starting_check(now=back + timedelta(seconds=40), jobs=jobs)["launch_timeout"] == []
+    # A full launch timeout after Ray came back, still not running: failed, saying both ages.
+    done = liveness.runs_starting_check(now=back + timedelta(seconds=901), jobs=jobs)
+    assert done["launch_timeout"] == [run.pk]
+    run.refresh_from_db()
+    assert run.error.startswith("launch timeout: not running 216")
+    assert "901 s since Ray was reachable again" in run.error
+
+
 def test_stale_heartbeat_is_confirmed_against_ray(user, handoffs, settings):
     settings.SLOTS_HEARTBEAT_TIMEOUT_SECONDS = 60
     settings.SLOTS_HEARTBEAT_HARD_TIMEOUT_SECONDS = 600
@@ -227,6 +258,21 @@ def test_the_cluster_reader_keeps_nodes_when_ray_is_unreachable(monkeypatch):
     assert capacity.cluster_refresh(now=now) is True
     assert dict(ClusterNode.objects.values_list("node_id", "alive")) == {"h": True, "w": False}
     assert ClusterStatus.objects.get().reachable is True
+
+
+def test_dead_nodes_are_forgotten_after_the_retention_unless_a_held_slot_is_placed_on_one(user, handoffs, settings):
+    ClusterNode.objects.all().delete()
+    settings.CLUSTER_DEAD_NODE_RETENTION_SECONDS = 3600
+    now = timezone.now()
+    total = {"CPU": 8.0, "GPU": 0.0, "memory": 1e10}
+    for node_id, alive, age in [("live", True, 0), ("recent", False, 60), ("old", False, 7200), ("held", False, 7200)]:
+        ClusterNode.objects.create(
+            node_id=node_id, address="", alive=alive, total=total, seen_at=now - timedelta(seconds=age)
+        )
+    run = services.run_submit(owner=user, name="r", origin="api", kind=TEST_JOB_KIND, config={})
+    Slot.objects.filter(run_id=run.pk).update(state=SlotState.HELD, placement=["live", "held"])
+    assert capacity.dead_nodes_prune(now=now) == 1
+    assert sorted(ClusterNode.objects.values_list("node_id", flat=True)) == ["held", "live", "recent"]
 
 
 def test_the_board_snapshot_says_when_ray_is_unreachable(staff):
