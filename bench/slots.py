@@ -51,7 +51,7 @@ def django_setup(url: str) -> None:
     import runs.realtime
     import runs.stores
     import runs.tasks
-    from runs.execution.kinds import KINDS, RunKind
+    from runs.execution.kinds import KINDS, RunKind, rl_train_demand
 
     noop = lambda *a, **k: None  # noqa: E731
     runs.realtime.run_event_publish = runs.realtime.dashboard_publish = noop
@@ -62,7 +62,11 @@ def django_setup(url: str) -> None:
     runs.tasks.dispatch_run.delay = noop
     # Follow-ups (evaluation, auto-resume) run after the finish's commit, in the finisher; a bench run has none.
     runs.lifecycle._followups_run = noop
-    KINDS[BENCH_KIND] = RunKind(name=BENCH_KIND, validate_config=lambda c: c, json_schema=dict)
+    # Bench runs ask for what a default training run asks for (its six bundles), so every grant decision packs a
+    # real demand against the cluster's free resources, as production grants do.
+    KINDS[BENCH_KIND] = RunKind(
+        name=BENCH_KIND, validate_config=lambda c: c, json_schema=dict, demand=lambda c: rl_train_demand({})
+    )
 
 
 def recreate_database(base: str) -> None:
@@ -78,7 +82,11 @@ def fill_queue(*, owner_id: int, count: int, classes: tuple[str, ...]) -> None:
     robust to columns other parts add to the run table."""
     from django.db import connection, transaction
 
+    from runs.execution.kinds import rl_train_demand
     from runs.models import ORIGIN_TO_CLASS, Run
+    from runs.slots.store import slot_demand
+
+    demand = rl_train_demand({})
 
     origin_of = {c: o for o, c in ORIGIN_TO_CLASS.items()}
     template = Run.objects.create(
@@ -89,7 +97,9 @@ def fill_queue(*, owner_id: int, count: int, classes: tuple[str, ...]) -> None:
         config={},
         owner_id=owner_id,
         status="succeeded",
+        resources=demand,
     )
+    slot = slot_demand(demand)
     cols = [f.column for f in Run._meta.concrete_fields if f.column not in ("id", "run_class", "origin", "status")]
     class_sql = "(ARRAY[" + ",".join(f"'{c}'" for c in classes) + f"])[1 + g %% {len(classes)}]"
     origin_sql = "(ARRAY[" + ",".join(f"'{origin_of[c]}'" for c in classes) + f"])[1 + g %% {len(classes)}]"
@@ -100,9 +110,9 @@ def fill_queue(*, owner_id: int, count: int, classes: tuple[str, ...]) -> None:
                   SELECT {", ".join(cols)}, {class_sql}, {origin_sql}, 'queued'
                   FROM runs_run, generate_series(1, %s) g WHERE runs_run.id = %s
                   RETURNING id, run_class)
-                INSERT INTO runs_slot (run_id, run_class, state, requested_at)
-                SELECT id, run_class, 'waiting', clock_timestamp() FROM new""",
-            [count, template.pk],
+                INSERT INTO runs_slot (run_id, run_class, state, requested_at, demand, strategy, placement)
+                SELECT id, run_class, 'waiting', clock_timestamp(), %s::jsonb, %s, '[]'::jsonb FROM new""",
+            [count, template.pk, json.dumps(slot["demand"]), slot["strategy"]],
         )
     with connection.cursor() as cur:
         cur.execute("ANALYZE runs_slot; ANALYZE runs_run")
@@ -110,7 +120,8 @@ def fill_queue(*, owner_id: int, count: int, classes: tuple[str, ...]) -> None:
 
 def cluster_node() -> None:
     """One large alive node: admission grants only what fits ClusterNode capacity (no rows: nothing). Bench runs
-    need nothing (empty demand), so it only has to exist."""
+    ask for a default run's bundles; the node fits far more of them than any policy here admits, so the grant
+    decision packs real demands without ever being the limit."""
     from django.utils import timezone
 
     from runs.models import ClusterNode
