@@ -126,3 +126,32 @@ def test_compare_bad_input_is_400_naming_runs(user, query):
 @pytestmark_db
 def test_compare_needs_a_login():
     assert client_for(None).get("/api/runs/compare/", {"runs": "1"}).status_code in (401, 403)
+
+
+# --- the page ------------------------------------------------------------------------------------------
+
+
+@pytestmark_db
+@pytest.mark.parametrize(
+    "query,field",
+    [("runs=1,abc", "runs"), ("runs=" + ",".join(map(str, range(1, 12))), "runs"), ("runs=1&x=sideways", "x")],
+)
+def test_compare_page_bad_input_is_a_400_page_naming_the_parameter(client, user, query, field):
+    client.force_login(user)
+    resp = client.get(f"/compare/?{query}")
+    assert resp.status_code == 400
+    assert f"{field}: " in resp.content.decode()
+
+
+@pytestmark_db
+def test_compare_page_embeds_only_visible_runs_and_escapes_names(client, user, other_user):
+    mine = make_run(user, "<script>alert(1)</script>", {"lr": 1}, steps=2)
+    theirs = make_run(other_user, "their-secret", steps=1)
+    client.force_login(user)
+    resp = client.get(f"/compare/?runs={mine.pk},{theirs.pk}")
+    html = resp.content.decode()
+    assert resp.status_code == 200 and "<script>alert(1)" not in html and "their-secret" not in html
+    assert "dist/compare.js" in html and 'id="compare-data"' in html
+    assert client.get("/compare/").status_code == 200  # the bare form
+    client.logout()
+    assert client.get(f"/compare/?runs={mine.pk}").status_code == 302  # to the login page
