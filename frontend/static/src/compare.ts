@@ -166,5 +166,5 @@ document.addEventListener("themechange", drawPlot);
   plot: () => plot,
   focused: () => focused,
   state,
-  series: () => (plot ? plot.series.slice(1).map((s, i) => ({ label: s.label, points: (plot!.data[i + 1] as (number | null)[]).filter((v) => v !== null).length })) : []),
+  series: () => (plot ? plot.series.slice(1).map((s, i) => ({ label: s.label, points: (plot!.data[i + 1] as unknown[]).filter((v) => typeof v === "number").length })) : []),
 };
