@@ -86,12 +86,11 @@ def _number(v: Any) -> float | None:
 def _train_rows(run_ids: list[int], points: int) -> list[tuple[int, int, Any, dict[str, Any]]]:
     """(run_id, seq, ts, data) of each run's train events, at most `points` per run, evenly spaced and always
     the last (the rows whose distance from the last is a multiple of ceil(n / points): integer division)."""
-    by_run = {"partition_by": [F("run_id")]}
     qs = (
         RunEvent.objects.filter(run_id__in=run_ids, type="train")
         .annotate(
-            rn=Window(RowNumber(), order_by=F("seq").asc(), **by_run),
-            n=Window(Count("id"), **by_run),
+            rn=Window(RowNumber(), partition_by=[F("run_id")], order_by=F("seq").asc()),
+            n=Window(Count("id"), partition_by=[F("run_id")]),
         )
         .annotate(stride=ExpressionWrapper((F("n") + (points - 1)) / points, output_field=IntegerField()))
         .annotate(offset=Mod(F("n") - F("rn"), F("stride")))

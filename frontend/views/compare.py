@@ -17,7 +17,9 @@ ALIGNMENTS = ("step", "time")
 @login_required
 def compare(request: HttpRequest) -> HttpResponse:
     raw = request.GET.get("runs", "")
-    context = {"nav": "compare", "runs_raw": raw[:200], "runs_max": COMPARE_RUNS_MAX}
+    # The form shows back only what an id list can hold (the error message quotes the offending part).
+    shown = "".join(c for c in raw[:200] if c in "0123456789, ")
+    context = {"nav": "compare", "runs_raw": shown, "runs_max": COMPARE_RUNS_MAX}
     if "runs" not in request.GET:  # the bare page: the form only
         return render(request, "frontend/compare.html", {**context, "empty": True})
     try:
