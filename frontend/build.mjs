@@ -17,6 +17,7 @@ const options = {
     run: join(src, "run.ts"),
     submit: join(src, "submit.ts"),
     settings: join(src, "settings.ts"),
+    compare: join(src, "compare.ts"),
     common: join(src, "common.ts"),
     app: join(src, "app.css"),
   },

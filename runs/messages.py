@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Literal, TypedDict
 
-from trainer.events import StoredEvent
+from trainer.events import HistogramSummary, StoredEvent
 
 # --- shared shapes -------------------------------------------------------------------------------------
 
@@ -90,6 +90,39 @@ class RunJson(TypedDict):
     auto_resume: bool
     time_limit_seconds: int | None
     resources: dict[str, Any] | None  # the demand: {bundles: [{role, CPU, GPU, memory}], total, strategy}
+
+
+class CompareRun(TypedDict):
+    """One run of GET /api/runs/compare/: its train metrics as columns, at most COMPARE_POINTS_MAX points
+    (every `stride`-th train event, always the last one), `elapsed` in seconds since the run started."""
+
+    id: int
+    name: str
+    owner: str
+    status: str
+    steps: int  # train events stored
+    stride: int
+    step: list[int]
+    elapsed: list[float]
+    metrics: dict[str, list[float | None]]  # every numeric scalar of the train events' data
+
+
+class ConfigDiffRow(TypedDict):
+    """A config key (nested keys dotted) whose value is not the same in every compared run."""
+
+    key: str
+    values: list[Any]  # per run, in the runs' order; null where the run lacks the key (see `missing`)
+    missing: list[bool]
+
+
+class CompareJson(TypedDict):
+    """GET /api/runs/compare/?runs=1,2,3 (runs.compare): visible runs in the asked order; `not_found`: ids
+    that do not exist or that the user may not see (the two are not told apart)."""
+
+    runs: list[CompareRun]
+    not_found: list[int]
+    metrics: list[str]
+    config_diff: list[ConfigDiffRow]
 
 
 class BoardRun(TypedDict, total=False):
@@ -234,4 +267,8 @@ TS_EXPORTS: tuple[type, ...] = (
     DashboardSnapshotMsg,
     DashboardRunMsg,
     DashboardSlotsMsg,
+    CompareRun,
+    ConfigDiffRow,
+    CompareJson,
+    HistogramSummary,
 )

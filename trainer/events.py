@@ -6,6 +6,7 @@ into its per-run stream (see docs/realtime.md) and keeps the emitter's seq as th
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, TypedDict, cast
@@ -27,8 +28,19 @@ REQUIRED_DATA_KEYS: dict[str, frozenset[str]] = {
 }
 
 
+# `train` data may carry `histograms`: {key: HistogramSummary} for these keys (trainer/histograms.py).
+HISTOGRAM_KEYS: tuple[str, ...] = ("reward", "advantage", "response_length", "staleness")
+HISTOGRAM_BUCKETS_MAX = 64
+
 SEQ_MAX = 2**63 - 1  # the platform stores seq as a signed 64-bit integer
 TS_END = 253402300800.0  # 10000-01-01T00:00:00Z: the first second datetime cannot represent
+
+
+class HistogramSummary(TypedDict):
+    """One distribution of one step: counts[i] samples in [edges[i], edges[i+1]) (the last bucket is closed)."""
+
+    edges: list[float]  # n + 1 increasing finite numbers, 1 <= n <= HISTOGRAM_BUCKETS_MAX
+    counts: list[int]  # n non-negative integers
 
 
 class EventDict(TypedDict, total=False):
@@ -97,6 +109,8 @@ def validate_event(obj: Any) -> Event:
         raise EventSchemaError(f"data: {etype} event lacks {sorted(missing)}")
     if etype == "gate" and data["state"] not in GATE_STATES:
         raise EventSchemaError(f"data.state: expected one of {sorted(GATE_STATES)}, got {data['state']!r}")
+    if etype == "train" and "histograms" in data:
+        validate_histograms(data["histograms"])
     ts = obj.get("ts", time.time())
     if not isinstance(ts, (int, float)) or isinstance(ts, bool) or not 0 <= ts < TS_END:
         # `not 0 <= ts` is also true for NaN; the upper bound keeps datetime (years 1-9999) able to hold it.
@@ -104,3 +118,28 @@ def validate_event(obj: Any) -> Event:
             f"ts: expected a number of seconds since the epoch, from 0 to below {TS_END:.0f} (the year 10000)"
         )
     return Event(seq=seq, type=etype, data=data, ts=float(ts), run=obj.get("run"))
+
+
+def _number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def validate_histograms(obj: Any) -> None:
+    """Check a train event's `histograms`; raise EventSchemaError naming the offending field."""
+    if not isinstance(obj, dict):
+        raise EventSchemaError("data.histograms: expected a JSON object")
+    for key, h in obj.items():
+        name = f"data.histograms.{key}"
+        if key not in HISTOGRAM_KEYS:
+            raise EventSchemaError(f"{name}: unknown histogram; expected one of {list(HISTOGRAM_KEYS)}")
+        if not isinstance(h, dict) or not isinstance(h.get("edges"), list) or not isinstance(h.get("counts"), list):
+            raise EventSchemaError(f"{name}: expected {{edges: [numbers], counts: [integers]}}")
+        edges, counts = h["edges"], h["counts"]
+        if not 1 <= len(counts) <= HISTOGRAM_BUCKETS_MAX or len(edges) != len(counts) + 1:
+            raise EventSchemaError(
+                f"{name}: expected 1 to {HISTOGRAM_BUCKETS_MAX} counts and one edge more than counts"
+            )
+        if not all(_number(e) for e in edges) or any(b <= a for a, b in zip(edges, edges[1:], strict=False)):
+            raise EventSchemaError(f"{name}.edges: expected strictly increasing finite numbers")
+        if not all(isinstance(c, int) and not isinstance(c, bool) and c >= 0 for c in counts):
+            raise EventSchemaError(f"{name}.counts: expected non-negative integers")

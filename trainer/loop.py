@@ -19,6 +19,7 @@ from rollout.scheduler import RolloutScheduler
 from trainer import reports
 from trainer.config import TrainConfig
 from trainer.episodes import Group, GroupTicket
+from trainer.histograms import run_edges
 from trainer.phases import run_debug_phase
 from trainer.placement import PlacementTimeout
 from trainer.problems import task_build
@@ -57,6 +58,11 @@ class TrainingRun:
         self.resume = resume
         self.on_step = on_step
         self.task = task_build(cfg)
+        self.histogram_edges = run_edges(
+            group_size=cfg.group_size,
+            max_staleness=cfg.max_staleness,
+            response_len_max=self.task.turns * self.task.turn_len(),
+        )
         self.sampler = GroupSampler(len(self.task.train_prompts), cfg.seed)
         self.version = 0
         self.consumed: list[tuple[int, int]] = []
@@ -229,10 +235,11 @@ class TrainingRun:
             elapsed=elapsed,
             samples=self.samples,
             gate_closed_s=self.gate_closed_s,
+            edges=self.histogram_edges,
         )
         if cfg.eval_every and (self.version % cfg.eval_every == 0 or self.version == cfg.steps):
             data.update(self.rt.trainer_call("evaluate", cfg.eval_prompts))
-        self.metrics.update({k: v for k, v in data.items() if k not in ("group_ids", "epochs")})
+        self.metrics.update({k: v for k, v in data.items() if k not in ("group_ids", "epochs", "histograms")})
         self.emit("train", data)
         self.emit("sampler", self.sampler.progress())
 

@@ -10,6 +10,7 @@ from typing import Any
 
 from rollout.types import RolloutBatch
 from trainer.episodes import Group
+from trainer.histograms import step_histograms
 
 # The gate event keeps only these keys of each engine's snapshot.
 _GATE_ENGINE_KEYS = ("engine", "state", "version", "active", "waiting", "sessions")
@@ -52,8 +53,10 @@ def train_data(
     elapsed: float,
     samples: int,
     gate_closed_s: float,
+    edges: dict[str, list[float]] | None = None,
 ) -> dict[str, Any]:
-    """The train event of the step that produced `version` (the learner's `stats`), before any evaluation."""
+    """The train event of the step that produced `version` (the learner's `stats`), before any evaluation;
+    with the run's bucket `edges` (trainer.histograms.run_edges) it carries the step's `histograms`."""
     return {
         "step": version,
         "loss": stats["loss"],
@@ -73,6 +76,7 @@ def train_data(
         "elapsed_s": elapsed,
         "samples_per_s": samples / max(elapsed, 1e-9),
         "gate_closed_share": gate_closed_s / max(elapsed, 1e-9),
+        **({"histograms": step_histograms(groups, version=version, edges=edges)} if edges else {}),
     }
 
 

@@ -6,12 +6,14 @@ from rest_framework.permissions import IsAuthenticated
 
 from runs.api import views
 from runs.api.auth import TokenView
+from runs.api.compare import RunCompareView
 from runs.api.ingest import RunIngestView
 from runs.api.schedules import ScheduleDetailView, ScheduleListCreateView
 
 urlpatterns = [
     path("runs/", views.RunListCreateView.as_view(), name="api-runs"),
     path("runs/resources/", views.RunResourcesView.as_view(), name="api-runs-resources"),
+    path("runs/compare/", RunCompareView.as_view(), name="api-runs-compare"),
     path("runs/<int:run_id>/", views.RunDetailView.as_view(), name="api-run"),
     path("runs/<int:run_id>/cancel/", views.RunCancelView.as_view(), name="api-run-cancel"),
     path("runs/<int:run_id>/resume/", views.RunResumeView.as_view(), name="api-run-resume"),

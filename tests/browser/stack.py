@@ -18,6 +18,7 @@ from typing import Any
 import requests
 
 from tests.processes import stop_process_group
+from trainer.histograms import histogram, run_edges
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 CHROMIUM = os.environ.get("CHROMIUM_PATH", "/usr/bin/chromium")
@@ -147,6 +148,20 @@ class Emitter:
             dt,
         )
 
+    def histograms(self, samples: int) -> dict[str, Any]:
+        """The step's distributions as the trainer sends them (trainer/histograms.py): rewards drift up with
+        the step, advantages spread around 0, a fixed response length, staleness 0 or 1."""
+        edges = run_edges(group_size=8, max_staleness=1, response_len_max=6)
+        x = self.step
+        rewards = [min(1.0, (k % 8) / 8 * (1 - math.exp(-0.15 * x)) + 0.1) for k in range(samples)]
+        values = {
+            "reward": rewards,
+            "advantage": [((k % 8) - 3.5) / 2.3 for k in range(samples)],
+            "response_length": [6] * samples,
+            "staleness": [x % 2] * samples,
+        }
+        return {key: histogram(v, edges[key]) for key, v in values.items()}
+
     def start(self) -> list[dict[str, Any]]:
         """What a job emits first: workers up, gate open at version 0, the sampler at the start."""
         return [
@@ -197,6 +212,7 @@ class Emitter:
                     "staleness_max": x % 2,
                     "staleness_mean": (x % 2) / 2,
                     "samples": groups * 8,
+                    "histograms": self.histograms(groups * 8),
                 },
             )
         )

@@ -20,6 +20,6 @@ def test_sources_type_check() -> None:
 def test_bundle_is_built_and_small() -> None:
     files = [p for p in DIST.rglob("*") if p.suffix in {".js", ".css"}]
     names = {p.name for p in files}
-    assert {"board.js", "run.js", "submit.js", "settings.js", "common.js", "app.css"} <= names, names
+    assert {"board.js", "run.js", "submit.js", "settings.js", "compare.js", "common.js", "app.css"} <= names, names
     gz_kb = sum(len(gzip.compress(p.read_bytes(), 9)) for p in files) / 1024
     assert gz_kb <= 150, f"shipped JS+CSS is {gz_kb:.1f} KB gzip (budget 150)"

@@ -67,6 +67,8 @@ def test_every_html_page_carries_the_policy(django_user_model, hostile_run: Run)
         "board": (client, "/", 200),
         "run page": (client, f"/runs/{hostile_run.pk}/", 200),
         "submit": (client, "/runs/new/", 200),
+        "compare": (client, f"/compare/?runs={hostile_run.pk}", 200),
+        "compare bad input": (client, "/compare/?runs=" + PAYLOADS[0].replace(" ", "%20"), 400),
         "settings": (client, "/settings/", 200),
         "admin": (client, "/admin/", 200),
         "admin run": (client, f"/admin/runs/run/{hostile_run.pk}/change/", 200),

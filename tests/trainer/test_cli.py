@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 from tests.wait import wait_until
-from trainer.events import REQUIRED_DATA_KEYS, validate_event
+from trainer.events import HISTOGRAM_KEYS, REQUIRED_DATA_KEYS, validate_event
 
 ROOT = Path(__file__).resolve().parents[2]
 LOCAL = {
@@ -76,6 +76,11 @@ def test_run_writes_valid_events_then_eval_reads_the_checkpoint(tmp_path: Path) 
     assert [d["step"] for d in trains] == [1, 2, 3, 4]
     assert REQUIRED_DATA_KEYS["train"] <= trains[0].keys()
     assert "held_out_exact_match" in trains[1] and "filtered_rate" in trains[0]
+    # Every step's distributions cover exactly the samples it trained on (8 prompts x 4), on the run's edges.
+    for d in trains:
+        assert sorted(d["histograms"]) == sorted(HISTOGRAM_KEYS)
+        assert {sum(h["counts"]) for h in d["histograms"].values()} == {8 * 4}
+        assert d["histograms"]["staleness"]["edges"] == [-0.5, 0.5]  # max_staleness 0: one bucket
     assert [e["data"]["version"] for e in events if e["type"] == "version"] == [1, 2, 3, 4]
     assert (ckpt / "latest").read_text() == "step-000004"
     meta = json.loads((ckpt / "step-000004" / "meta.json").read_text())

@@ -6,6 +6,7 @@ import { CLASS_LABEL, esc, num, timeOfDay, toSeconds } from "./lib/format";
 import { LiveSocket, wsUrl } from "./lib/live";
 import { ACTIVE, FINISHED, ownerName, Run, RunEvent, runView } from "./lib/model";
 import { RunCharts } from "./run_charts";
+import { RunHeatmap } from "./run_heatmap";
 import { EventLog } from "./run_log";
 import { Timeline } from "./run_timeline";
 
@@ -16,6 +17,7 @@ const cfg = (run.config ?? {}) as Record<string, any>;
 const perStep = typeof cfg.prompts_per_step === "number" && typeof cfg.group_size === "number" ? cfg.prompts_per_step * cfg.group_size : null;
 const charts = new RunCharts(document.getElementById("charts")!, perStep);
 const timeline = new Timeline(document.getElementById("timeline")!);
+const heatmap = new RunHeatmap(document.getElementById("heatmap")!);
 const log = new EventLog(document.getElementById("log")!);
 const engines = new Map<string, Record<string, any>>();
 const workers = new Map<string, Record<string, any>>(); // per-worker records, when a job reports them
@@ -68,6 +70,7 @@ function ingest(ev: RunEvent): void {
     case "checkpoint": checkpoints.push({ seq: ev.seq, ts: toSeconds(ev.ts) ?? 0, data: d }); summary.checkpoint = d; break;
   }
   charts.add(ev);
+  heatmap.add(ev);
   timeline.add(ev);
   log.add(ev);
   panelsDirty = headerDirty = true;
@@ -156,6 +159,7 @@ const SLOW_MS = 250;
 const jobs: { name: string; last: number; dirty: () => boolean; run: () => void }[] = [
   { name: "header", last: 0, dirty: () => headerDirty, run: () => { headerDirty = false; renderHeader(); } },
   { name: "charts", last: 0, dirty: () => charts.dirty, run: () => charts.flush() },
+  { name: "heatmap", last: 0, dirty: () => heatmap.dirty, run: () => heatmap.flush() },
   { name: "timeline", last: 0, dirty: () => timeline.dirty, run: () => timeline.flush() },
   { name: "panels", last: 0, dirty: () => panelsDirty, run: () => { panelsDirty = false; renderPanels(); } },
   { name: "log", last: 0, dirty: () => log.dirty, run: () => log.flush() },
@@ -210,7 +214,7 @@ const socket = new LiveSocket({
     return code !== 4403 && code !== 4404;
   },
 });
-(window as any).__run = { socket, lastSeq: () => lastSeq, timeline, perf };
+(window as any).__run = { socket, lastSeq: () => lastSeq, timeline, heatmap, perf };
 
 // Active runs: let the lanes grow with the clock even between events.
 window.setInterval(() => { if (!FINISHED.has(run.status)) { timeline.flush(true); } }, 1000);
@@ -259,4 +263,5 @@ renderHeader();
 renderPanels();
 timeline.flush(true);
 charts.flush();
+heatmap.flush();
 log.flush();

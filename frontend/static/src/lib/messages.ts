@@ -156,3 +156,37 @@ export interface DashboardSlotsMsg {
   slots: SlotsJson;
   queue: QueueChange;
 }
+
+/** One run of GET /api/runs/compare/: its train metrics as columns, at most COMPARE_POINTS_MAX points (every `stride`-th train event, always the last one), `elapsed` in seconds since the run started. */
+export interface CompareRun {
+  id: number;
+  name: string;
+  owner: string;
+  status: string;
+  steps: number;
+  stride: number;
+  step: number[];
+  elapsed: number[];
+  metrics: Record<string, (number | null)[]>;
+}
+
+/** A config key (nested keys dotted) whose value is not the same in every compared run. */
+export interface ConfigDiffRow {
+  key: string;
+  values: any[];
+  missing: boolean[];
+}
+
+/** GET /api/runs/compare/?runs=1,2,3 (runs.compare): visible runs in the asked order; `not_found`: ids that do not exist or that the user may not see (the two are not told apart). */
+export interface CompareJson {
+  runs: CompareRun[];
+  not_found: number[];
+  metrics: string[];
+  config_diff: ConfigDiffRow[];
+}
+
+/** One distribution of one step: counts[i] samples in [edges[i], edges[i+1]) (the last bucket is closed). */
+export interface HistogramSummary {
+  edges: number[];
+  counts: number[];
+}
