@@ -149,6 +149,8 @@ class RunEvent(models.Model):
             models.UniqueConstraint(fields=["run", "seq"], name="runevent_run_seq_unique"),
             models.UniqueConstraint(fields=["run", "source", "source_seq"], name="runevent_source_seq_unique"),
         ]
+        # One type of one run in order (charts, comparison, trace export, summaries) without reading the rest.
+        indexes = [models.Index(fields=["run", "type", "seq"], name="runevent_run_type_seq_idx")]
         ordering = ["run", "seq"]
 
 

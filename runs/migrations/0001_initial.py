@@ -7,7 +7,6 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     initial = True
 
     dependencies = [
@@ -16,103 +15,208 @@ class Migration(migrations.Migration):
 
     operations = [
         migrations.CreateModel(
-            name='Run',
+            name="Run",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('name', models.CharField(max_length=200)),
-                ('origin', models.CharField(choices=[('dashboard', 'Dashboard'), ('api', 'Api'), ('schedule', 'Schedule'), ('system', 'System')], max_length=16)),
-                ('run_class', models.CharField(choices=[('interactive', 'Interactive'), ('app', 'App'), ('schedule', 'Schedule'), ('system', 'System')], max_length=16)),
-                ('kind', models.CharField(max_length=64)),
-                ('status', models.CharField(choices=[('queued', 'Queued'), ('starting', 'Starting'), ('running', 'Running'), ('stopping', 'Stopping'), ('succeeded', 'Succeeded'), ('failed', 'Failed'), ('cancelled', 'Cancelled')], db_index=True, default='queued', max_length=16)),
-                ('config', models.JSONField(default=dict)),
-                ('created_at', models.DateTimeField(auto_now_add=True)),
-                ('granted_at', models.DateTimeField(blank=True, null=True)),
-                ('started_at', models.DateTimeField(blank=True, null=True)),
-                ('finished_at', models.DateTimeField(blank=True, null=True)),
-                ('heartbeat_at', models.DateTimeField(blank=True, null=True)),
-                ('time_limit_seconds', models.PositiveIntegerField(blank=True, null=True)),
-                ('error', models.TextField(blank=True, default='')),
-                ('summary', models.JSONField(default=dict)),
-                ('ray_submission_id', models.CharField(blank=True, default='', max_length=128)),
-                ('ingest_token', models.CharField(default=runs.models.new_ingest_token, max_length=64)),
-                ('last_seq', models.BigIntegerField(default=0)),
-                ('attempt', models.PositiveIntegerField(default=0)),
-                ('resume_requested', models.BooleanField(default=False)),
-                ('auto_resume', models.BooleanField(default=False)),
-                ('owner', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='runs', to=settings.AUTH_USER_MODEL)),
-                ('parent', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='children', to='runs.run')),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("name", models.CharField(max_length=200)),
+                (
+                    "origin",
+                    models.CharField(
+                        choices=[
+                            ("dashboard", "Dashboard"),
+                            ("api", "Api"),
+                            ("schedule", "Schedule"),
+                            ("system", "System"),
+                        ],
+                        max_length=16,
+                    ),
+                ),
+                (
+                    "run_class",
+                    models.CharField(
+                        choices=[
+                            ("interactive", "Interactive"),
+                            ("app", "App"),
+                            ("schedule", "Schedule"),
+                            ("system", "System"),
+                        ],
+                        max_length=16,
+                    ),
+                ),
+                ("kind", models.CharField(max_length=64)),
+                (
+                    "status",
+                    models.CharField(
+                        choices=[
+                            ("queued", "Queued"),
+                            ("starting", "Starting"),
+                            ("running", "Running"),
+                            ("stopping", "Stopping"),
+                            ("succeeded", "Succeeded"),
+                            ("failed", "Failed"),
+                            ("cancelled", "Cancelled"),
+                        ],
+                        db_index=True,
+                        default="queued",
+                        max_length=16,
+                    ),
+                ),
+                ("config", models.JSONField(default=dict)),
+                ("created_at", models.DateTimeField(auto_now_add=True)),
+                ("granted_at", models.DateTimeField(blank=True, null=True)),
+                ("started_at", models.DateTimeField(blank=True, null=True)),
+                ("finished_at", models.DateTimeField(blank=True, null=True)),
+                ("heartbeat_at", models.DateTimeField(blank=True, null=True)),
+                ("time_limit_seconds", models.PositiveIntegerField(blank=True, null=True)),
+                ("error", models.TextField(blank=True, default="")),
+                ("summary", models.JSONField(default=dict)),
+                ("ray_submission_id", models.CharField(blank=True, default="", max_length=128)),
+                ("ingest_token", models.CharField(default=runs.models.new_ingest_token, max_length=64)),
+                ("last_seq", models.BigIntegerField(default=0)),
+                ("attempt", models.PositiveIntegerField(default=0)),
+                ("resume_requested", models.BooleanField(default=False)),
+                ("auto_resume", models.BooleanField(default=False)),
+                (
+                    "owner",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.PROTECT, related_name="runs", to=settings.AUTH_USER_MODEL
+                    ),
+                ),
+                (
+                    "parent",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        related_name="children",
+                        to="runs.run",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['-id'],
+                "ordering": ["-id"],
             },
         ),
         migrations.CreateModel(
-            name='ConcurrencySettings',
+            name="ConcurrencySettings",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('raw', models.JSONField(default=dict)),
-                ('updated_at', models.DateTimeField(auto_now=True)),
-                ('updated_by', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, to=settings.AUTH_USER_MODEL)),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("raw", models.JSONField(default=dict)),
+                ("updated_at", models.DateTimeField(auto_now=True)),
+                (
+                    "updated_by",
+                    models.ForeignKey(
+                        blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, to=settings.AUTH_USER_MODEL
+                    ),
+                ),
             ],
         ),
         migrations.CreateModel(
-            name='RunEvent',
+            name="RunEvent",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('seq', models.BigIntegerField()),
-                ('source', models.CharField(default='platform', max_length=32)),
-                ('source_seq', models.BigIntegerField(blank=True, null=True)),
-                ('ts', models.DateTimeField()),
-                ('type', models.CharField(max_length=16)),
-                ('data', models.JSONField(default=dict)),
-                ('run', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='events', to='runs.run')),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("seq", models.BigIntegerField()),
+                ("source", models.CharField(default="platform", max_length=32)),
+                ("source_seq", models.BigIntegerField(blank=True, null=True)),
+                ("ts", models.DateTimeField()),
+                ("type", models.CharField(max_length=16)),
+                ("data", models.JSONField(default=dict)),
+                (
+                    "run",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE, related_name="events", to="runs.run"
+                    ),
+                ),
             ],
             options={
-                'ordering': ['run', 'seq'],
+                "ordering": ["run", "seq"],
             },
         ),
         migrations.CreateModel(
-            name='Schedule',
+            name="Schedule",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('name', models.CharField(max_length=200)),
-                ('cron', models.CharField(max_length=100)),
-                ('kind', models.CharField(max_length=64)),
-                ('config', models.JSONField(default=dict)),
-                ('enabled', models.BooleanField(default=True)),
-                ('next_run_at', models.DateTimeField(blank=True, null=True)),
-                ('created_at', models.DateTimeField(auto_now_add=True)),
-                ('last_run', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='+', to='runs.run')),
-                ('owner', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='schedules', to=settings.AUTH_USER_MODEL)),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("name", models.CharField(max_length=200)),
+                ("cron", models.CharField(max_length=100)),
+                ("kind", models.CharField(max_length=64)),
+                ("config", models.JSONField(default=dict)),
+                ("enabled", models.BooleanField(default=True)),
+                ("next_run_at", models.DateTimeField(blank=True, null=True)),
+                ("created_at", models.DateTimeField(auto_now_add=True)),
+                (
+                    "last_run",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        related_name="+",
+                        to="runs.run",
+                    ),
+                ),
+                (
+                    "owner",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="schedules",
+                        to=settings.AUTH_USER_MODEL,
+                    ),
+                ),
             ],
         ),
         migrations.CreateModel(
-            name='Slot',
+            name="Slot",
             fields=[
-                ('run', models.OneToOneField(on_delete=django.db.models.deletion.CASCADE, primary_key=True, related_name='slot', serialize=False, to='runs.run')),
-                ('run_class', models.CharField(choices=[('interactive', 'Interactive'), ('app', 'App'), ('schedule', 'Schedule'), ('system', 'System')], max_length=16)),
-                ('state', models.CharField(choices=[('waiting', 'Waiting'), ('held', 'Held')], default='waiting', max_length=8)),
-                ('requested_at', models.DateTimeField()),
-                ('granted_at', models.DateTimeField(blank=True, null=True)),
+                (
+                    "run",
+                    models.OneToOneField(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        primary_key=True,
+                        related_name="slot",
+                        serialize=False,
+                        to="runs.run",
+                    ),
+                ),
+                (
+                    "run_class",
+                    models.CharField(
+                        choices=[
+                            ("interactive", "Interactive"),
+                            ("app", "App"),
+                            ("schedule", "Schedule"),
+                            ("system", "System"),
+                        ],
+                        max_length=16,
+                    ),
+                ),
+                (
+                    "state",
+                    models.CharField(
+                        choices=[("waiting", "Waiting"), ("held", "Held")], default="waiting", max_length=8
+                    ),
+                ),
+                ("requested_at", models.DateTimeField()),
+                ("granted_at", models.DateTimeField(blank=True, null=True)),
             ],
             options={
-                'indexes': [models.Index(fields=['state', 'run_class', 'requested_at', 'run'], name='slot_queue_idx')],
+                "indexes": [models.Index(fields=["state", "run_class", "requested_at", "run"], name="slot_queue_idx")],
             },
         ),
         migrations.AddIndex(
-            model_name='run',
-            index=models.Index(fields=['owner', '-id'], name='runs_run_owner_i_fa89d1_idx'),
+            model_name="run",
+            index=models.Index(fields=["owner", "-id"], name="runs_run_owner_i_fa89d1_idx"),
         ),
         migrations.AddIndex(
-            model_name='run',
-            index=models.Index(fields=['run_class', 'status'], name='runs_run_run_cla_dfe6f8_idx'),
+            model_name="run",
+            index=models.Index(fields=["run_class", "status"], name="runs_run_run_cla_dfe6f8_idx"),
         ),
         migrations.AddConstraint(
-            model_name='runevent',
-            constraint=models.UniqueConstraint(fields=('run', 'seq'), name='runevent_run_seq_unique'),
+            model_name="runevent",
+            constraint=models.UniqueConstraint(fields=("run", "seq"), name="runevent_run_seq_unique"),
         ),
         migrations.AddConstraint(
-            model_name='runevent',
-            constraint=models.UniqueConstraint(fields=('run', 'source', 'source_seq'), name='runevent_source_seq_unique'),
+            model_name="runevent",
+            constraint=models.UniqueConstraint(
+                fields=("run", "source", "source_seq"), name="runevent_source_seq_unique"
+            ),
         ),
     ]

@@ -5,15 +5,14 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('runs', '0001_initial'),
+        ("runs", "0001_initial"),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
     operations = [
         migrations.AddIndex(
-            model_name='run',
-            index=models.Index(fields=['granted_at'], name='run_granted_at_idx'),
+            model_name="run",
+            index=models.Index(fields=["granted_at"], name="run_granted_at_idx"),
         ),
     ]

@@ -5,6 +5,7 @@ Existing tokens are invalidated, not carried over: a job still running across th
 event posts, stops heartbeating and is failed by the tick after SLOTS_HEARTBEAT_TIMEOUT_SECONDS (resume it to
 continue from its checkpoint with a token of the new kind). Migrate with no run active (docs/operations.md).
 """
+
 import secrets
 
 from django.db import migrations, models
@@ -19,7 +20,6 @@ def nonce_per_run(apps, schema_editor):
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
         ("runs", "0002_run_granted_at_index"),
     ]
