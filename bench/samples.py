@@ -4,13 +4,14 @@ filter:  100,000 samples of one run, posted through the real ingest view (valida
          then GET /api/runs/<id>/samples/?reward_lte=0&finish_reason=length&staleness_gte=1 through the real
          API (URL routing, session auth, DRF, the keyset paginator) for its first 50 rows, many times: p95.
          Baseline in the same run: the unfiltered first page (`ratio_to_unfiltered`).
-capture: the trainer in `local` mode (one process, torch pinned to one thread), A/B interleaved in rounds:
-         B with capture on (the defaults: 2 drawn groups plus best and worst, every step), A with it off
-         (samples_groups_per_step=0, samples_best_worst=false); both write every event as JSON lines. Per-step
-         CPU time of the process (time.process_time, less sensitive than wall time to the other processes of a
-         shared machine); capture_overhead = median(B) / median(A) - 1. `capture_direct` times the capture
-         itself (build the samples of a real step's groups and emit them) against the median step: the same
-         cost without the A/B noise.
+capture: the trainer in `local` mode (one process, torch pinned to one thread; every event written as JSON
+         lines), CPU time of the process (time.process_time). A/B inside one run: capture on (the defaults: 2
+         drawn groups plus best and worst) on even steps, off (samples_groups_per_step=0,
+         samples_best_worst=false) on odd ones; capture runs in the step's report phase, so
+         capture_overhead = (median report on - median report off) / median step. Whole runs A/B
+         (`whole_run_overhead`, off/on interleaved) are reported too: on a shared 2-core machine their step
+         times drift by +-10% between runs, more than the effect. `capture_direct` times the capture alone
+         (a real step's groups, built and emitted 50 times) over the median step.
 Writes bench/results/samples.json. Usage: python bench/samples.py [--quick] [--samples 100000] [--rounds 3]
 """
 
@@ -146,23 +147,39 @@ def bench_filter(n: int, queries: int) -> dict:
     }
 
 
-def train_steps(cfg_dict: dict, events_path: str) -> tuple[list[float], list]:
-    """Run the trainer locally; (CPU seconds of each step after the first, the last step's groups)."""
+def train_steps(cfg_dict: dict, events_path: str, *, alternate: bool = False) -> tuple[list[float], list, dict]:
+    """Run the trainer locally: (CPU seconds of each step after the first, the last step's groups, and with
+    `alternate` the CPU seconds of the report phase on capture-on and capture-off steps). `alternate` turns
+    capture off on every odd step (the run's config without capture, for that step's report only)."""
     from trainer.config import TrainConfig
     from trainer.loop import TrainingRun
     from trainer.sinks import EventEmitter, JsonlSink
 
     marks: list[float] = []
     last: list = []
+    report: dict[str, list[float]] = {"on": [], "off": []}
 
     def on_step(_run: TrainingRun, groups: list) -> None:
         marks.append(time.process_time())
         last[:] = [groups]
 
-    run = TrainingRun(TrainConfig.from_dict(cfg_dict), emitter=EventEmitter([JsonlSink(events_path)]), on_step=on_step)
+    cfg = TrainConfig.from_dict(cfg_dict)
+    quiet = cfg.replace(samples_groups_per_step=0, samples_best_worst=False)
+
+    class Alternating(TrainingRun):
+        def report(self, groups: list, stats: dict) -> None:
+            capture = self.version % 2 == 0
+            self.cfg = cfg if capture else quiet
+            start = time.process_time()
+            super().report(groups, stats)
+            report["on" if capture else "off"].append(time.process_time() - start)
+            self.cfg = cfg
+
+    kind = Alternating if alternate else TrainingRun
+    run = kind(cfg, emitter=EventEmitter([JsonlSink(events_path)]), on_step=on_step)
     run.run()
     run.emitter.close()
-    return [b - a for a, b in zip(marks, marks[1:])], last[0]
+    return [b - a for a, b in zip(marks, marks[1:])], last[0], report
 
 
 def bench_capture(rounds: int, steps: int) -> dict:
@@ -177,16 +194,19 @@ def bench_capture(rounds: int, steps: int) -> dict:
     base = {"mode": "local", "steps": steps, "eval_every": 0, "prompts_per_step": 64, "group_size": 8, "seed": 3}
     off = {**base, "samples_groups_per_step": 0, "samples_best_worst": False}
     on = {**base}  # the defaults: 2 drawn groups plus the best and the worst
-    a_steps: list[float] = []
-    b_steps: list[float] = []
-    groups: list = []
     with tempfile.TemporaryDirectory() as tmp:
-        for r in range(rounds):
-            for name, cfg, into in (
-                (("a", off, a_steps), ("b", on, b_steps)) if r % 2 == 0 else (("b", on, b_steps), ("a", off, a_steps))
-            ):
-                times, groups = train_steps(cfg, os.path.join(tmp, f"{name}{r}.jsonl"))
-                into += times
+        # A/B inside one run: capture on even steps, off on odd ones; the report phase (where capture runs)
+        # is timed on each, so the machine's drift over minutes cancels.
+        all_steps, groups, report = train_steps(
+            {**on, "steps": steps * rounds}, os.path.join(tmp, "alt.jsonl"), alternate=True
+        )
+        # A/B of whole runs, interleaved (off, on, on, off, ...): the plain comparison, noisier here.
+        a_steps: list[float] = []
+        b_steps: list[float] = []
+        for r in range(2):
+            pairs = ((off, a_steps), (on, b_steps)) if r % 2 == 0 else ((on, b_steps), (off, a_steps))
+            for i, (cfg_dict, into) in enumerate(pairs):
+                into += train_steps(cfg_dict, os.path.join(tmp, f"run{r}{i}.jsonl"))[0]
         cfg = TrainConfig.from_dict(on)
         task = task_build(cfg)
         emitter = EventEmitter([JsonlSink(os.path.join(tmp, "direct.jsonl"))])
@@ -197,14 +217,19 @@ def bench_capture(rounds: int, steps: int) -> dict:
                 emitter.emit("sample", dict(sample))
         direct = (time.process_time() - start) / reps
         emitter.close()
+    step = statistics.median(all_steps)
+    report_on, report_off = statistics.median(report["on"]), statistics.median(report["off"])
     a_med, b_med = statistics.median(a_steps), statistics.median(b_steps)
     return {
-        "capture_overhead": round(b_med / a_med - 1, 4),
-        "step_cpu_seconds_off": round(a_med, 4),
-        "step_cpu_seconds_on": round(b_med, 4),
-        "steps_measured": {"off": len(a_steps), "on": len(b_steps)},
+        "capture_overhead": round((report_on - report_off) / step, 4),
+        "step_cpu_seconds": round(step, 4),
+        "report_cpu_seconds_on": round(report_on, 5),
+        "report_cpu_seconds_off": round(report_off, 5),
+        "alternating_steps": {"on": len(report["on"]), "off": len(report["off"])},
         "capture_direct_seconds": round(direct, 5),
-        "capture_direct": round(direct / a_med, 4),
+        "capture_direct": round(direct / step, 4),
+        "whole_run_overhead": round(b_med / a_med - 1, 4),
+        "whole_run_step_cpu_seconds": {"off": round(a_med, 4), "on": round(b_med, 4)},
         "capture_config": {"samples_groups_per_step": 2, "samples_best_worst": True, **base},
     }
 
@@ -214,7 +239,7 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="10,000 samples, 1 round of 10 steps")
     parser.add_argument("--samples", type=int, default=100_000)
     parser.add_argument("--queries", type=int, default=200)
-    parser.add_argument("--rounds", type=int, default=4)
+    parser.add_argument("--rounds", type=int, default=4, help="the alternating run has rounds * steps steps")
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--database-url", default=os.environ.get("BENCH_DATABASE_URL", DEFAULT_DB))
     args = parser.parse_args()
