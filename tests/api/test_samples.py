@@ -221,3 +221,18 @@ def test_hostile_sample_events_are_refused_or_kept_verbatim(owner):
     assert ingest(run, [sample_event(2, step=1, prompt=script, completion=script)]).status_code == 200
     row = listed(client_for(owner), run)[0]
     assert row["prompt"] == script and row["completion"] == script  # JSON is data; the page escapes it
+
+
+def test_inspector_page_has_the_runs_visibility(loaded, owner):
+    from django.test import Client
+
+    run, _ = loaded
+    path = f"/runs/{run.pk}/samples/"
+    assert Client().get(path).status_code == 302  # to the login page
+    page = Client()
+    page.force_login(owner)
+    response = page.get(path)
+    assert response.status_code == 200 and b"dist/samples.js" in response.content
+    stranger = Client()
+    stranger.force_login(user_make("eve"))
+    assert stranger.get(path).status_code == 404
