@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.conf import settings
-from django.db.models import Q, QuerySet
+from django.db.models import Q
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import serializers
 from rest_framework.exceptions import NotFound
@@ -80,7 +80,8 @@ class SampleCursorPagination(CursorPagination):
     page_size = 50
     ordering = "-id"
 
-    def paginate_queryset(self, queryset: QuerySet[Sample], request: Request, view: Any = None) -> list[Sample]:
+    def paginate_queryset(self, queryset: Any, request: Request, view: Any = None) -> list[Any]:
+        """One page of `queryset` (a QuerySet of Sample) after the request's cursor, in the ordering."""
         self.request, self.base_url = request, request.build_absolute_uri()
         self.page_size = self.limit(request)
         try:
@@ -128,7 +129,8 @@ class SampleCursorPagination(CursorPagination):
 
     def _link(self, row: Sample, *, reverse: bool) -> str:
         position = f"{getattr(row, self.field)!r}|{row.pk}"
-        return self.encode_cursor(Cursor(offset=0, reverse=reverse, position=position))
+        # DRF keeps positions as strings (its own are str(value)); the stubs say int.
+        return self.encode_cursor(Cursor(offset=0, reverse=reverse, position=position))  # type: ignore[arg-type]
 
     def get_next_link(self) -> str | None:
         return self._link(self.page[-1], reverse=False) if self.has_next and self.page else None
