@@ -236,3 +236,16 @@ def test_inspector_page_has_the_runs_visibility(loaded, owner):
     stranger = Client()
     stranger.force_login(user_make("eve"))
     assert stranger.get(path).status_code == 404
+
+
+def test_the_browsers_sample_type_names_every_field_the_api_sends():
+    import re
+    from pathlib import Path
+
+    from runs.api.samples import SampleDetailSerializer
+
+    source = (Path(__file__).resolve().parents[2] / "frontend/static/src/lib/samples.ts").read_text()
+    block = re.search(r"export interface Sample \{(.*?)\n\}", source, re.S)
+    assert block is not None
+    declared = set(re.findall(r"(\w+)\??:", block.group(1)))
+    assert declared == set(SampleDetailSerializer.Meta.fields)
