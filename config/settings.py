@@ -181,6 +181,10 @@ WS_SESSION_RECHECK_SECONDS = float(os.environ.get("WS_SESSION_RECHECK_SECONDS", 
 EVENTS_MAX_PER_RUN = env_int("EVENTS_MAX_PER_RUN", 50_000)
 EVENTS_DOWNSAMPLE_EVERY = env_int("EVENTS_DOWNSAMPLE_EVERY", 10)
 EVENTS_PAGE_MAX = env_int("EVENTS_PAGE_MAX", 1000)
+# Captured samples (runs/samples.py): a run keeps its config's `samples_keep` newest samples, at most
+# SAMPLES_MAX_PER_RUN; GET /api/runs/<id>/samples/ pages are at most SAMPLES_PAGE_MAX rows.
+SAMPLES_MAX_PER_RUN = env_int("SAMPLES_MAX_PER_RUN", 200_000)
+SAMPLES_PAGE_MAX = env_int("SAMPLES_PAGE_MAX", 200)
 
 CELERY_BROKER_URL = REDIS_URL
 CELERY_RESULT_BACKEND = None

@@ -15,6 +15,7 @@ const options = {
   entryPoints: {
     board: join(src, "board.ts"),
     run: join(src, "run.ts"),
+    samples: join(src, "samples.ts"),
     submit: join(src, "submit.ts"),
     settings: join(src, "settings.ts"),
     compare: join(src, "compare.ts"),

@@ -2,13 +2,14 @@
 
 from django.urls import path
 
-from frontend.views import auth, compare, dashboard, settings
+from frontend.views import auth, compare, dashboard, samples, settings
 
 urlpatterns: list = [
     path("", dashboard.board, name="board"),
     path("runs/new/", dashboard.run_submit_form, name="run-submit"),
     path("runs/<int:run_id>/", dashboard.run_detail, name="run-detail"),
     path("compare/", compare.compare, name="compare"),
+    path("runs/<int:run_id>/samples/", samples.run_samples, name="run-samples"),
     path("login/", auth.login_view, name="login"),
     path("logout/", auth.logout_view, name="logout"),
     path("settings/", settings.concurrency_settings, name="settings"),

@@ -22,6 +22,7 @@ from runs.execution.outcome import event_outcome, run_job_finished
 from runs.models import FINISHED_STATUSES, Run, RunEvent, RunStatus, Slot
 from runs.realtime import run_summary_publish
 from runs.retention import events_keep
+from runs.samples import samples_record
 from runs.slots import store as slot_store
 from runs.stores import run_events_publish
 from trainer.events import EventSchemaError, IngestReply, validate_event
@@ -98,8 +99,11 @@ def summary_fold(summary: dict[str, Any], events: list[RunEvent]) -> dict[str, A
 
 
 def run_events_ingest(*, run: Run, payload: Any) -> IngestResult:
-    """Store a validated batch from the run's current attempt; idempotent on the emitter's seq."""
+    """Store a validated batch from the run's current attempt; idempotent on the emitter's seq. Its `sample`
+    events go to the samples table (runs/samples.py), counted in `stored`/`duplicates` like events."""
     items = ingest_batch_validate(payload)
+    samples = [item for item in items if item["type"] == "sample"]
+    items = [item for item in items if item["type"] != "sample"]
     source = f"attempt-{run.attempt}"
     now = timezone.now()
     with transaction.atomic():
@@ -108,6 +112,7 @@ def run_events_ingest(*, run: Run, payload: Any) -> IngestResult:
         count = Run.objects.select_for_update().values_list("last_seq", flat=True).get(pk=run.pk)
         kept, dropped = events_keep(stored=count, items=items)
         stored = run_events_record(run=run, source=source, events=kept)
+        new_samples = samples_record(run=run, source=source, items=samples)
         run_events_publish(stored)
         locked = Run.objects.select_for_update().only("summary", "status", "last_seq").get(pk=run.pk)
         fields: dict[str, Any] = {"heartbeat_at": now}
@@ -127,7 +132,11 @@ def run_events_ingest(*, run: Run, payload: Any) -> IngestResult:
             finished = run_job_finished(run=run, status=outcome[0], error=outcome[1])
             status, last_seq = finished.status, finished.last_seq
     return IngestResult(
-        stored=len(stored), duplicates=len(kept) - len(stored), last_seq=last_seq, status=status, dropped=len(dropped)
+        stored=len(stored) + new_samples,
+        duplicates=len(kept) - len(stored) + len(samples) - new_samples,
+        last_seq=last_seq,
+        status=status,
+        dropped=len(dropped),
     )
 
 

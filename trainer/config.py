@@ -106,6 +106,13 @@ class TrainConfig:
     """Stop early once training exact-match reaches this (0: never)."""
     time_limit_s: float = 0.0
     """Stop after this many seconds of training (0: none of its own; the platform's run time limit still holds)."""
+    # --- sample capture (trainer/samples.py; stored by the platform in its own table) ---
+    samples_groups_per_step: int = 2
+    """Groups per step posted whole as `sample` events (a seeded draw), besides the best and the worst (0: none)."""
+    samples_best_worst: bool = True
+    """Also post each step's groups with the best and the worst mean reward."""
+    samples_keep: int = 20_000
+    """Samples the platform keeps for this run (the oldest go first); capped by its SAMPLES_MAX_PER_RUN setting."""
     seed: int = 0
     """Seed for data split, shuffles, initialization and sampling."""
     device: Device = "auto"
@@ -230,6 +237,8 @@ _BOUNDS: dict[str, tuple[float | None, float | None]] = {
     "checkpoint_every": (0, 10_000),
     "target_exact_match": (0.0, 1.0),
     "time_limit_s": (0.0, 86_400.0),
+    "samples_groups_per_step": (0, 64),
+    "samples_keep": (0, 1_000_000),
     "seed": (0, 2**31 - 1),
     "driver_cpus": (0.01, 64.0),
     "learner_cpus": (0.01, 64.0),

@@ -11,8 +11,10 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, TypedDict, cast
 
+from trainer.sample_schema import REQUIRED_SAMPLE_KEYS, sample_data_check
+
 EVENT_TYPES: frozenset[str] = frozenset(
-    {"status", "gate", "version", "sampler", "rollout", "train", "worker", "checkpoint", "log", "resources"}
+    {"status", "gate", "version", "sampler", "rollout", "train", "worker", "checkpoint", "log", "resources", "sample"}
 )
 RESOURCE_STATES: frozenset[str] = frozenset({"waiting", "ready", "timeout"})
 GATE_STATES: frozenset[str] = frozenset({"open", "sealed", "draining", "installing", "poisoned"})
@@ -25,6 +27,8 @@ REQUIRED_DATA_KEYS: dict[str, frozenset[str]] = {
     "version": frozenset({"version", "published_at", "pause_ms"}),
     "sampler": frozenset({"epoch", "group_count", "dataset_size", "consumed_in_epoch"}),
     "train": frozenset({"step", "loss", "reward_mean", "exact_match", "kl", "entropy", "staleness_max"}),
+    # One captured episode (trainer.sample_schema.SampleData); the platform stores it in its own table.
+    "sample": REQUIRED_SAMPLE_KEYS,
 }
 
 
@@ -111,6 +115,10 @@ def validate_event(obj: Any) -> Event:
         raise EventSchemaError(f"data.state: expected one of {sorted(GATE_STATES)}, got {data['state']!r}")
     if etype == "train" and "histograms" in data:
         validate_histograms(data["histograms"])
+    if etype == "sample":
+        problem = sample_data_check(data)
+        if problem:
+            raise EventSchemaError(problem)
     ts = obj.get("ts", time.time())
     if not isinstance(ts, (int, float)) or isinstance(ts, bool) or not 0 <= ts < TS_END:
         # `not 0 <= ts` is also true for NaN; the upper bound keeps datetime (years 1-9999) able to hold it.

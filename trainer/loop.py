@@ -25,6 +25,7 @@ from trainer.placement import PlacementTimeout
 from trainer.problems import task_build
 from trainer.resume import apply_restore, load_for_resume, take_checkpoint
 from trainer.sampler import GroupSampler
+from trainer.samples import samples_capture
 from trainer.sinks import EventEmitter
 from trainer.stopping import StopControl, StopRequested, finish_stopped
 from trainer.topology import Runtime, build_runtime
@@ -224,7 +225,7 @@ class TrainingRun:
             rt.loop.run(rt.publication.prepare(timeout_s=self.cfg.publish_deadline_s))
 
     def report(self, groups: list[Group], stats: dict[str, Any]) -> None:
-        """Step 4: the train event (with an evaluation when due) and the sampler's progress."""
+        """Step 4: the train event (with an evaluation when due), captured samples and the sampler's progress."""
         cfg = self.cfg
         elapsed = time.monotonic() - self._t0
         data = reports.train_data(
@@ -241,6 +242,8 @@ class TrainingRun:
             data.update(self.rt.trainer_call("evaluate", cfg.eval_prompts))
         self.metrics.update({k: v for k, v in data.items() if k not in ("group_ids", "epochs", "histograms")})
         self.emit("train", data)
+        for sample in samples_capture(groups, task=self.task, step=self.version, cfg=cfg):
+            self.emit("sample", dict(sample))
         self.emit("sampler", self.sampler.progress())
 
     def checkpoint(self, reason: str, *, quiesce: bool = True) -> None:

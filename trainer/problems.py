@@ -99,6 +99,10 @@ class SequenceTask:
         """(reward, exact_match) of the concatenated generated tokens of all turns."""
         raise NotImplementedError
 
+    def reward_parts(self, p: Prompt, generated: list[int]) -> dict[str, float]:
+        """The reward's parts by name, for inspection (sample events); {} when the reward has none."""
+        return {}
+
 
 class DigitTask(SequenceTask):
     """Write the next `answer_terms` terms at once; partial credit up to the first wrong character."""
@@ -117,6 +121,14 @@ class DigitTask(SequenceTask):
                 break
             right += 1
         return right / len(want), float(got == want)
+
+    def reward_parts(self, p: Prompt, generated: list[int]) -> dict[str, float]:
+        """Per answer term: 1 when the term is right (the reward is the right prefix, in characters)."""
+        want, got, w = self.answer_text(p), decode(generated), self.width
+        return {
+            f"term_{i + 1}": float(got[i * w : (i + 1) * w] == want[i * w : (i + 1) * w])
+            for i in range(self.answer_terms)
+        }
 
 
 class AgentTask(SequenceTask):
@@ -141,6 +153,13 @@ class AgentTask(SequenceTask):
         w = self.width
         hits = [got[i * w : (i + 1) * w] == want[i * w : (i + 1) * w] for i in range(self.turns)]
         return sum(hits) / self.turns, float(all(hits))
+
+    def reward_parts(self, p: Prompt, generated: list[int]) -> dict[str, float]:
+        """Per turn: 1 when that turn's term is right (the reward is their mean)."""
+        got, want, w = decode(generated), self.answer_text(p), self.width
+        return {
+            f"turn_{i + 1}": float(got[i * w : (i + 1) * w] == want[i * w : (i + 1) * w]) for i in range(self.turns)
+        }
 
 
 TASKS: dict[str, Callable[..., SequenceTask]] = {"digits": DigitTask, "agent": AgentTask}

@@ -8,6 +8,7 @@ from runs.api import views
 from runs.api.auth import TokenView
 from runs.api.compare import RunCompareView
 from runs.api.ingest import RunIngestView
+from runs.api.samples import RunSampleDetailView, RunSamplesView
 from runs.api.schedules import ScheduleDetailView, ScheduleListCreateView
 
 urlpatterns = [
@@ -19,6 +20,8 @@ urlpatterns = [
     path("runs/<int:run_id>/resume/", views.RunResumeView.as_view(), name="api-run-resume"),
     path("runs/<int:run_id>/events/", views.RunEventsView.as_view(), name="api-run-events"),
     path("runs/<int:run_id>/ingest/", RunIngestView.as_view(), name="api-run-ingest"),
+    path("runs/<int:run_id>/samples/", RunSamplesView.as_view(), name="api-run-samples"),
+    path("runs/<int:run_id>/samples/<int:sample_id>/", RunSampleDetailView.as_view(), name="api-run-sample"),
     path("slots/", views.SlotsView.as_view(), name="api-slots"),
     path("slots/dry-run/", views.SlotDryRunView.as_view(), name="api-slots-dry-run"),
     path("settings/concurrency/", views.ConcurrencySettingsView.as_view(), name="api-settings-concurrency"),

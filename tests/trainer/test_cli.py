@@ -82,6 +82,15 @@ def test_run_writes_valid_events_then_eval_reads_the_checkpoint(tmp_path: Path) 
         assert {sum(h["counts"]) for h in d["histograms"].values()} == {8 * 4}
         assert d["histograms"]["staleness"]["edges"] == [-0.5, 0.5]  # max_staleness 0: one bucket
     assert [e["data"]["version"] for e in events if e["type"] == "version"] == [1, 2, 3, 4]
+    # Capture (defaults: 2 drawn groups plus the best and the worst, whole groups of 4): after each train event.
+    samples = [e["data"] for e in events if e["type"] == "sample"]
+    for step in (1, 2, 3, 4):
+        mine = [s for s in samples if s["step"] == step]
+        groups = {s["group"] for s in mine}
+        # 4 groups; 3 when every group of the step has the same mean reward (then best is also worst).
+        assert len(groups) in (3, 4) and len(mine) == 4 * len(groups)
+        assert {"best", "sampled"} <= {s["pick"] for s in mine} <= {"best", "worst", "sampled"}
+        assert groups <= set(trains[step - 1]["group_ids"])  # groups that step trained on
     assert (ckpt / "latest").read_text() == "step-000004"
     meta = json.loads((ckpt / "step-000004" / "meta.json").read_text())
     assert meta["version"] == 4 and meta["config"]["steps"] == 4

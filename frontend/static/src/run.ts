@@ -15,7 +15,7 @@ let lastSeq = 0;
 let statusSeq = 0; // seq of the newest status event applied
 const cfg = (run.config ?? {}) as Record<string, any>;
 const perStep = typeof cfg.prompts_per_step === "number" && typeof cfg.group_size === "number" ? cfg.prompts_per_step * cfg.group_size : null;
-const charts = new RunCharts(document.getElementById("charts")!, perStep);
+const charts = new RunCharts(document.getElementById("charts")!, perStep, (step) => location.assign(`/runs/${run.id}/samples/?step=${step}`));
 const timeline = new Timeline(document.getElementById("timeline")!);
 const heatmap = new RunHeatmap(document.getElementById("heatmap")!);
 const log = new EventLog(document.getElementById("log")!);

@@ -1,4 +1,5 @@
-/** The run page's metric charts (uPlot): reward, exact-match, loss, samples/s and staleness against step. */
+/** The run page's metric charts (uPlot): reward, exact-match, loss, samples/s and staleness against step.
+ * A click on the reward chart picks the step under the cursor (`onPickStep`: the run page opens its samples). */
 import uPlot from "uplot";
 import { num } from "./lib/format";
 import type { RunEvent } from "./lib/model";
@@ -31,7 +32,7 @@ export class RunCharts {
   private plots = new Map<string, uPlot>();
   dirty = false;
 
-  constructor(private root: HTMLElement, private samplesPerStep: number | null) {
+  constructor(private root: HTMLElement, private samplesPerStep: number | null, private onPickStep?: (step: number) => void) {
     this.root.innerHTML = SPECS.map((s) => `<figure class="card chart" data-chart="${s.key}" style="margin:0">
       <h3><span id="chart-${s.key}-title">${s.title}</span><span class="last num" data-last="${s.key}">—</span></h3>
       <div class="plot" role="img" aria-labelledby="chart-${s.key}-title" aria-describedby="chart-${s.key}-desc"></div>
@@ -78,7 +79,17 @@ export class RunCharts {
         axes: [{ ...axis, label: "", size: 30 }, { ...axis, size: 48 }],
         series: [{ label: "step" }, ...spec.series.map((s) => ({ label: s.label, stroke: cssVar(s.color), width: 1.8, spanGaps: true, points: { show: false } }))],
       };
-      this.plots.set(spec.key, new uPlot(opts, this.columns(spec), el));
+      const plot = new uPlot(opts, this.columns(spec), el);
+      this.plots.set(spec.key, plot);
+      if (spec.key === "reward" && this.onPickStep) {
+        el.classList.add("pickable");
+        el.title = "Click a point to see that step's samples";
+        plot.over.addEventListener("click", () => {
+          const i = plot.cursor.idx;
+          const step = i === null || i === undefined ? undefined : this.samples[i]?.step;
+          if (step !== undefined) this.onPickStep?.(step);
+        });
+      }
     }
   }
 
