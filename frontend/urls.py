@@ -2,7 +2,7 @@
 
 from django.urls import path
 
-from frontend.views import auth, dashboard, settings
+from frontend.views import auth, dashboard, metrics, settings
 
 urlpatterns: list = [
     path("", dashboard.board, name="board"),
@@ -11,4 +11,5 @@ urlpatterns: list = [
     path("login/", auth.login_view, name="login"),
     path("logout/", auth.logout_view, name="logout"),
     path("settings/", settings.concurrency_settings, name="settings"),
+    path("metrics", metrics.metrics, name="metrics"),
 ]

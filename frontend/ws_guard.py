@@ -92,6 +92,18 @@ def presence_release(user_id: int, channel: str) -> None:
     _client().zrem(_key(user_id), channel)
 
 
+def presence_count() -> int:
+    """Open sockets of all users, all web processes: the unexpired entries of every presence set (the
+    rlcp_websocket_connections gauge; a dead process's entries expire after PRESENCE_TTL)."""
+    prefix = settings.CHANNEL_LAYERS["default"].get("CONFIG", {}).get("prefix", "asgi")
+    now = time.time()
+    try:
+        keys = _client().scan_iter(f"{prefix}:ws:user:*", count=500)
+        return sum(int(_client().zcount(key, now, "+inf")) for key in keys)
+    except redis.RedisError:
+        return 0
+
+
 def user_group(user_id: int) -> str:
     """Channels group of every socket of one user (logout and user changes are sent there)."""
     return f"ws.user.{user_id}"

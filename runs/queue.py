@@ -4,6 +4,10 @@ ETA; and the dry-run (would a run of this origin and demand be granted now?). Re
 Reasons, checked in this order: the class rules (`class_limit_reached`, `reserve_protected`,
 `global_limit_reached`, `gpu_limit_reached`), then `insufficient_resources` (the run's bundles do not fit the
 nodes' free resources now; detail: what it needs and what is free), else `higher_priority_waiting`.
+
+ETA: the queued run at overall position p starts when the p-th slot frees, the held runs freeing theirs at
+their predicted finishes (runs/finishes.py, runs/progress.py: queue_starts); with no finish known, the position
+over the recent grant rate; for `insufficient_resources`, no earlier than the run would fit.
 """
 
 from __future__ import annotations
@@ -16,7 +20,9 @@ from django.db.models import Q
 from django.utils import timezone
 
 from runs.errors import InvalidInput
+from runs.finishes import active_finishes, typical_run_seconds
 from runs.models import ORIGIN_TO_CLASS, Origin, Run, RunStatus, Slot, SlotState
+from runs.progress import queue_starts
 from runs.slots import store
 from runs.slots.fit import fit_detail
 from runs.slots.grant import (
@@ -147,13 +153,20 @@ def runs_queue_info(*, runs: list[Run]) -> dict[int, QueueInfo]:
     locate = _positions_by_scan if len(queued) > SCAN_THRESHOLD else _positions_by_count
     out: dict[int, QueueInfo] = {}
     positions = locate(policy, queued)
+    starts = queue_starts(
+        finishes=active_finishes(now=now),
+        run_seconds=typical_run_seconds(now=now),
+        now=now.timestamp(),
+        positions=max((p[1] for p in positions.values()), default=0),
+    )
     for run in queued:
         if run.pk not in positions:
             continue
         in_class, overall = positions[run.pk]
         demand, strategy = _demand(run.__dict__.get("resources"))
         reason, detail = wait_reason(snapshot, run.run_class, demand, strategy)
-        eta = round(overall / rate, 1) if rate else None
+        start = starts[overall - 1]
+        eta = round(start - now.timestamp(), 1) if start is not None else (round(overall / rate, 1) if rate else None)
         if reason == INSUFFICIENT_RESOURCES:
             wait = _resource_eta(snapshot, demand, strategy, now) if snapshot.capacity else None
             eta = None if wait is None else max(eta or 0.0, wait)

@@ -17,6 +17,7 @@ urlpatterns = [
     path("runs/<int:run_id>/resume/", views.RunResumeView.as_view(), name="api-run-resume"),
     path("runs/<int:run_id>/events/", views.RunEventsView.as_view(), name="api-run-events"),
     path("runs/<int:run_id>/ingest/", RunIngestView.as_view(), name="api-run-ingest"),
+    path("runs/<int:run_id>/trace/", views.RunTraceView.as_view(), name="api-run-trace"),
     path("slots/", views.SlotsView.as_view(), name="api-slots"),
     path("slots/dry-run/", views.SlotDryRunView.as_view(), name="api-slots-dry-run"),
     path("settings/concurrency/", views.ConcurrencySettingsView.as_view(), name="api-settings-concurrency"),
