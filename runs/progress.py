@@ -30,17 +30,17 @@ def progress_fold(progress: Any, *, train: dict[str, Any], ts: float) -> dict[st
     """The summary's `progress` after a train event (`train`: its data) at `ts`: `points`, the newest WINDOW
     [ts, step, eval seconds] triples, and `eval_s`, the latest evaluation's seconds. A step at or below the last
     one (a resumed run restarts at its checkpoint) starts a new window."""
-    progress = progress if isinstance(progress, dict) else {}
+    progress = _dict(progress)
     kept = [p for p in (progress.get("points") or []) if _is_point(p)]
-    step = train.get("step")
+    step = _num(train.get("step"))
     eval_s = _span_seconds(train.get("eval_span"))
-    last_eval = eval_s if eval_s else progress.get("eval_s")
-    if not _is_number(step):
+    last_eval = eval_s if eval_s else _num(progress.get("eval_s"))
+    if step is None:
         return {"points": kept, "eval_s": last_eval}
     if kept and step <= kept[-1][1]:
         kept = []
-    kept.append([float(ts), float(step), eval_s])
-    return {"points": kept[-WINDOW:], "eval_s": last_eval if _is_number(last_eval) else None}
+    kept.append([float(ts), step, eval_s])
+    return {"points": kept[-WINDOW:], "eval_s": last_eval}
 
 
 def step_seconds(points: list[list[float]]) -> float | None:
@@ -74,29 +74,28 @@ def run_progress(
     config (`steps`, `eval_every`, `time_limit_s`; missing keys from `defaults`). `deadline` (seconds since the
     epoch): when the platform ends the run at the latest (its time limit), which caps the ETA."""
     default_steps = int(defaults.get("steps", 0))
-    train = summary.get("train") if isinstance(summary.get("train"), dict) else None
-    if not train or not _is_number(train.get("step")):
+    train = _dict(summary.get("train"))
+    step = _num(train.get("step"))
+    if step is None:
         return Progress(None, None)
-    step = float(train["step"])
-    total = train.get("steps_total", config.get("steps", default_steps))
-    total = float(total) if _is_number(total) and total > 0 else float(default_steps)
-    progress = summary.get("progress") if isinstance(summary.get("progress"), dict) else {}
+    total = _num(train.get("steps_total", config.get("steps", default_steps))) or 0.0
+    total = total if total > 0 else float(default_steps)
+    progress = _dict(summary.get("progress"))
     points = [p for p in (progress.get("points") or []) if _is_point(p)]
     done = min(1.0, step / total) if total else 1.0
     per_step = step_seconds(points)
     finish: float | None = None
     if per_step is not None:
-        every = config.get("eval_every", defaults.get("eval_every", 0))
-        every = int(every) if _is_number(every) else 0
-        eval_s = progress.get("eval_s") if _is_number(progress.get("eval_s")) else 0.0
+        every = int(_num(config.get("eval_every", defaults.get("eval_every", 0))) or 0)
+        eval_s = _num(progress.get("eval_s")) or 0.0
         left = max(0.0, total - step) * per_step + evals_left(int(step), int(total), every) * eval_s
         finish = points[-1][0] + left
     ends = [finish] if finish is not None else []
-    limit_s = config.get("time_limit_s")
-    if _is_number(limit_s) and limit_s > 0 and _is_number(train.get("elapsed_s")) and points:
-        started = points[-1][0] - float(train["elapsed_s"])  # the loop's start, on the event clock
-        ends.append(started + float(limit_s))
-        done = max(done, min(1.0, (now - started) / float(limit_s)))
+    limit_s, elapsed_s = _num(config.get("time_limit_s")), _num(train.get("elapsed_s"))
+    if limit_s and limit_s > 0 and elapsed_s is not None and points:
+        started = points[-1][0] - elapsed_s  # the loop's start, on the event clock
+        ends.append(started + limit_s)
+        done = max(done, min(1.0, (now - started) / limit_s))
     if deadline is not None:
         ends.append(deadline)
     if finish is None:  # no step rate yet: a time limit alone is a bound, not an estimate
@@ -133,6 +132,14 @@ def median(values: list[float]) -> float | None:
 
 def _is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and value == value
+
+
+def _num(value: Any) -> float | None:
+    return float(value) if _is_number(value) else None
+
+
+def _dict(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
 
 
 def _is_point(p: Any) -> bool:

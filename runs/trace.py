@@ -120,10 +120,9 @@ def _add(b: TraceBuilder, seq: int, ts: float, etype: str, data: dict[str, Any])
         b.instant(b.track(DRIVER, "driver"), f"status {data.get('status')}", "status", ts, {"seq": seq})
     elif etype == "rollout":
         b.span(b.track(DRIVER, "driver"), f"rollout step {step}", "generation", data.get("span"), {"seq": seq})
-        spans = data.get("spans") if isinstance(data.get("spans"), dict) else {}
+        spans = _dict(data.get("spans"))
         for kind, base in (("engines", ENGINE_BASE), ("workers", WORKER_BASE)):
-            table = spans.get(kind) if isinstance(spans.get(kind), dict) else {}
-            for name, span in sorted(table.items()):
+            for name, span in sorted(_dict(spans.get(kind)).items()):
                 b.span(b.track(base, str(name)[:64]), f"generate step {step}", "generation", span, {"seq": seq})
     elif etype == "train":
         learner = b.track(LEARNER, "learner")
@@ -140,7 +139,7 @@ def _add(b: TraceBuilder, seq: int, ts: float, etype: str, data: dict[str, Any])
 
 def _publication(b: TraceBuilder, seq: int, data: dict[str, Any]) -> None:
     """`publish vN` from the first stage's start to the last stage's end, each stage inside it."""
-    phases = data.get("phases") if isinstance(data.get("phases"), dict) else {}
+    phases = _dict(data.get("phases"))
     spans = [(name, phases[name]) for name in PUBLICATION_PHASES if _is_span(phases.get(name))]
     if not spans:
         return
@@ -155,6 +154,10 @@ def _publication(b: TraceBuilder, seq: int, data: dict[str, Any]) -> None:
     )
     for name, span in spans:
         b.span(gate, f"{name} v{version}", "publication", span, {"seq": seq, "version": version})
+
+
+def _dict(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
 
 
 def _is_span(span: Any) -> bool:

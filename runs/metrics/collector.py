@@ -66,7 +66,7 @@ def queue_and_slots() -> Iterator[Metric]:
             key = (run.run_class, info[run.pk].pending_reason)
             pending[key] = pending.get(key, 0) + 1
     yield _gauge(spec.RUNS_PENDING, [(k, v) for k, v in sorted(pending.items())])
-    active = {(k, s): 0 for k in CLASSES for s in ACTIVE_STATUSES}
+    active: dict[tuple[str, str], int] = {(k, str(s)): 0 for k in CLASSES for s in ACTIVE_STATUSES}
     for run_class, status in Run.objects.filter(status__in=ACTIVE_STATUSES).values_list("run_class", "status"):
         active[(run_class, status)] = active.get((run_class, status), 0) + 1
     yield _gauge(spec.RUNS_ACTIVE, [(k, v) for k, v in sorted(active.items())])
@@ -114,30 +114,27 @@ def per_run() -> Iterator[Metric]:
         key: HistogramMetricFamily(m.full_name, m.help, labels=m.labels) for key, m in HIST_KEYS.items()
     }
     for run in runs:
-        summary: dict[str, Any] = run.summary if isinstance(run.summary, dict) else {}
+        summary = _dict(run.summary)
         label = (str(run.pk),)
-        train = summary.get("train") if isinstance(summary.get("train"), dict) else {}
+        train = _dict(summary.get("train"))
         for metric, value in (
             (spec.RUN_REWARD, train.get("reward_mean")),
             (spec.RUN_EXACT_MATCH, train.get("exact_match")),
             (spec.RUN_STEP, train.get("step")),
-            (
-                spec.RUN_VERSION,
-                (summary.get("version") or {}).get("version") if isinstance(summary.get("version"), dict) else None,
-            ),
+            (spec.RUN_VERSION, _dict(summary.get("version")).get("version")),
         ):
-            if _number(value):
+            if isinstance(value, (int, float)) and _number(value):
                 gauges[metric].append((label, float(value)))
         progress = progress_of(run)
         if progress.progress is not None:
             gauges[spec.RUN_PROGRESS].append((label, progress.progress))
         if progress.eta_finish_seconds is not None:
             gauges[spec.RUN_ETA].append((label, progress.eta_finish_seconds))
-        gate = summary.get("gate") if isinstance(summary.get("gate"), dict) else {}
+        gate = _dict(summary.get("gate"))
         if gate.get("state") in GATE_STATES:
             for state in sorted(GATE_STATES):
                 gauges[spec.RUN_GATE].append(((str(run.pk), state), 1.0 if state == gate["state"] else 0.0))
-        hist = summary.get("hist") if isinstance(summary.get("hist"), dict) else {}
+        hist = _dict(summary.get("hist"))
         for key, family in hists.items():
             _add_run_histogram(family, HIST_KEYS[key], label, hist.get(key))
     for metric, samples in gauges.items():
@@ -197,6 +194,10 @@ def _add_run_histogram(family: HistogramMetricFamily, metric: spec.Metric, label
     if len(counts) != len(metric.buckets) + 1 or not all(_number(c) for c in counts):
         return
     family.add_metric(list(labels), _cumulative(metric, [float(c) for c in counts]), float(hist.get("sum", 0.0)))
+
+
+def _dict(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
 
 
 def _number(value: Any) -> bool:

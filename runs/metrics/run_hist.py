@@ -19,10 +19,11 @@ def hist_fold(hist: Any, event_type: str, data: dict[str, Any]) -> dict[str, Any
     out = {k: v for k, v in (hist if isinstance(hist, dict) else {}).items() if k in HIST_KEYS}
     for key, value in _observations(event_type, data):
         metric = HIST_KEYS[key]
-        cur = out.get(key) if isinstance(out.get(key), dict) else None
-        buckets = list(cur["buckets"]) if cur and len(cur.get("buckets", [])) == len(metric.buckets) + 1 else None
+        cur: dict[str, Any] = out[key] if isinstance(out.get(key), dict) else {}
+        size = len(metric.buckets) + 1
+        buckets = list(cur["buckets"]) if isinstance(cur.get("buckets"), list) and len(cur["buckets"]) == size else None
         if buckets is None:
-            cur, buckets = {"sum": 0.0, "count": 0}, [0] * (len(metric.buckets) + 1)
+            cur, buckets = {"sum": 0.0, "count": 0}, [0] * size
         buckets[bucket_index(metric.buckets, value)] += 1
         out[key] = {
             "buckets": buckets,
@@ -39,7 +40,8 @@ def _observations(event_type: str, data: dict[str, Any]) -> list[tuple[str, floa
     if event_type == "version":
         if _number(data.get("pause_ms")):
             out.append(("pause", max(0.0, float(data["pause_ms"]) / 1000)))
-        drain = (data.get("phases") or {}).get("drain") if isinstance(data.get("phases"), dict) else None
+        phases = data.get("phases")
+        drain = phases.get("drain") if isinstance(phases, dict) else None
         if isinstance(drain, dict) and _number(drain.get("start")) and _number(drain.get("end")):
             out.append(("drain", max(0.0, float(drain["end"]) - float(drain["start"]))))
     return out
