@@ -154,3 +154,20 @@ def test_promtool_passes_and_series_follow_runs(metrics_env, user, handoffs, dja
     assert pending == 0
     assert value(after, "rlcp_slot_grants_total", run_class="interactive") == 3
     assert value(after, "rlcp_admission_wait_seconds_count", run_class="interactive") == 3
+
+
+def test_tick_duration_and_task_failures_are_counted(metrics_env, handoffs):
+    from celery import shared_task
+
+    from runs import tasks
+
+    @shared_task(name="tests.metrics.boom")
+    def boom() -> None:
+        raise RuntimeError("boom")
+
+    tasks.tick.apply()
+    tasks.tick.apply()
+    assert boom.apply().failed()
+    got = samples(scrape())
+    assert value(got, "rlcp_tick_duration_seconds_count") == 2
+    assert value(got, "rlcp_celery_task_failures_total", task="tests.metrics.boom") == 1
