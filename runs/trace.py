@@ -20,6 +20,9 @@ from runs.models import Run, RunEvent
 DRIVER, LEARNER, GATE = 1, 2, 3
 ENGINE_BASE, WORKER_BASE = 100, 10_000
 PUBLICATION_PHASES = ("seal", "drain", "install", "reopen")
+# Bounds: a job names its engines and workers, and a run may hold EVENTS_MAX_PER_RUN events.
+MAX_TRACKS_PER_KIND = 256
+MAX_TRACE_EVENTS = 500_000
 TRACE_TYPES = ("status", "rollout", "train", "version", "gate", "checkpoint")
 
 
@@ -31,16 +34,29 @@ class TraceBuilder:
         self.events: list[dict[str, Any]] = []
         self.tracks: dict[int, str] = {}
         self._named: dict[tuple[int, str], int] = {}
+        self.truncated = False
 
     def track(self, base: int, name: str) -> int:
+        """The id of track `name` (made on first use); past MAX_TRACKS_PER_KIND names of a kind, one `other`."""
         if base in (DRIVER, LEARNER, GATE):
             self.tracks.setdefault(base, name)
             return base
         key = (base, name)
         if key not in self._named:
-            self._named[key] = base + sum(1 for b, _ in self._named if b == base)
-            self.tracks[self._named[key]] = name
+            used = sum(1 for b, _ in self._named if b == base)
+            if used >= MAX_TRACKS_PER_KIND:
+                key = (base, "other")
+                if key in self._named:
+                    return self._named[key]
+            self._named[key] = base + used
+            self.tracks[self._named[key]] = key[1]
         return self._named[key]
+
+    def _append(self, event: dict[str, Any]) -> None:
+        if len(self.events) >= MAX_TRACE_EVENTS:
+            self.truncated = True
+            return
+        self.events.append(event)
 
     def us(self, seconds: float) -> float:
         return round((seconds - self.t0) * 1e6, 1)
@@ -49,7 +65,7 @@ class TraceBuilder:
         if not _is_span(span):
             return
         start, end = float(span["start"]), float(span["end"])
-        self.events.append(
+        self._append(
             {
                 "name": name,
                 "cat": cat,
@@ -63,7 +79,7 @@ class TraceBuilder:
         )
 
     def instant(self, tid: int, name: str, cat: str, ts: float, args: dict[str, Any]) -> None:
-        self.events.append(
+        self._append(
             {
                 "name": name,
                 "cat": cat,
@@ -110,7 +126,7 @@ def trace_from_events(run: Run, events: Iterable[tuple[int, float, str, Any]]) -
     return {
         "traceEvents": builder.metadata() + builder.events,
         "displayTimeUnit": "ms",
-        "otherData": {"run": run.pk, "name": run.name, "epoch_start_s": builder.t0},
+        "otherData": {"run": run.pk, "name": run.name, "epoch_start_s": builder.t0, "truncated": builder.truncated},
     }
 
 

@@ -135,3 +135,16 @@ def test_malformed_spans_are_refused_at_ingest(user, handoffs, django_capture_on
     )
     assert response.status_code == 400
     assert response.json()["field"] == "events[0]" and "data.phases.seal" in response.json()["detail"]
+
+
+def test_a_job_cannot_make_unbounded_tracks():
+    from runs.models import Run
+    from runs.trace import MAX_TRACKS_PER_KIND, trace_from_events
+
+    engines = {f"engine-{i}": {"start": 1.0, "end": 2.0} for i in range(MAX_TRACKS_PER_KIND + 50)}
+    data = {"step": 1, "spans": {"engines": engines, "workers": {}}}
+    trace = trace_from_events(Run(pk=7, name="many"), [(1, 1.0, "rollout", data)])
+    check_trace_format(trace)
+    names = [e["args"]["name"] for e in trace["traceEvents"] if e["name"] == "thread_name"]
+    assert len([n for n in names if n.startswith("engine-")]) == MAX_TRACKS_PER_KIND and "other" in names
+    assert sum(1 for e in trace["traceEvents"] if e["ph"] == "X") == MAX_TRACKS_PER_KIND + 50
