@@ -191,7 +191,7 @@ def queue_change(*, joined: Iterable[tuple[int, float]], left: Iterable[tuple[in
         left=stamped(left),
         reasons=reasons,
         rate=selectors.grant_rate_per_second(now=now),
-        finishes=active_finishes(now=now),
+        finishes=sorted(active_finishes(now=now).values()),
         run_seconds=typical_run_seconds(now=now),
     )
 

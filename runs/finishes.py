@@ -38,22 +38,22 @@ def progress_of(run: Run, *, now: datetime | None = None) -> Progress:
     return estimate
 
 
-def active_finishes(*, now: datetime) -> list[float]:
-    """Predicted finish times (seconds since the epoch) of the runs holding slots whose finish can be told: a
+def active_finishes(*, now: datetime) -> dict[int, float]:
+    """Predicted finish time (seconds since the epoch) of each run holding a slot whose finish can be told: a
     running run's finish ETA, else the end of its time limit. At most max_total rows are read."""
-    out: list[float] = []
+    out: dict[int, float] = {}
     runs = Run.objects.filter(status__in=ACTIVE_STATUSES).only(
         "status", "summary", "config", "granted_at", "time_limit_seconds"
     )
     for run in runs:
         eta = progress_of(run, now=now).eta_finish_seconds
         if eta is not None:
-            out.append(now.timestamp() + eta)
+            out[run.pk] = now.timestamp() + eta
             continue
         end = latest_end(run.granted_at, run.time_limit_seconds)
         if end is not None:
-            out.append(end.timestamp())
-    return sorted(out)
+            out[run.pk] = end.timestamp()
+    return out
 
 
 def typical_run_seconds(*, now: datetime) -> float | None:

@@ -13,7 +13,7 @@ over the recent grant rate; for `insufficient_resources`, no earlier than the ru
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django.db.models import Q
@@ -129,9 +129,19 @@ def wait_reason(
     return HIGHER_PRIORITY_WAITING, None
 
 
-def _resource_eta(snapshot: Snapshot, demand: tuple[Res, ...], strategy: str, now: datetime) -> float | None:
-    """Seconds until the run would fit if the held runs end at their latest ends (None: not known)."""
-    endings = [(h.latest_end, h.demand, h.placement) for h in snapshot.running]
+def _resource_eta(
+    snapshot: Snapshot, demand: tuple[Res, ...], strategy: str, now: datetime, finishes: dict[int, float]
+) -> float | None:
+    """Seconds until the run would fit if the held runs end at their predicted finishes (`finishes`), else at
+    their latest ends (None: not known)."""
+    endings = [
+        (
+            datetime.fromtimestamp(finishes[h.run_id], tz=UTC) if h.run_id in finishes else h.latest_end,
+            h.demand,
+            h.placement,
+        )
+        for h in snapshot.running
+    ]
     at = shadow_time(demand, strategy, snapshot.free, endings, now)
     return None if at is None else round((at - now).total_seconds(), 1)
 
@@ -153,8 +163,9 @@ def runs_queue_info(*, runs: list[Run]) -> dict[int, QueueInfo]:
     locate = _positions_by_scan if len(queued) > SCAN_THRESHOLD else _positions_by_count
     out: dict[int, QueueInfo] = {}
     positions = locate(policy, queued)
+    finishes = active_finishes(now=now)
     starts = queue_starts(
-        finishes=active_finishes(now=now),
+        finishes=sorted(finishes.values()),
         run_seconds=typical_run_seconds(now=now),
         now=now.timestamp(),
         positions=max((p[1] for p in positions.values()), default=0),
@@ -168,7 +179,7 @@ def runs_queue_info(*, runs: list[Run]) -> dict[int, QueueInfo]:
         start = starts[overall - 1]
         eta = round(start - now.timestamp(), 1) if start is not None else (round(overall / rate, 1) if rate else None)
         if reason == INSUFFICIENT_RESOURCES:
-            wait = _resource_eta(snapshot, demand, strategy, now) if snapshot.capacity else None
+            wait = _resource_eta(snapshot, demand, strategy, now, finishes) if snapshot.capacity else None
             eta = None if wait is None else max(eta or 0.0, wait)
         out[run.pk] = QueueInfo(
             position_in_class=in_class,

@@ -42,3 +42,19 @@ def test_queued_eta_is_the_held_runs_finish(user, handoffs):
     info = selectors.runs_queue_info(runs=[waiting, later])
     assert info[waiting.pk].eta_seconds == pytest.approx(90, abs=2)
     assert info[later.pk].eta_seconds is not None and info[later.pk].eta_seconds != info[waiting.pk].eta_seconds
+
+
+def test_insufficient_resources_eta_uses_the_predicted_finish(user, handoffs):
+    from tests.runs.test_admission_db import nodes
+    from tests.runs.test_admission_db import submit as submit_demand
+
+    nodes(a=(2, 0))
+    held = submit_demand(user, name="held", cpus=2, time_limit_seconds=3600)
+    waiting = submit_demand(user, name="waiting", cpus=2, time_limit_seconds=3600)
+    assert held.status == RunStatus.STARTING and waiting.status == RunStatus.QUEUED
+    info = selectors.runs_queue_info(runs=[waiting])[waiting.pk]
+    assert info.pending_reason == "insufficient_resources"
+    assert info.eta_seconds == pytest.approx(3600, abs=5)  # no finish predicted yet: its time limit
+    training(held, step=10, total=20, seconds_per_step=6.0)  # 10 steps left: about 60 s
+    info = selectors.runs_queue_info(runs=[waiting])[waiting.pk]
+    assert info.eta_seconds == pytest.approx(60, abs=2)
