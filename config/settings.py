@@ -258,6 +258,17 @@ CACHES = {
     else {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}
 }
 
+# --- Prometheus metrics (docs/observability.md) ------------------------------------------------------
+# GET /metrics answers staff sessions, and `Authorization: Bearer <METRICS_TOKEN>` when a token is set;
+# METRICS_PUBLIC opens it to anyone (default: only with DJANGO_DEBUG). `manage.py metrics_serve` serves the
+# same metrics without authentication on METRICS_ADDR:METRICS_PORT (a separate port for a private network).
+METRICS_TOKEN = os.environ.get("METRICS_TOKEN", "")
+METRICS_PUBLIC = env_bool("METRICS_PUBLIC", DEBUG)
+METRICS_ADDR = os.environ.get("METRICS_ADDR", "127.0.0.1")
+METRICS_PORT = env_int("METRICS_PORT", 9464)
+# Redis hash prefix of the recorded counters and histograms (runs/metrics/record.py).
+METRICS_REDIS_PREFIX = os.environ.get("METRICS_REDIS_PREFIX", "rlcp:metrics")
+
 # --- REST API -------------------------------------------------------------------------------------
 # API tokens (POST /api/auth/token/) expire this long after they were issued; DELETE revokes one at once.
 API_TOKEN_MAX_AGE_SECONDS = env_int("API_TOKEN_MAX_AGE_SECONDS", 30 * 24 * 3600)

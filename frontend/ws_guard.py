@@ -69,9 +69,12 @@ def _client() -> redis.Redis:
         return _clients[url]
 
 
+def _prefix() -> str:
+    return settings.CHANNEL_LAYERS["default"].get("CONFIG", {}).get("prefix", "asgi")
+
+
 def _key(user_id: int) -> str:
-    prefix = settings.CHANNEL_LAYERS["default"].get("CONFIG", {}).get("prefix", "asgi")
-    return f"{prefix}:ws:user:{user_id}"
+    return f"{_prefix()}:ws:user:{user_id}"
 
 
 def presence_acquire(user_id: int, channel: str) -> bool:
@@ -90,6 +93,17 @@ def presence_refresh(user_id: int, channel: str) -> None:
 
 def presence_release(user_id: int, channel: str) -> None:
     _client().zrem(_key(user_id), channel)
+
+
+def presence_count() -> int:
+    """Open sockets of all users, all web processes: the unexpired entries of every presence set (the
+    rlcp_websocket_connections gauge; a dead process's entries expire after PRESENCE_TTL)."""
+    now = time.time()
+    try:
+        keys = _client().scan_iter(f"{_prefix()}:ws:user:*", count=500)
+        return sum(int(_client().zcount(key, now, "+inf")) for key in keys)
+    except redis.RedisError:
+        return 0
 
 
 def user_group(user_id: int) -> str:

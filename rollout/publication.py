@@ -23,6 +23,9 @@ class PublicationController:
     def __init__(self, engines: dict[str, Any] | None = None) -> None:
         self._engines: dict[str, Any] = dict(engines or {})
         self._frozen: tuple[str, ...] | None = None
+        # Wall-clock (start, end) of each stage of the latest publication (seal, drain, install, reopen),
+        # reset by prepare(): what the `version` event reports as its `phases` (trace export).
+        self.timings: dict[str, tuple[float, float]] = {}
 
     @property
     def prepared(self) -> bool:
@@ -49,9 +52,10 @@ class PublicationController:
         if not frozen:
             raise PublicationError(None, "prepare", "no engine registered")
         self._frozen = frozen
+        self.timings = {}
         # Seal everything before draining anything: no engine admits new work while another drains.
-        await self._on_all(frozen, "seal", deadline)
-        await self._on_all(frozen, "drain", deadline, remaining_arg=True)
+        await self._timed("seal", self._on_all(frozen, "seal", deadline))
+        await self._timed("drain", self._on_all(frozen, "drain", deadline, remaining_arg=True))
 
     async def publish(self, version: int, timeout_s: float = 60.0, **install_kwargs: Any) -> None:
         """Install `version` on every frozen engine, then reopen them all; nothing reopens unless all installed."""
@@ -61,14 +65,14 @@ class PublicationController:
             raise PublicationError(
                 None, "engine_set", f"engines changed since prepare: was {list(frozen)}, now {list(self.engine_ids)}"
             )
-        await self._on_all(frozen, "install_version", deadline, version, **install_kwargs)
-        await self._reopen_all(frozen, deadline)
+        await self._timed("install", self._on_all(frozen, "install_version", deadline, version, **install_kwargs))
+        await self._timed("reopen", self._reopen_all(frozen, deadline))
         self._frozen = None
 
     async def resume(self, timeout_s: float = 30.0) -> None:
         """Reopen after prepare() without a new version (e.g. a checkpoint taken after quiesce)."""
         frozen = self._require_prepared("resume")
-        await self._reopen_all(frozen, time.monotonic() + timeout_s)
+        await self._timed("reopen", self._reopen_all(frozen, time.monotonic() + timeout_s))
         self._frozen = None
 
     async def snapshot(self, timeout_s: float = 5.0) -> dict[str, Any]:
@@ -95,6 +99,13 @@ class PublicationController:
         return gate_event_data(list(snaps))
 
     # --- internals ----------------------------------------------------------------------------------------
+    async def _timed(self, stage: str, work: Any) -> None:
+        start = time.time()
+        try:
+            await work
+        finally:
+            self.timings[stage] = (start, time.time())
+
     def _require_prepared(self, what: str) -> tuple[str, ...]:
         if self._frozen is None:
             raise PublicationError(None, what, "prepare() has not completed")

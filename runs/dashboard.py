@@ -17,6 +17,7 @@ from django.db.models.functions import RowNumber
 from django.utils import timezone
 
 from runs import selectors
+from runs.finishes import active_finishes, typical_run_seconds
 from runs.messages import BoardRun, ClusterJson, DashboardSnapshotMsg, QueueChange, QueueKey, RunJson
 from runs.models import ACTIVE_STATUSES, ClusterStatus, Run, RunEvent, RunStatus, Slot
 from runs.slots import store
@@ -173,12 +174,14 @@ def cluster_snapshot() -> ClusterJson:
 
 def queue_change(*, joined: Iterable[tuple[int, float]], left: Iterable[tuple[int, float]]) -> QueueChange:
     """The keys of the runs that joined and left the waiting line ((run id, commit time) pairs), the reasons
-    per class and the grant rate."""
+    per class, the grant rate, and the held runs' predicted finishes with a typical run's duration (the board
+    recomputes queue ETAs from them as runs/queue.py does)."""
     joined, left = list(joined), list(left)
     keys = queue_keys({r for r, _ in joined} | {r for r, _ in left})
     policy = store.policy_load()
     held = store.held_counts()
     reasons = {k: blocking_reason(policy, held, k) or HIGHER_PRIORITY_WAITING for k in CLASSES}
+    now = timezone.now()
 
     def stamped(moves: list[tuple[int, float]]) -> list[QueueKey]:
         return [QueueKey(run_class=keys[r][0], requested_at=keys[r][1], at=at) for r, at in moves if r in keys]
@@ -187,7 +190,9 @@ def queue_change(*, joined: Iterable[tuple[int, float]], left: Iterable[tuple[in
         joined=stamped(joined),
         left=stamped(left),
         reasons=reasons,
-        rate=selectors.grant_rate_per_second(now=timezone.now()),
+        rate=selectors.grant_rate_per_second(now=now),
+        finishes=sorted(active_finishes(now=now).values()),
+        run_seconds=typical_run_seconds(now=now),
     )
 
 

@@ -8,6 +8,7 @@ The HTTP view is runs/api/ingest.py; formats in docs/realtime.md.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,7 +20,11 @@ from runs.errors import InvalidInput, InvalidTransition, RunNotFound, ServiceErr
 from runs.events import event_ts, run_events_record
 from runs.execution.liveness import has_placement_group
 from runs.execution.outcome import event_outcome, run_job_finished
+from runs.metrics import spec as metric
+from runs.metrics.record import Batch
+from runs.metrics.run_hist import hist_fold
 from runs.models import FINISHED_STATUSES, Run, RunEvent, RunStatus, Slot
+from runs.progress import progress_fold
 from runs.realtime import run_summary_publish
 from runs.retention import events_keep
 from runs.samples import samples_record
@@ -89,11 +94,16 @@ def ingest_batch_validate(payload: Any) -> list[dict[str, Any]]:
 
 
 def summary_fold(summary: dict[str, Any], events: list[RunEvent]) -> dict[str, Any]:
-    """The summary after `events` (in seq order): the latest data of each summarized type wins."""
+    """The summary after `events` (in seq order): the latest data of each summarized type wins; train events
+    also feed `progress`, the recent steps and evaluation time the finish ETA is built from (runs/progress.py)."""
     folded = dict(summary)
     for event in events:
         if event.type in SUMMARY_TYPES:
             folded[event.type] = event.data
+        if event.type == "train":
+            folded["progress"] = progress_fold(folded.get("progress"), train=event.data, ts=event.ts.timestamp())
+        if event.type in ("train", "version"):
+            folded["hist"] = hist_fold(folded.get("hist"), event.type, event.data)
         folded["last_event_at"] = event.ts.timestamp()
     return folded
 
@@ -101,6 +111,7 @@ def summary_fold(summary: dict[str, Any], events: list[RunEvent]) -> dict[str, A
 def run_events_ingest(*, run: Run, payload: Any) -> IngestResult:
     """Store a validated batch from the run's current attempt; idempotent on the emitter's seq. Its `sample`
     events go to the samples table (runs/samples.py), counted in `stored`/`duplicates` like events."""
+    started = time.monotonic()
     items = ingest_batch_validate(payload)
     samples = [item for item in items if item["type"] == "sample"]
     items = [item for item in items if item["type"] != "sample"]
@@ -123,6 +134,7 @@ def run_events_ingest(*, run: Run, payload: Any) -> IngestResult:
         status, last_seq = locked.status, locked.last_seq
         if folded:
             run_summary_publish(run_id=run.pk)
+    _ingest_record(stored, dropped=len(dropped), now=now.timestamp(), started=started)
     status = resources_apply(run=run, stored=stored, status=status)
     final = next((e for e in reversed(stored) if e.type == "status"), None)
     if final is not None and status not in FINISHED_STATUSES:
@@ -138,6 +150,18 @@ def run_events_ingest(*, run: Run, payload: Any) -> IngestResult:
         status=status,
         dropped=len(dropped),
     )
+
+
+def _ingest_record(stored: list[RunEvent], *, dropped: int, now: float, started: float) -> None:
+    """Metrics of one post (after its commit): events stored by type, their lag, the post's duration."""
+    batch = Batch()
+    for event in stored:
+        batch.add(metric.EVENTS_INGESTED, (event.type,))
+    if dropped:
+        batch.add(metric.EVENTS_DROPPED, (), dropped)
+    batch.observe(metric.INGEST_LAG, (), [max(0.0, now - e.ts.timestamp()) for e in stored])
+    batch.observe(metric.INGEST_DURATION, (), [time.monotonic() - started])
+    batch.commit()
 
 
 def resources_apply(*, run: Run, stored: list[RunEvent], status: str) -> str:

@@ -25,6 +25,7 @@ from django.utils import timezone
 from runs import limits
 from runs.errors import InvalidInput, InvalidTransition
 from runs.events import PLATFORM_SOURCE, run_events_record
+from runs.metrics.hooks import grants_record
 from runs.models import FINISHED_STATUSES, Run, RunStatus, Slot, SlotState
 from runs.realtime import dashboard_publish
 from runs.slots import store as slot_store
@@ -121,6 +122,7 @@ def _grant(*, reason: str, now: datetime, try_lock: bool) -> list[int] | None:
         task_after_commit(TASK_DISPATCH, m.run_id)
     if moved:
         logger.debug("grant (%s): %s", reason, [m.run_id for m in moved])
+        transaction.on_commit(functools.partial(grants_record, [m.run_id for m in moved], now), robust=True)
     return [m.run_id for m in moved]
 
 

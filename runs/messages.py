@@ -85,6 +85,8 @@ class RunJson(TypedDict):
     pending_reason: str | None
     pending_detail: dict[str, Any] | None
     eta_seconds: float | None
+    progress: float | None  # steps done / steps total (0..1); null before the first train event
+    eta_finish_seconds: float | None  # a running run's predicted seconds to its finish; null when not known
     error: str
     summary: dict[str, Any]
     auto_resume: bool
@@ -146,6 +148,8 @@ class BoardRun(TypedDict, total=False):
     pending_reason: str | None
     pending_detail: dict[str, Any] | None
     eta_seconds: float | None
+    progress: float | None
+    eta_finish_seconds: float | None
     error: str
     summary: dict[str, Any]
     requested_at: float | None
@@ -163,13 +167,16 @@ class QueueKey(TypedDict):
 
 class QueueChange(TypedDict):
     """What moved in the waiting line since the previous `slots` message, whatever the queue length:
-    slots that joined and left (grant or cancel), each class's pending reason and the grant rate (per
-    second; null when nothing was granted lately) the ETAs divide by."""
+    slots that joined and left (grant or cancel), each class's pending reason, and what the ETAs are built
+    from: the held runs' predicted finishes (seconds since the epoch, ascending) and a typical run's duration
+    (seconds; null: not known), else the grant rate (per second; null when nothing was granted lately)."""
 
     joined: list[QueueKey]
     left: list[QueueKey]
     reasons: dict[str, str]
     rate: float | None
+    finishes: list[float]
+    run_seconds: float | None
 
 
 # --- channel-layer messages (runs.realtime -> frontend consumers) ---------------------------------------

@@ -4,19 +4,25 @@ ETA; and the dry-run (would a run of this origin and demand be granted now?). Re
 Reasons, checked in this order: the class rules (`class_limit_reached`, `reserve_protected`,
 `global_limit_reached`, `gpu_limit_reached`), then `insufficient_resources` (the run's bundles do not fit the
 nodes' free resources now; detail: what it needs and what is free), else `higher_priority_waiting`.
+
+ETA: the queued run at overall position p starts when the p-th slot frees, the held runs freeing theirs at
+their predicted finishes (runs/finishes.py, runs/progress.py: queue_starts); with no finish known, the position
+over the recent grant rate; for `insufficient_resources`, no earlier than the run would fit.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django.db.models import Q
 from django.utils import timezone
 
 from runs.errors import InvalidInput
+from runs.finishes import active_finishes, typical_run_seconds
 from runs.models import ORIGIN_TO_CLASS, Origin, Run, RunStatus, Slot, SlotState
+from runs.progress import queue_starts
 from runs.slots import store
 from runs.slots.fit import fit_detail
 from runs.slots.grant import (
@@ -123,9 +129,19 @@ def wait_reason(
     return HIGHER_PRIORITY_WAITING, None
 
 
-def _resource_eta(snapshot: Snapshot, demand: tuple[Res, ...], strategy: str, now: datetime) -> float | None:
-    """Seconds until the run would fit if the held runs end at their latest ends (None: not known)."""
-    endings = [(h.latest_end, h.demand, h.placement) for h in snapshot.running]
+def _resource_eta(
+    snapshot: Snapshot, demand: tuple[Res, ...], strategy: str, now: datetime, finishes: dict[int, float]
+) -> float | None:
+    """Seconds until the run would fit if the held runs end at their predicted finishes (`finishes`), else at
+    their latest ends (None: not known)."""
+    endings = [
+        (
+            datetime.fromtimestamp(finishes[h.run_id], tz=UTC) if h.run_id in finishes else h.latest_end,
+            h.demand,
+            h.placement,
+        )
+        for h in snapshot.running
+    ]
     at = shadow_time(demand, strategy, snapshot.free, endings, now)
     return None if at is None else round((at - now).total_seconds(), 1)
 
@@ -147,15 +163,23 @@ def runs_queue_info(*, runs: list[Run]) -> dict[int, QueueInfo]:
     locate = _positions_by_scan if len(queued) > SCAN_THRESHOLD else _positions_by_count
     out: dict[int, QueueInfo] = {}
     positions = locate(policy, queued)
+    finishes = active_finishes(now=now)
+    starts = queue_starts(
+        finishes=sorted(finishes.values()),
+        run_seconds=typical_run_seconds(now=now),
+        now=now.timestamp(),
+        positions=max((p[1] for p in positions.values()), default=0),
+    )
     for run in queued:
         if run.pk not in positions:
             continue
         in_class, overall = positions[run.pk]
         demand, strategy = _demand(run.__dict__.get("resources"))
         reason, detail = wait_reason(snapshot, run.run_class, demand, strategy)
-        eta = round(overall / rate, 1) if rate else None
+        start = starts[overall - 1]
+        eta = round(start - now.timestamp(), 1) if start is not None else (round(overall / rate, 1) if rate else None)
         if reason == INSUFFICIENT_RESOURCES:
-            wait = _resource_eta(snapshot, demand, strategy, now) if snapshot.capacity else None
+            wait = _resource_eta(snapshot, demand, strategy, now, finishes) if snapshot.capacity else None
             eta = None if wait is None else max(eta or 0.0, wait)
         out[run.pk] = QueueInfo(
             position_in_class=in_class,

@@ -12,6 +12,7 @@ from django.utils import timezone
 
 from runs.errors import InvalidInput, RunNotFound
 from runs.events import run_event_to_dict
+from runs.finishes import progress_of
 from runs.messages import RunJson, SlotsJson
 from runs.models import Run, RunClass, RunEvent, RunStatus, SlotState
 from runs.queue import (  # noqa: F401  (re-exported: the queue reads live in runs/queue.py)
@@ -78,6 +79,7 @@ def run_json(run: Run, info: QueueInfo | None = None) -> RunJson:
     reason, detail = (info.pending_reason, info.pending_detail) if info else (None, None)
     if run.status == RunStatus.STARTING and run.pending_reason:
         reason, detail = run.pending_reason, ({"message": run.pending_detail} if run.pending_detail else None)
+    progress = progress_of(run)
     return RunJson(
         id=run.pk,
         name=run.name,
@@ -96,6 +98,8 @@ def run_json(run: Run, info: QueueInfo | None = None) -> RunJson:
         pending_reason=reason,
         pending_detail=detail,
         eta_seconds=info.eta_seconds if info else None,
+        progress=progress.progress,
+        eta_finish_seconds=progress.eta_finish_seconds,
         error=run.error,
         summary=run.summary,
         auto_resume=run.auto_resume,

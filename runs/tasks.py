@@ -7,18 +7,25 @@ sits above it."""
 from __future__ import annotations
 
 import logging
+import time
 from typing import Any
 
 from celery import Task, shared_task
+from celery.signals import task_failure
 from django.db import DatabaseError
 from django.utils import timezone
 
 from runs import lifecycle, sweeps
 from runs.errors import ServiceError
 from runs.execution import capacity, followups, launch, liveness, reconcile
+from runs.metrics import spec as metric
+from runs.metrics.hooks import task_failure_record
+from runs.metrics.record import timed
 from runs.schedules import schedules_submit_due
 
 logger = logging.getLogger(__name__)
+# Every task failure of this worker process is counted (rlcp_celery_task_failures_total).
+task_failure.connect(task_failure_record, weak=False)
 
 # Reconcile outcomes that change nothing (a job still running, a launch not yet submitted): not logged.
 QUIET_OUTCOMES = frozenset({"unchanged", "not submitted yet"})
@@ -28,6 +35,14 @@ FOLLOWUPS_MAX_RETRIES = 20
 
 @shared_task(name="runs.tasks.tick")
 def tick() -> dict[str, Any]:
+    started = time.monotonic()
+    try:
+        return _tick()
+    finally:
+        timed(metric.TICK_DURATION, started)
+
+
+def _tick() -> dict[str, Any]:
     now = timezone.now()
     # The cluster first: node rows for admission and node loss, and whether Ray answers at all. Ray not
     # reachable: nothing is failed for liveness (no reclaim, launch timeout, node loss); time limits still apply.

@@ -77,6 +77,40 @@ class IngestReply(TypedDict):
     dropped: int
 
 
+class Span(TypedDict):
+    """A wall-clock interval in seconds since the epoch (the trace export draws it)."""
+
+    start: float
+    end: float
+
+
+class PublicationPhases(TypedDict):
+    """`version.data.phases`: when each stage of the publication of that version ran (seal and drain may run
+    before training, in colocated mode)."""
+
+    seal: Span
+    drain: Span
+    install: Span
+    reopen: Span
+
+
+class RolloutSpans(TypedDict):
+    """`rollout.data.spans`: per rollout worker and per engine, from the first kept group's start to the last
+    one's end in this batch."""
+
+    workers: dict[str, Span]
+    engines: dict[str, Span]
+
+
+# Optional timing keys, by event type: each is a Span, or (`phases`, `spans`) a mapping of names to Spans.
+SPAN_KEYS: dict[str, tuple[str, ...]] = {
+    "rollout": ("span",),
+    "train": ("span", "eval_span"),
+    "checkpoint": ("span",),
+}
+SPAN_MAP_KEYS: dict[str, tuple[str, ...]] = {"version": ("phases",), "rollout": ("spans.workers", "spans.engines")}
+
+
 class EventSchemaError(ValueError):
     """An event that does not follow the schema; the message names the offending field."""
 
@@ -119,6 +153,7 @@ def validate_event(obj: Any) -> Event:
         problem = sample_data_check(data)
         if problem:
             raise EventSchemaError(problem)
+    _validate_spans(etype, data)
     ts = obj.get("ts", time.time())
     if not isinstance(ts, (int, float)) or isinstance(ts, bool) or not 0 <= ts < TS_END:
         # `not 0 <= ts` is also true for NaN; the upper bound keeps datetime (years 1-9999) able to hold it.
@@ -151,3 +186,29 @@ def validate_histograms(obj: Any) -> None:
             raise EventSchemaError(f"{name}.edges: expected strictly increasing finite numbers")
         if not all(isinstance(c, int) and not isinstance(c, bool) and c >= 0 for c in counts):
             raise EventSchemaError(f"{name}.counts: expected non-negative integers")
+
+
+def _validate_spans(etype: str, data: dict[str, Any]) -> None:
+    """The optional timing keys, where present, are Spans (or mappings of names to Spans)."""
+    for key in SPAN_KEYS.get(etype, ()):
+        if key in data:
+            _check_span(data[key], f"data.{key}")
+    for path in SPAN_MAP_KEYS.get(etype, ()):
+        value: Any = data
+        for part in path.split("."):
+            value = value.get(part) if isinstance(value, dict) else None
+        if value is None:
+            continue
+        if not isinstance(value, dict):
+            raise EventSchemaError(f"data.{path}: expected an object of spans")
+        for name, span in value.items():
+            _check_span(span, f"data.{path}.{name}")
+
+
+def _check_span(span: Any, where: str) -> None:
+    ok = isinstance(span, dict) and all(
+        isinstance(span.get(k), (int, float)) and not isinstance(span.get(k), bool) and 0 <= span[k] < TS_END
+        for k in ("start", "end")
+    )
+    if not ok or span["end"] < span["start"]:
+        raise EventSchemaError(f"{where}: expected {{start, end}} seconds since the epoch with start <= end")

@@ -161,7 +161,7 @@ class TrainingRun:
     def collect_batch(self) -> list[Group]:
         """Step 1: generate a batch at the current version (G samples per prompt, filtered, none too stale)."""
         rt, cfg = self.rt, self.cfg
-        t0 = time.monotonic()
+        t0, started_at = time.monotonic(), time.time()
         prefetch = cfg.max_staleness * cfg.prompts_per_step
         batch = rt.scheduler.generate(self.version, prefetch=prefetch)
         groups = sorted((r.payload for r in batch.groups), key=lambda g: g.group_id)
@@ -174,13 +174,17 @@ class TrainingRun:
         if batch.aborted:
             self._find_dead_engines()
         seconds = time.monotonic() - t0
-        self.emit("rollout", reports.rollout_data(self.version + 1, self.version, groups, batch, len(stale), seconds))
+        data = reports.rollout_data(
+            self.version + 1, self.version, groups, batch, len(stale), seconds, started_at=started_at
+        )
+        self.emit("rollout", data)
         self.metrics["filtered_rate"] = reports.batch_filtered_rate(batch)
         return groups
 
     def train_step(self, groups: list[Group]) -> dict[str, Any]:
         """Step 2: one GRPO step on the trainer; the run's version becomes the trainer's (v + 1)."""
-        stats = self.rt.train_step(groups)
+        started_at = time.time()
+        stats = {**self.rt.train_step(groups), "started_at": started_at, "ended_at": time.time()}
         self.version = stats["version"]
         self.consumed += [(g.group_id, g.epoch) for g in groups]
         self.samples += sum(len(g.rewards) for g in groups)
@@ -211,7 +215,11 @@ class TrainingRun:
                 self.seal_engines()  # the engine set changed: freeze the survivors again
         pause = time.monotonic() - self.gate_closed_at
         self.gate_closed_s += pause
-        self.emit("version", {"version": self.version, "published_at": time.time(), "pause_ms": pause * 1000})
+        phases = {k: reports.span(*v) for k, v in rt.publication.timings.items()}
+        self.emit(
+            "version",
+            {"version": self.version, "published_at": time.time(), "pause_ms": pause * 1000, "phases": phases},
+        )
         self.emit_gate()
 
     def seal_engines(self) -> None:
@@ -237,10 +245,13 @@ class TrainingRun:
             samples=self.samples,
             gate_closed_s=self.gate_closed_s,
             edges=self.histogram_edges,
+            steps_total=cfg.steps,
         )
         if cfg.eval_every and (self.version % cfg.eval_every == 0 or self.version == cfg.steps):
+            started_at = time.time()
             data.update(self.rt.trainer_call("evaluate", cfg.eval_prompts))
-        self.metrics.update({k: v for k, v in data.items() if k not in ("group_ids", "epochs", "histograms")})
+            data["eval_span"] = reports.span(started_at, time.time())
+        self.metrics.update({k: v for k, v in data.items() if k not in reports.NOT_METRICS})
         self.emit("train", data)
         for sample in samples_capture(groups, task=self.task, step=self.version, cfg=cfg):
             self.emit("sample", dict(sample))

@@ -10,7 +10,11 @@ from typing import Any
 
 from rollout.types import RolloutBatch
 from trainer.episodes import Group
+from trainer.events import RolloutSpans, Span
 from trainer.histograms import step_histograms
+
+# Keys of the train event that are not run metrics (RunResult.metrics): lists, spans and histograms.
+NOT_METRICS = frozenset({"group_ids", "epochs", "histograms", "span", "eval_span"})
 
 # The gate event keeps only these keys of each engine's snapshot.
 _GATE_ENGINE_KEYS = ("engine", "state", "version", "active", "waiting", "sessions")
@@ -22,12 +26,48 @@ def batch_filtered_rate(batch: RolloutBatch) -> float:
     return n_dropped / max(1, n_dropped + len(batch.groups))
 
 
+def span(start: float, end: float) -> Span:
+    return Span(start=start, end=max(start, end))
+
+
+def rollout_spans(batch: RolloutBatch) -> RolloutSpans:
+    """Per worker and per engine: the first start and last end of the batch's groups (workers stamp them)."""
+    workers: dict[str, list[float]] = {}
+    engines: dict[str, list[float]] = {}
+    for result in batch.groups:
+        meta = result.meta or {}
+        start, end = meta.get("started_at"), meta.get("ended_at")
+        if not isinstance(start, float) or not isinstance(end, float):
+            continue
+        names = [(workers, str(meta.get("worker", "worker")))]
+        names += [(engines, str(e)) for e in sorted(set(getattr(result.payload, "engines", [])))]
+        for table, name in names:
+            lo_hi = table.setdefault(name, [start, end])
+            lo_hi[0], lo_hi[1] = min(lo_hi[0], start), max(lo_hi[1], end)
+    return RolloutSpans(
+        workers={k: span(*v) for k, v in sorted(workers.items())},
+        engines={k: span(*v) for k, v in sorted(engines.items())},
+    )
+
+
 def rollout_data(
-    step: int, version: int, groups: list[Group], batch: RolloutBatch, stale: int, seconds: float
+    step: int,
+    version: int,
+    groups: list[Group],
+    batch: RolloutBatch,
+    stale: int,
+    seconds: float,
+    *,
+    started_at: float | None = None,
 ) -> dict[str, Any]:
-    """The rollout event of the batch for `step`: `groups` are the kept ones, generated at `version` or later."""
+    """The rollout event of the batch for `step`: `groups` are the kept ones, generated at `version` or later;
+    with `started_at` (wall clock), its `span` and the per-worker and per-engine `spans` (trace export)."""
     rewards = [r for g in groups for r in g.rewards]
+    timing: dict[str, Any] = {}
+    if started_at is not None:
+        timing = {"span": span(started_at, started_at + seconds), "spans": rollout_spans(batch)}
     return {
+        **timing,
         "step": step,
         "groups": len(groups),
         "samples": len(rewards),
@@ -54,11 +94,14 @@ def train_data(
     samples: int,
     gate_closed_s: float,
     edges: dict[str, list[float]] | None = None,
+    steps_total: int,
 ) -> dict[str, Any]:
     """The train event of the step that produced `version` (the learner's `stats`), before any evaluation;
     with the run's bucket `edges` (trainer.histograms.run_edges) it carries the step's `histograms`."""
     return {
         "step": version,
+        "steps_total": steps_total,
+        **({"span": span(stats["started_at"], stats["ended_at"])} if "started_at" in stats else {}),
         "loss": stats["loss"],
         "reward_mean": stats["reward_mean"],
         "exact_match": stats["exact_match"],

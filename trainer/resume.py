@@ -36,7 +36,7 @@ def take_checkpoint(run: TrainingRun, reason: str, *, quiesce: bool = True) -> N
     """Save the run's state under its checkpoint directory (nothing without one) and report it."""
     if not run.checkpoint_dir:
         return
-    rt, t0 = run.rt, time.monotonic()
+    rt, t0, started_at = run.rt, time.monotonic(), time.time()
     scheduler_state = None
     if quiesce:
         rt.scheduler.pause(drain=True)  # in-flight groups finish into `ready` (gates are still open)
@@ -65,6 +65,7 @@ def take_checkpoint(run: TrainingRun, reason: str, *, quiesce: bool = True) -> N
             "path": str(path),
             "reason": reason,
             "seconds": time.monotonic() - t0,
+            "span": {"start": started_at, "end": time.time()},
         },
     )
 

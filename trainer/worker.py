@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import time
 from typing import Any
 
 from rollout.errors import NoEngineError, SessionGoneError
@@ -47,6 +48,7 @@ class RolloutWorker:
     async def generate_group(self, ticket: GroupTicket, batch_id: Any = None) -> GroupResult:
         """Run G episodes of the ticket's prompt as one session on one engine; abort if that engine dies."""
         session_id = f"{self.worker_id}:g{ticket.group_id}:a{next(self._attempt)}"
+        started_at = time.time()  # wall clock: the rollout event's spans (trace export) compare across processes
         prompt = self.task.train_prompts[ticket.prompt_index]
         try:
             group = await run_group(
@@ -70,7 +72,12 @@ class RolloutWorker:
             valid=valid,
             attempt_ids=group.sample_ids,
             group_id=ticket.group_id,
-            meta={"versions": group.versions},
+            meta={
+                "versions": group.versions,
+                "worker": self.worker_id,
+                "started_at": started_at,
+                "ended_at": time.time(),
+            },
         )
 
     async def _generate(

@@ -73,6 +73,14 @@ class RunSerializer(serializers.ModelSerializer):
         "gpu_limit_reached: {gpu_limit, held_gpus}; a starting run: {message}",
     )
     eta_seconds = serializers.FloatField(allow_null=True)
+    progress = serializers.FloatField(
+        allow_null=True, help_text="steps done / steps total (0..1); null before the run's first train event"
+    )
+    eta_finish_seconds = serializers.FloatField(
+        allow_null=True,
+        help_text="a running run: seconds until it is predicted to finish (steps left / recent step rate, capped "
+        "by its time limits); null otherwise or before a step rate is known",
+    )
     config = serializers.JSONField()
     summary = serializers.JSONField()
     resources = serializers.JSONField(
@@ -101,6 +109,8 @@ class RunSerializer(serializers.ModelSerializer):
             "pending_reason",
             "pending_detail",
             "eta_seconds",
+            "progress",
+            "eta_finish_seconds",
             "error",
             "summary",
             "auto_resume",

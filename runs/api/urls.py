@@ -22,6 +22,7 @@ urlpatterns = [
     path("runs/<int:run_id>/ingest/", RunIngestView.as_view(), name="api-run-ingest"),
     path("runs/<int:run_id>/samples/", RunSamplesView.as_view(), name="api-run-samples"),
     path("runs/<int:run_id>/samples/<int:sample_id>/", RunSampleDetailView.as_view(), name="api-run-sample"),
+    path("runs/<int:run_id>/trace/", views.RunTraceView.as_view(), name="api-run-trace"),
     path("slots/", views.SlotsView.as_view(), name="api-slots"),
     path("slots/dry-run/", views.SlotDryRunView.as_view(), name="api-slots-dry-run"),
     path("settings/concurrency/", views.ConcurrencySettingsView.as_view(), name="api-settings-concurrency"),

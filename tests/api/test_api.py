@@ -30,6 +30,8 @@ RUN_FIELDS = {
     "position",
     "pending_reason",
     "eta_seconds",
+    "progress",
+    "eta_finish_seconds",
     "error",
     "summary",
     "auto_resume",

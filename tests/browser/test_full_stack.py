@@ -44,3 +44,12 @@ def test_tiny_run_from_the_form_to_success(platform, users, context) -> None:  #
     expect(page.get_by_test_id("version")).to_have_text(f"v{steps}")
     expect(page.get_by_test_id("step")).to_have_text(str(steps))
     shot(page, "run-full-stack")
+
+    # The trace of the finished run (what the run page's button downloads): every part of the real job has its
+    # track, and there is one publication span per published version.
+    trace = page.request.get(f"{platform.web_url}/api/runs/{run.pk}/trace/").json()
+    tracks = {e["args"]["name"] for e in trace["traceEvents"] if e["name"] == "thread_name"}
+    assert {"driver", "learner", "gate"} <= tracks
+    assert any(t.startswith("engine-") for t in tracks) and any(t.startswith("worker-") for t in tracks)
+    publishes = [e for e in trace["traceEvents"] if e["ph"] == "X" and e["name"].startswith("publish v")]
+    assert sorted(e["args"]["version"] for e in publishes) == list(range(1, steps + 1))

@@ -119,6 +119,15 @@ function progress(run: Run): string {
     <div class="lbl num">epoch ${v.epoch ?? 0} · ${v.consumed} / ${v.datasetSize} groups</div></div>`;
 }
 
+/** A running run's steps done (percent) and predicted time to its finish (run JSON `progress`,
+ * `eta_finish_seconds`). */
+function finishText(run: Run): string {
+  if (run.progress === null || run.progress === undefined) return `<span class="muted">—</span>`;
+  const pct = `${Math.round(run.progress * 100)}%`;
+  const left = run.eta_finish_seconds === null || run.eta_finish_seconds === undefined ? "" : `<div class="muted" style="font-size:.8rem" data-testid="eta-finish">done in ${esc(eta(run.eta_finish_seconds))}</div>`;
+  return `${esc(pct)}${left}`;
+}
+
 function renderRunning(runs: Run[]): void {
   const el = document.getElementById("running")!;
   document.getElementById("running-count")!.textContent = String(runs.length);
@@ -133,11 +142,12 @@ function renderRunning(runs: Run[]): void {
       <td>${v.gateState ? `<span class="badge gate-${esc(v.gateState)}" title="gate state">${esc(v.gateState)}</span>` : `<span class="muted">—</span>`}</td>
       <td class="num" data-testid="version">${v.version === null ? "—" : `v${v.version}`}</td>
       <td>${progress(r)}</td>
+      <td class="num" data-testid="run-progress">${finishText(r)}</td>
       <td class="hide-sm">${sparkline(hist, `Reward of ${r.name}`)}</td>
       <td class="num right">${num(v.reward)}</td>
     </tr>`;
   }).join("");
-  el.innerHTML = `<div class="table-wrap"><table aria-describedby="running-title"><thead><tr><th scope="col">Run</th><th scope="col">Class</th><th scope="col">Status</th><th scope="col">Gate</th><th scope="col">Weights</th><th scope="col">Sampler</th><th scope="col" class="hide-sm">Reward trend</th><th scope="col" class="right">Reward</th></tr></thead><tbody>${rows}</tbody></table></div>`;
+  el.innerHTML = `<div class="table-wrap"><table aria-describedby="running-title"><thead><tr><th scope="col">Run</th><th scope="col">Class</th><th scope="col">Status</th><th scope="col">Gate</th><th scope="col">Weights</th><th scope="col">Sampler</th><th scope="col">Progress</th><th scope="col" class="hide-sm">Reward trend</th><th scope="col" class="right">Reward</th></tr></thead><tbody>${rows}</tbody></table></div>`;
 }
 
 // The waiting line draws its head and grows on demand: laying out a 1,000-row table costs far more than

@@ -25,6 +25,9 @@ export function applyQueueChange(state: BoardState, change: QueueChange): void {
   const classes = state.slots?.classes ?? {};
   const priority = (cls: string) => classes[cls]?.priority ?? 0;
   const moves: [QueueKey[], number][] = [[change.joined ?? [], 1], [change.left ?? [], -1]];
+  const now = Date.now() / 1000;
+  const most = state.queued.reduce((m, r) => Math.max(m, (r.position?.overall ?? 0) + (change.joined?.length ?? 0)), 0);
+  const starts = queueStarts(change.finishes ?? [], change.run_seconds ?? null, now, Math.min(most, 10000));
   state.queued = state.queued.map((run) => {
     const p = run.position;
     if (!p) return run;
@@ -40,9 +43,36 @@ export function applyQueueChange(state: BoardState, change: QueueChange): void {
     return {
       ...run, position: { overall, in_class: Math.max(1, inClass) },
       pending_reason: classReason(change.reasons?.[run.run_class], run.pending_reason),
-      eta_seconds: change.rate ? Math.round((overall / change.rate) * 10) / 10 : null,
+      eta_seconds: queueEta(overall, starts, change.rate, now),
     };
   });
+}
+
+/** Predicted start times (seconds since the epoch) of queue positions 1..n: the p-th slot to free, the held
+ * runs freeing theirs at `finishes` and a run started at t freeing its slot at t + runSeconds (the server's
+ * runs.progress.queue_starts). null where no prediction reaches. */
+export function queueStarts(finishes: number[], runSeconds: number | null, now: number, n: number): (number | null)[] {
+  const heap = finishes.map((f) => Math.max(now, f)).sort((a, b) => a - b);
+  const out: (number | null)[] = [];
+  for (let i = 0; i < n; i++) {
+    const start = heap.shift();
+    if (start === undefined) { out.push(null); continue; }
+    out.push(start);
+    if (runSeconds && runSeconds > 0) {
+      const next = start + runSeconds;
+      let k = heap.findIndex((x) => x > next);
+      if (k < 0) k = heap.length;
+      heap.splice(k, 0, next);
+    }
+  }
+  return out;
+}
+
+/** A queued run's ETA (seconds): its position's predicted start, else its position over the grant rate. */
+function queueEta(overall: number, starts: (number | null)[], rate: number | null | undefined, now: number): number | null {
+  const start = starts[overall - 1];
+  if (start !== null && start !== undefined) return Math.round((start - now) * 10) / 10;
+  return rate ? Math.round((overall / rate) * 10) / 10 : null;
 }
 
 function classReason(byClass: string | undefined, own: string | null | undefined): string | null {

@@ -75,6 +75,8 @@ export interface RunJson {
   pending_reason: string | null;
   pending_detail: Record<string, any> | null;
   eta_seconds: number | null;
+  progress: number | null;
+  eta_finish_seconds: number | null;
   error: string;
   summary: Record<string, any>;
   auto_resume: boolean;
@@ -100,6 +102,8 @@ export interface BoardRun {
   pending_reason?: string | null;
   pending_detail?: Record<string, any> | null;
   eta_seconds?: number | null;
+  progress?: number | null;
+  eta_finish_seconds?: number | null;
   error?: string;
   summary?: Record<string, any>;
   requested_at?: number | null;
@@ -113,12 +117,14 @@ export interface QueueKey {
   at: number;
 }
 
-/** What moved in the waiting line since the previous `slots` message, whatever the queue length: slots that joined and left (grant or cancel), each class's pending reason and the grant rate (per second; null when nothing was granted lately) the ETAs divide by. */
+/** What moved in the waiting line since the previous `slots` message, whatever the queue length: slots that joined and left (grant or cancel), each class's pending reason, and what the ETAs are built from: the held runs' predicted finishes (seconds since the epoch, ascending) and a typical run's duration (seconds; null: not known), else the grant rate (per second; null when nothing was granted lately). */
 export interface QueueChange {
   joined: QueueKey[];
   left: QueueKey[];
   reasons: Record<string, string>;
   rate: number | null;
+  finishes: number[];
+  run_seconds: number | null;
 }
 
 export interface RunSnapshotMsg {

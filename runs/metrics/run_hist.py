@@ -1,0 +1,51 @@
+"""Per-run histograms kept in the run summary (`summary.hist`), folded at ingest from the run's own events:
+staleness per train step, pause and drain per publication. Pure. The collector exposes them for running runs
+(rlcp_run_staleness_steps, rlcp_run_publication_pause_seconds, rlcp_run_drain_seconds), so finished runs
+leave no series behind."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from runs.metrics.record import bucket_index
+from runs.metrics.spec import RUN_DRAIN, RUN_PAUSE, RUN_STALENESS, Metric
+
+# summary.hist key of each per-run histogram.
+HIST_KEYS: dict[str, Metric] = {"staleness": RUN_STALENESS, "pause": RUN_PAUSE, "drain": RUN_DRAIN}
+
+
+def hist_fold(hist: Any, event_type: str, data: dict[str, Any]) -> dict[str, Any]:
+    """`summary.hist` after one event: {key: {"buckets": [count per bucket, +Inf last], "sum", "count"}}."""
+    out = {k: v for k, v in (hist if isinstance(hist, dict) else {}).items() if k in HIST_KEYS}
+    for key, value in _observations(event_type, data):
+        metric = HIST_KEYS[key]
+        cur: dict[str, Any] = out[key] if isinstance(out.get(key), dict) else {}
+        size = len(metric.buckets) + 1
+        buckets = list(cur["buckets"]) if isinstance(cur.get("buckets"), list) and len(cur["buckets"]) == size else None
+        if buckets is None:
+            cur, buckets = {"sum": 0.0, "count": 0}, [0] * size
+        buckets[bucket_index(metric.buckets, value)] += 1
+        out[key] = {
+            "buckets": buckets,
+            "sum": float(cur.get("sum", 0.0)) + value,
+            "count": int(cur.get("count", 0)) + 1,
+        }
+    return out
+
+
+def _observations(event_type: str, data: dict[str, Any]) -> list[tuple[str, float]]:
+    out: list[tuple[str, float]] = []
+    if event_type == "train" and _number(data.get("staleness_max")):
+        out.append(("staleness", float(data["staleness_max"])))
+    if event_type == "version":
+        if _number(data.get("pause_ms")):
+            out.append(("pause", max(0.0, float(data["pause_ms"]) / 1000)))
+        phases = data.get("phases")
+        drain = phases.get("drain") if isinstance(phases, dict) else None
+        if isinstance(drain, dict) and _number(drain.get("start")) and _number(drain.get("end")):
+            out.append(("drain", max(0.0, float(drain["end"]) - float(drain["start"]))))
+    return out
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and value == value

@@ -1,0 +1,173 @@
+"""GET /metrics: who may read it, `promtool check metrics` on the real exposition, and series that follow the
+queue and the runs (pending, grants, admission wait, per-run series) as runs are submitted, train and finish."""
+
+from __future__ import annotations
+
+import subprocess
+import uuid
+from pathlib import Path
+
+import pytest
+from django.test import Client
+from prometheus_client.parser import text_string_to_metric_families
+from rest_framework.test import APIClient
+
+from runs import services
+from runs.metrics.record import client as redis_client
+from runs.models import Run, RunStatus
+from tests.runs.test_services import submit
+
+pytestmark = pytest.mark.django_db
+
+PROMTOOL = Path("/usr/bin/promtool")
+TOKEN = "metrics-test-token"
+
+
+@pytest.fixture
+def metrics_env(settings, redis_url):
+    settings.REDIS_URL = redis_url
+    settings.METRICS_REDIS_PREFIX = f"test-metrics-{uuid.uuid4().hex[:8]}"
+    settings.METRICS_TOKEN = TOKEN
+    settings.METRICS_PUBLIC = False
+    yield settings.METRICS_REDIS_PREFIX
+    r = redis_client()
+    for key in r.scan_iter(f"{settings.METRICS_REDIS_PREFIX}:*"):
+        r.delete(key)
+
+
+def scrape() -> str:
+    response = Client().get("/metrics", HTTP_AUTHORIZATION=f"Bearer {TOKEN}")
+    assert response.status_code == 200, response.content
+    assert response["Content-Type"].startswith("text/plain; version=")
+    return response.content.decode()
+
+
+def promtool_check(text: str) -> None:
+    if not PROMTOOL.exists():
+        pytest.fail(f"{PROMTOOL} is missing: install Debian's `prometheus` package (this test never skips)")
+    done = subprocess.run([str(PROMTOOL), "check", "metrics"], input=text, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and not done.stdout.strip() and not done.stderr.strip(), (
+        f"promtool check metrics failed (rc {done.returncode}):\n{done.stdout}{done.stderr}"
+    )
+
+
+def samples(text: str) -> dict[tuple[str, frozenset], float]:
+    out = {}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            out[(s.name, frozenset(s.labels.items()))] = s.value
+    return out
+
+
+def value(got: dict, name: str, **labels: str) -> float | None:
+    return got.get((name, frozenset(labels.items())))
+
+
+def pending_of(got: dict, run_class: str) -> float:
+    return sum(v for (n, labels), v in got.items() if n == "rlcp_runs_pending" and ("run_class", run_class) in labels)
+
+
+def post(run: Run, events: list[dict]) -> dict:
+    response = APIClient().post(
+        f"/api/runs/{run.pk}/ingest/", events, format="json", HTTP_AUTHORIZATION=f"Bearer {run.ingest_token}"
+    )
+    assert response.status_code == 200, response.content
+    return response.json()
+
+
+def train(seq: int, step: int, staleness: int) -> dict:
+    data = {"step": step, "steps_total": 10, "loss": 0.1, "reward_mean": 0.25 * step, "exact_match": 0.1 * step}
+    data |= {"kl": 0.0, "entropy": 1.0, "staleness_max": staleness, "elapsed_s": float(step)}
+    return {"seq": seq, "ts": 1_800_000_000.0 + step, "type": "train", "data": data}
+
+
+def version(seq: int, v: int) -> dict:
+    t = 1_800_000_000.0 + v
+    stages = ("seal", "drain", "install", "reopen")
+    phases = {p: {"start": t + i * 0.01, "end": t + i * 0.01 + 0.005} for i, p in enumerate(stages)}
+    data = {"version": v, "published_at": t, "pause_ms": 35.0, "phases": phases}
+    return {"seq": seq, "ts": t, "type": "version", "data": data}
+
+
+def gate(seq: int, v: int) -> dict:
+    data = {"state": "open", "version": v, "active": 0, "waiting": 0, "engines": []}
+    return {"seq": seq, "type": "gate", "data": data}
+
+
+def test_metrics_need_a_token_or_a_staff_session(metrics_env, staff, user):
+    assert Client().get("/metrics").status_code == 401
+    assert Client().get("/metrics", HTTP_AUTHORIZATION="Bearer wrong").status_code == 401
+    member = Client()
+    member.force_login(user)
+    assert member.get("/metrics").status_code == 401
+    admin = Client()
+    admin.force_login(staff)
+    assert admin.get("/metrics").status_code == 200
+
+
+def test_promtool_passes_and_series_follow_runs(metrics_env, user, handoffs, django_capture_on_commit_callbacks):
+    services.settings_update(changes={"max_total": 2}, partial=True, by=None)
+    empty = scrape()
+    promtool_check(empty)
+    before = samples(empty)
+    assert value(before, "rlcp_runs_pending", run_class="interactive", reason="global_limit_reached") == 0
+
+    with django_capture_on_commit_callbacks(execute=True):
+        first, second, third = (submit(user, origin="dashboard", name=f"r{i}") for i in range(3))
+    assert [r.status for r in (first, second, third)] == ["starting", "starting", "queued"]
+    queued = samples(scrape())
+    pending = pending_of(queued, "interactive")
+    assert pending == 1
+    assert value(queued, "rlcp_slot_grants_total", run_class="interactive") == 2
+    assert value(queued, "rlcp_admission_wait_seconds_count", run_class="interactive") == 2
+    assert value(queued, "rlcp_slots_in_use", run_class="interactive") == 2
+
+    # The first run trains: its per-run series appear (reward, exact-match, staleness, pause, drain, gate).
+    post(first, [train(1, 1, 0), version(2, 1), gate(3, 1), train(4, 2, 1), version(5, 2), gate(6, 2)])
+    training = scrape()
+    promtool_check(training)
+    got = samples(training)
+    run = str(first.pk)
+    assert value(got, "rlcp_run_reward", run=run) == 0.5
+    assert value(got, "rlcp_run_exact_match_ratio", run=run) == pytest.approx(0.2)
+    assert value(got, "rlcp_run_staleness_steps_count", run=run) == 2
+    assert value(got, "rlcp_run_staleness_steps_bucket", run=run, le="0.0") == 1
+    assert value(got, "rlcp_run_publication_pause_seconds_count", run=run) == 2
+    assert value(got, "rlcp_run_publication_pause_seconds_sum", run=run) == pytest.approx(0.07)
+    assert value(got, "rlcp_run_drain_seconds_count", run=run) == 2
+    assert value(got, "rlcp_run_gate_state", run=run, state="open") == 1
+    assert value(got, "rlcp_run_gate_state", run=run, state="poisoned") == 0
+    assert value(got, "rlcp_events_ingested_total", type="train") == 2
+    assert value(got, "rlcp_event_ingest_duration_seconds_count") == 1
+
+    # It finishes: its series go, its slot goes to the queued run (pending falls, one more grant and wait).
+    with django_capture_on_commit_callbacks(execute=True):
+        post(first, [{"seq": 7, "type": "status", "data": {"status": "succeeded", "version": 2}}])
+    first.refresh_from_db()
+    third.refresh_from_db()
+    assert first.status == RunStatus.SUCCEEDED and third.status == RunStatus.STARTING
+    finished = scrape()
+    promtool_check(finished)
+    after = samples(finished)
+    assert not [k for k in after if ("run", run) in k[1]]
+    pending = pending_of(after, "interactive")
+    assert pending == 0
+    assert value(after, "rlcp_slot_grants_total", run_class="interactive") == 3
+    assert value(after, "rlcp_admission_wait_seconds_count", run_class="interactive") == 3
+
+
+def test_tick_duration_and_task_failures_are_counted(metrics_env, handoffs):
+    from celery import shared_task
+
+    from runs import tasks
+
+    @shared_task(name="tests.metrics.boom")
+    def boom() -> None:
+        raise RuntimeError("boom")
+
+    tasks.tick.apply()
+    tasks.tick.apply()
+    assert boom.apply().failed()
+    got = samples(scrape())
+    assert value(got, "rlcp_tick_duration_seconds_count") == 2
+    assert value(got, "rlcp_celery_task_failures_total", task="tests.metrics.boom") == 1
