@@ -19,6 +19,9 @@ class GatePoisonedError(RolloutError):
         self.engine = engine
         self.reason = reason
 
+    def __reduce__(self) -> tuple[Any, ...]:  # crosses processes (raised by an engine actor)
+        return (type(self), (self.engine, self.reason))
+
 
 class GateStateError(RolloutError):
     """The operation is not allowed in the gate's current state; the message says what to do first."""

@@ -108,10 +108,14 @@ class SessionTable:
                 self._release(session_id)
 
     def tombstone(self, session_id: str, reason: str) -> None:
-        """Drop the session's cache; its next request gets SessionGoneError with `reason`."""
-        if session_id in self.sessions:
+        """Drop the session's cache (a busy one's rows when its request leaves); its next request gets
+        SessionGoneError with `reason` (the first reason given is kept)."""
+        sess = self.sessions.get(session_id)
+        if sess is not None and sess.busy:
+            sess.ending = True
+        elif sess is not None:
             self._release(session_id)
-        self._tombstones.pop(session_id, None)
+        reason = self._tombstones.pop(session_id, reason)
         self._tombstones[session_id] = reason
         while len(self._tombstones) > self._max_tombstones:
             self._tombstones.popitem(last=False)

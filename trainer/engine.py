@@ -90,7 +90,10 @@ class Engine:
             self.batcher.submit(request)
             self._kick()
             try:
-                return await request.future  # cancelled with us: the step loop drops the request
+                return await request.future
+            except asyncio.CancelledError:  # the lease settles "cancelled" (unknown outcome: poisons)
+                self._abort(request, "its request was cancelled mid-turn")
+                raise
             finally:
                 self._sessions_in_flight.discard(session_id)
 
@@ -127,10 +130,10 @@ class Engine:
 
     def _place(self, request: GenRequest) -> bool:
         """Rows for a request of a new session (evicting idle sessions if needed); False: wait for rows."""
+        if request.future.done():
+            return False  # aborted or cancelled while waiting: retired, never run
         if request.session is not None:
             return True
-        if request.future.done():
-            return False  # cancelled while waiting for rows: retired below
         sess = self.table.place(request.session_id, len(request.feed))
         if sess is None:
             return False
@@ -172,9 +175,8 @@ class Engine:
         for request in self.batcher.retire(lambda r: r.done or r.future.done()):
             sess = request.session
             assert sess is not None
-            if request.future.done():
+            if request.future.done():  # aborted or cancelled: already tombstoned, its rows are freed now
                 self.table.finished(request.session_id)
-                self.table.tombstone(request.session_id, request.abort_reason or "its request was cancelled mid-turn")
                 continue
             sess.length, sess.version = request.length, request.version
             sess.pending = [int(t) for t in request.tokens[-1].view(-1).tolist()]
@@ -182,7 +184,7 @@ class Engine:
             request.future.set_result(request_result(request, self.engine_id, self.batcher.inflight))
         for request in self.batcher.drop_waiting(lambda r: r.future.done()):
             if request.session is not None:
-                self.table.finished(request.session_id)  # never started: its cache is untouched
+                self.table.finished(request.session_id)
 
     def end_session(self, session_id: str) -> None:
         self.table.end(session_id)
@@ -204,15 +206,17 @@ class Engine:
     def _abort_all(self, why: str) -> None:
         for request in self.batcher.all():
             if not request.future.done():
-                request.abort_reason = f"request {request.request_id!r} {why}"
-                request.future.set_exception(SessionGoneError(request.session_id, self.engine_id, request.abort_reason))
-        self._retire_waiting_now()
+                reason = f"request {request.request_id!r} {why}"
+                request.future.set_exception(SessionGoneError(request.session_id, self.engine_id, reason))
+                self._abort(request, reason)
 
-    def _retire_waiting_now(self) -> None:
-        for request in self.batcher.drop_waiting(lambda r: r.future.done()):
-            if request.session is not None:
-                self.table.finished(request.session_id)
-                self.table.tombstone(request.session_id, request.abort_reason or "its request was cancelled")
+    def _abort(self, request: GenRequest, reason: str) -> None:
+        """The request stops (it leaves the batch at the next step boundary) and its session is gone at once:
+        its rows may hold part of a turn. The rows are freed when the request has left."""
+        request.abort_reason = reason
+        self.table.tombstone(request.session_id, reason)
+        if request.session is None:  # never placed: it holds no rows
+            self.batcher.drop_waiting(lambda r: r is request)
 
     async def install_version(self, version: int, weights: dict[str, torch.Tensor] | None = None) -> None:
         self.gate.install_version(version)  # refuses unless sealed and drained (so nothing is in the batch)
