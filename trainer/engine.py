@@ -155,7 +155,14 @@ class Engine:
             if not self.batcher.active:
                 return  # waiting requests (if any) need rows a finishing session frees: end_session kicks again
             batch = list(self.batcher.active)
-            await loop.run_in_executor(self._executor, self._step, batch)
+            try:
+                await loop.run_in_executor(self._executor, self._step, batch)
+            except Exception as exc:  # noqa: BLE001 - a failed step fails its requests, not the engine
+                for request in batch:
+                    if not request.future.done():
+                        request.future.set_exception(RuntimeError(f"engine {self.engine_id!r} step failed: {exc!r}"))
+                        self._abort(request, f"its step failed ({type(exc).__name__})")
+                continue  # their leases settle "error" (fail closed: the gate poisons)
             self.steps += 1
 
     def _step(self, batch: list[GenRequest]) -> None:
@@ -170,8 +177,8 @@ class Engine:
         self._step_delay_s = step_delay_s
 
     def _retire(self) -> None:
-        """Finished requests leave with their answer; cancelled or aborted ones leave with their session
-        tombstoned (its rows hold a partial turn). Sessions are touched only here and in admission."""
+        """Finished requests leave with their answer; cancelled or aborted ones leave (their sessions were
+        tombstoned when they stopped) and their rows are freed now, when no running step uses them."""
         for request in self.batcher.retire(lambda r: r.done or r.future.done()):
             sess = request.session
             assert sess is not None

@@ -12,7 +12,20 @@ from rollout.types import RolloutBatch
 from trainer.episodes import Group
 
 # The gate event keeps only these keys of each engine's snapshot.
-_GATE_ENGINE_KEYS = ("engine", "state", "version", "active", "waiting", "sessions")
+_GATE_ENGINE_KEYS = (
+    "engine",
+    "state",
+    "version",
+    "active",
+    "waiting",
+    "sessions",
+    "inflight",
+    "max_batch",
+    "evictions",
+    "rejections",
+    "max_sessions",
+    "sessions_gone",
+)
 
 
 def batch_filtered_rate(batch: RolloutBatch) -> float:

@@ -213,3 +213,22 @@ def test_eviction_tombstones_the_session_and_its_next_turn_gets_session_gone() -
     snap = engine.snapshot()
     assert snap["evictions"] == 1 and snap["max_sessions"] == 2 and snap["sessions_gone"] == 1
     assert snap["state"] == "open" and snap["poison_reason"] is None
+
+
+def test_a_failed_step_fails_its_requests_and_poisons_the_gate(monkeypatch) -> None:
+    engine = Engine(CFG, "e")
+
+    def broken(*args, **kwargs):
+        raise MemoryError("out of KV memory")
+
+    monkeypatch.setattr("trainer.engine.run_step", broken)
+
+    async def main() -> None:
+        with pytest.raises(RuntimeError, match="step failed"):
+            await engine.generate("s", [[1, 2]] * 4, 2, 0, "s/t0")
+
+    asyncio.run(main())
+    snap = engine.snapshot()
+    assert snap["state"] == "poisoned" and snap["inflight"] == 0 and snap["kv_rows_used"] == 0
+    with pytest.raises(SessionGoneError, match="step failed"):
+        engine.table.check("s", continues=True, group=4)
