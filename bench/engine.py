@@ -1,17 +1,18 @@
 """Benchmark the batching engine against the one-request-at-a-time path. Writes bench/results/engine.json.
 
-    python bench/engine.py [--quick]
+    python bench/engine.py [--quick] [--rounds N]
 
 Same model (the default config's policy, seed 0), same prompts (the task's training prompts in order), same
-process, same moment, torch pinned to one thread. At each concurrency C (1, 16, 64), C clients each run
-episodes back to back on new sessions (the default `digits` task: G=8 rows, one turn of 3 tokens, the prompt
-fed first) against one `Engine` on this process's event loop, for a fixed number of episodes:
-- batched: `Engine(max_batch=64)`: admitted requests share forward steps;
-- serial: `Engine(max_batch=1)`: the same engine serving one request at a time, which is what the engine did
-  before batching (its generation held the event loop for the whole request). For reference the old code path
-  itself (`trainer.policy.sample_tokens` on a per-session cache, one request after another) is also timed and
-  printed, not stored: it shows the serial baseline is not slower than the code it replaces.
-Rounds alternate serial/batched; medians are reported. `ratio` = batched / serial tokens per second.
+process, torch pinned to one thread. At each concurrency C (1, 16, 64), C clients on one event loop each run
+episodes back to back on new sessions (the default `digits` task: G=8 rows, one turn of 3 tokens after the
+prompt) until a fixed number of episodes is done:
+- serial (`tokens_per_s_serial`): `OldEngine` below, the engine as it was before batching (trainer/engine.py at
+  c63d432): a request takes its gate lease and runs `trainer.policy.sample_tokens` on its session's cache
+  synchronously, holding the event loop, so requests are served one at a time whatever C is;
+- batched (`tokens_per_s_batched`): `trainer.engine.Engine` (max_batch 64), requests of all clients share
+  forward steps on its step thread.
+Also printed, not stored: the new engine with max_batch=1 (one request per step: batching off, the step thread
+still on). Rounds alternate serial, batched; each number is the median over rounds. `ratio` = batched / serial.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import statistics
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 ROOT = Path(__file__).resolve().parent.parent
@@ -31,27 +33,56 @@ sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
 
+from rollout.gate import RequestGate  # noqa: E402
 from trainer.config import TrainConfig  # noqa: E402
 from trainer.engine import Engine  # noqa: E402
-from trainer.policy import sample_tokens  # noqa: E402
+from trainer.policy import build_policy, sample_tokens  # noqa: E402
 from trainer.problems import task_build  # noqa: E402
 
 CONCURRENCY = (1, 16, 64)
 
 
-async def _clients(engine: Engine, cfg: TrainConfig, concurrency: int, episodes: int) -> float:
+class OldEngine:
+    """The pre-batching engine's request path, kept here as the baseline (same model, gate and cache reuse)."""
+
+    def __init__(self, cfg: TrainConfig) -> None:
+        task = task_build(cfg)
+        torch.manual_seed(cfg.seed)
+        self.cfg = cfg
+        self.model = build_policy(cfg, task.vocab_size, task.block_size()).eval()
+        self.gate = RequestGate(name="old")
+        self.sessions: dict[str, tuple[Any, torch.Tensor]] = {}
+
+    async def generate(self, session_id: str, rows: list[list[int]], n: int, seed: int, request_id: str) -> dict:
+        async with self.gate.lease(session_id, request_id=request_id) as lease:
+            feed = torch.tensor(rows, dtype=torch.long)
+            cache = None
+            if session_id in self.sessions:
+                cache, pending = self.sessions[session_id]
+                feed = torch.cat([pending, feed], dim=1)
+            gen = torch.Generator().manual_seed(seed)
+            tokens, logps, kv, pending = sample_tokens(
+                self.model, feed, cache, n, temperature=self.cfg.temperature, generator=gen
+            )
+            self.sessions[session_id] = (kv, pending)
+            return {"tokens": tokens.tolist(), "logprobs": logps.tolist(), "version": lease.version}
+
+    def end_session(self, session_id: str) -> None:
+        self.sessions.pop(session_id, None)
+
+
+async def _clients(engine: Any, cfg: TrainConfig, concurrency: int, episodes: int) -> float:
     """Tokens per second of `concurrency` clients running `episodes` episodes in all."""
     task = task_build(cfg)
-    prompts = task.train_prompts
+    prompts = [task.prompt_tokens(p) for p in task.train_prompts[:episodes]]
     todo = iter(range(episodes))
     n = task.turn_len()
 
     async def client(c: int) -> int:
         made = 0
         for i in todo:
-            rows = [task.prompt_tokens(prompts[i % len(prompts)])] * cfg.group_size
             sid = f"c{c}-e{i}"
-            out = await engine.generate(sid, rows, n, i, f"{sid}/t0")
+            out = await engine.generate(sid, [prompts[i % len(prompts)]] * cfg.group_size, n, i, f"{sid}/t0")
             engine.end_session(sid)
             made += sum(len(r) for r in out["tokens"])
         return made
@@ -59,20 +90,6 @@ async def _clients(engine: Engine, cfg: TrainConfig, concurrency: int, episodes:
     t0 = time.perf_counter()
     made = await asyncio.gather(*(client(c) for c in range(concurrency)))
     return sum(made) / (time.perf_counter() - t0)
-
-
-def old_path_tokens_per_s(cfg: TrainConfig, episodes: int) -> float:
-    """The pre-batching engine's computation: sample_tokens per request on a per-session cache."""
-    task = task_build(cfg)
-    torch.manual_seed(cfg.seed)
-    engine = Engine(cfg, "old", max_batch=1)
-    made, t0 = 0, time.perf_counter()
-    for i in range(episodes):
-        rows = torch.tensor([task.prompt_tokens(task.train_prompts[i % len(task.train_prompts)])] * cfg.group_size)
-        gen = torch.Generator().manual_seed(i)
-        tokens, *_ = sample_tokens(engine.model, rows, None, task.turn_len(), temperature=1.0, generator=gen)
-        made += tokens.numel()
-    return made / (time.perf_counter() - t0)
 
 
 def main() -> None:
@@ -86,14 +103,18 @@ def main() -> None:
     result: dict[str, dict[str, dict[str, float]]] = {"concurrency": {}}
     for c in CONCURRENCY:
         episodes = max(32, 8 * c) if not args.quick else max(16, 2 * c)
-        serial, batched = [], []
+        serial, batched, one = [], [], []
         for _ in range(rounds):
-            serial.append(asyncio.run(_clients(Engine(cfg, "serial", max_batch=1, threads=1), cfg, c, episodes)))
+            serial.append(asyncio.run(_clients(OldEngine(cfg), cfg, c, episodes)))
             batched.append(asyncio.run(_clients(Engine(cfg, "batched", max_batch=64, threads=1), cfg, c, episodes)))
+            one.append(asyncio.run(_clients(Engine(cfg, "max_batch_1", max_batch=1, threads=1), cfg, c, episodes)))
         s, b = statistics.median(serial), statistics.median(batched)
         result["concurrency"][str(c)] = {"tokens_per_s_batched": b, "tokens_per_s_serial": s, "ratio": b / s}
-        print(f"concurrency {c:3d}: batched {b:9.0f} tok/s  serial {s:9.0f} tok/s  ratio {b / s:5.2f}", flush=True)
-    print(f"old sample_tokens path, one request at a time: {old_path_tokens_per_s(cfg, 256):9.0f} tok/s")
+        print(
+            f"concurrency {c:3d}: batched {b:8.0f} tok/s  serial (old engine) {s:8.0f} tok/s  ratio {b / s:5.2f}"
+            f"  (new engine, max_batch=1: {statistics.median(one):8.0f} tok/s)",
+            flush=True,
+        )
     out = ROOT / "bench" / "results" / "engine.json"
     out.write_text(json.dumps(result, indent=2) + "\n")
     print(f"wrote {out}")

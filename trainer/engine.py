@@ -25,7 +25,7 @@ from rollout.gate import RequestGate, SettlementReceipt
 from trainer.batching import Batcher, SessionTable
 from trainer.config import TrainConfig
 from trainer.engine_sizing import EngineSizing, engine_sizing
-from trainer.engine_step import GenRequest, request_result, run_step
+from trainer.engine_step import GenRequest, draw_uniforms, request_result, run_step
 from trainer.kvpool import KVPool
 from trainer.learner import pick_device
 from trainer.policy import build_policy
@@ -62,6 +62,7 @@ class Engine:
         self._stepper: asyncio.Task[None] | None = None
         self._sessions_in_flight: set[str] = set()
         self._step_delay_s = 0.0
+        self._to_clear: list[int] = []
         self.tokens_fed = 0  # tokens run through the model (prompt + new turn tokens), shows cache reuse
         self.requests = self.rejections = self.gone = self.steps = 0
 
@@ -118,8 +119,9 @@ class Engine:
         if reason:
             self.rejections += 1
             raise RejectedBeforeGeneration(f"request {lease.request_id!r}: {reason}")
-        device_gen = torch.Generator(device=self.device).manual_seed(seed)
-        request = GenRequest(session_id, lease.request_id, lease.version, feed, n, greedy, device_gen)
+        uniforms = [] if greedy else draw_uniforms(seed, n, len(feed))
+        uniforms = uniforms or [[0.0] * len(feed)] * n
+        request = GenRequest(session_id, lease.request_id, lease.version, feed, n, greedy, uniforms)
         request.future = asyncio.get_running_loop().create_future()
         if sess is not None:
             sess.busy = True
@@ -137,7 +139,7 @@ class Engine:
         sess = self.table.place(request.session_id, len(request.feed))
         if sess is None:
             return False
-        self.pool.clear(sess.rows)
+        self._to_clear += sess.rows  # zeroed on the step thread before the step that first uses them
         sess.busy = True
         request.session = sess
         return True
@@ -154,21 +156,29 @@ class Engine:
             self.batcher.admit(self._place)
             if not self.batcher.active:
                 return  # waiting requests (if any) need rows a finishing session frees: end_session kicks again
-            batch = list(self.batcher.active)
+            batch, fresh, self._to_clear = list(self.batcher.active), self._to_clear, []
             try:
-                await loop.run_in_executor(self._executor, self._step, batch)
+                await loop.run_in_executor(self._executor, self._steps, batch, fresh)
             except Exception as exc:  # noqa: BLE001 - a failed step fails its requests, not the engine
                 for request in batch:
                     if not request.future.done():
                         request.future.set_exception(RuntimeError(f"engine {self.engine_id!r} step failed: {exc!r}"))
                         self._abort(request, f"its step failed ({type(exc).__name__})")
                 continue  # their leases settle "error" (fail closed: the gate poisons)
-            self.steps += 1
 
-    def _step(self, batch: list[GenRequest]) -> None:
-        if self._step_delay_s:
-            time.sleep(self._step_delay_s)  # throttle(): a slow device, on purpose
-        run_step(self.model, self.pool, batch, self.cfg.temperature)
+    def _steps(self, batch: list[GenRequest], fresh_rows: list[int]) -> None:
+        """On the step thread: steps over `batch` until a request finishes or stops, or another waits to join
+        (then the event loop answers, retires and admits). One hop per event, not per token."""
+        if fresh_rows:
+            self.pool.clear(fresh_rows)
+        while True:
+            if self._step_delay_s:
+                time.sleep(self._step_delay_s)  # throttle(): a slow device, on purpose
+            run_step(self.model, self.pool, batch, self.cfg.temperature)
+            self.steps += 1
+            # Racy reads of loop-owned state are fine here: a change seen one step late costs one step.
+            if self.batcher.waiting or any(r.done or r.future.done() for r in batch):
+                return
 
     def throttle(self, step_delay_s: float) -> None:
         """Fault injection for tests and drills: every forward step takes `step_delay_s` longer (0: off)."""
@@ -275,7 +285,7 @@ def _invalid(feed: list[list[int]], n: int, cached: int, block_size: int, vocab:
         return "rows of different lengths"
     if n < 1:
         return f"n must be at least 1, got {n}"
-    if any(not 0 <= t < vocab for r in feed for t in r):
+    if min(map(min, feed)) < 0 or max(map(max, feed)) >= vocab:
         return "token outside the vocabulary"
     need = cached + len(feed[0]) + n - 1  # the last sampled token stays pending, outside the cache
     if need > block_size:

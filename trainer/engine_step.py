@@ -2,8 +2,9 @@
 
 Requests that just joined feed their whole turn (the last pending token and the new tokens, padded to the
 longest joiner) in one prefill forward; requests already running feed their last sampled token in one decode
-forward. Either way every request gets exactly one new token per step, sampled from its own rows with its own
-generator, so a request's tokens do not depend on which requests shared its steps.
+forward. Either way every request gets exactly one new token per step. Sampling is inverse-CDF against uniforms
+drawn when the request was made from its own seeded generator (one row of `n` per sample), so a request's
+tokens depend on its seed and its own rows only, never on which requests shared its steps.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ class GenRequest:
     feed: list[list[int]]  # (G, t) the pending token (if any) then this turn's new tokens
     n: int  # tokens to sample per row
     greedy: bool
-    generator: torch.Generator
+    uniforms: list[list[float]]  # (n, G) from the request's seed: step i samples row r with uniforms[i][r]
     future: asyncio.Future[dict[str, Any]] = field(init=False)
     session: Session | None = None  # set when the request has its pool rows
     length: int = 0  # tokens in the session's rows as this request advances them
@@ -41,17 +42,25 @@ class GenRequest:
         return len(self.tokens) >= self.n
 
 
+def draw_uniforms(seed: int, n: int, rows: int) -> list[list[float]]:
+    """The random numbers one request samples with: (n, rows), from its seed alone."""
+    return torch.rand(n, rows, generator=torch.Generator().manual_seed(seed), dtype=torch.float64).tolist()
+
+
 @torch.no_grad()
 def run_step(model: TinyTransformer, pool: KVPool, batch: list[GenRequest], temperature: float) -> None:
     """Advance every request of `batch` by one token (joiners prefill, the others decode)."""
     joiners = [r for r in batch if not r.tokens]
     running = [r for r in batch if r.tokens and not r.done]
+    device = pool.k[0].device
     if joiners:
-        _advance(model, pool, joiners, [_feed_rows(r) for r in joiners], temperature)
+        feeds = [_feed_rows(r) for r in joiners]
+        width = max(len(f[0]) for f in feeds)
+        padded = [row + [0] * (width - len(row)) for f in feeds for row in f]
+        _advance(model, pool, joiners, [len(f) for f in feeds], torch.tensor(padded, device=device), temperature)
     if running:
-        _advance(
-            model, pool, running, [[[int(t)] for t in r.tokens[-1].view(-1).tolist()] for r in running], temperature
-        )
+        last = torch.cat([r.tokens[-1] for r in running])  # (B, 1)
+        _advance(model, pool, running, [len(r.feed) for r in running], last, temperature)
 
 
 def _feed_rows(r: GenRequest) -> list[list[int]]:
@@ -65,42 +74,52 @@ def _advance(
     model: TinyTransformer,
     pool: KVPool,
     requests: list[GenRequest],
-    feeds: list[list[list[int]]],
+    computed: list[int],
+    tokens: torch.Tensor,
     temperature: float,
 ) -> None:
-    """One forward over the rows of `requests`, `feeds[i]` the rows request i computes (all of its rows, or
-    one for a shared prompt: then its cache is copied to the other rows and its distribution used for all)."""
-    device = pool.k[0].device
-    width = max(len(f[0]) for f in feeds)
-    rows, start, valid, tokens = [], [], [], []
-    for r, feed in zip(requests, feeds):
+    """One forward over `computed[i]` rows of request i (all of its rows, or its first one for a shared prompt:
+    then that row's cache is copied to the others and its distribution serves all of them), then one token per
+    row. `tokens` (sum(computed), T) padded; every row of request i feeds the same number of real tokens."""
+    device = tokens.device
+    rows, start, valid, expand, uniforms, greedy = [], [], [], [], [], []
+    sources, targets = [], []
+    for r, c in zip(requests, computed):
         assert r.session is not None
-        rows += r.session.rows[: len(feed)]
-        start += [r.length] * len(feed)
-        valid += [len(feed[0])] * len(feed)
-        tokens += [row + [0] * (width - len(row)) for row in feed]
+        g, fed = len(r.feed), (len(r.feed[0]) if not r.tokens else 1)
+        first = len(rows)
+        rows += r.session.rows[:c]
+        start += [r.length] * c
+        valid += [fed] * c
+        expand += [first + (k if c == g else 0) for k in range(g)]
+        uniforms += r.uniforms[len(r.tokens)]
+        greedy += [r.greedy] * g
+        if c < g:
+            sources += [r.session.rows[0]] * (g - c)
+            targets += r.session.rows[c:]
+        r.length += fed
     logits = pooled_step(
         model,
         pool,
         torch.tensor(rows, device=device),
-        torch.tensor(tokens, device=device),
+        tokens,
         torch.tensor(start, device=device),
         torch.tensor(valid, device=device),
     )
-    logp = F.log_softmax(logits.float() / temperature, dim=-1)  # (B, V)
+    if targets:
+        pool.copy_rows(sources, targets)
+    logp = F.log_softmax(logits.float() / temperature, dim=-1)[torch.tensor(expand, device=device)]  # (B, V)
+    cdf = logp.exp().cumsum(dim=-1)
+    u = torch.tensor(uniforms, device=device, dtype=cdf.dtype)[:, None]
+    sampled = (cdf < u).sum(dim=-1, keepdim=True).clamp(max=logp.shape[1] - 1)
+    tok = torch.where(torch.tensor(greedy, device=device)[:, None], logp.argmax(dim=-1, keepdim=True), sampled)
+    tok_logp = logp.gather(1, tok)  # (B, 1)
     offset = 0
-    for r, feed in zip(requests, feeds):
-        assert r.session is not None
-        g, computed = len(r.feed), len(feed)
-        lp = logp[offset : offset + computed]
-        offset += computed
-        if computed < g:
-            pool.copy_rows(r.session.rows[0], r.session.rows[1:])
-            lp = lp.expand(g, lp.shape[1]).contiguous()
-        tok = lp.argmax(dim=-1, keepdim=True) if r.greedy else torch.multinomial(lp.exp(), 1, generator=r.generator)
-        r.tokens.append(tok)
-        r.logps.append(lp.gather(1, tok))
-        r.length += len(feed[0])
+    for r in requests:
+        g = len(r.feed)
+        r.tokens.append(tok[offset : offset + g])
+        r.logps.append(tok_logp[offset : offset + g])
+        offset += g
 
 
 def request_result(request: GenRequest, engine_id: str, inflight: int) -> dict[str, Any]:

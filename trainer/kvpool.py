@@ -40,12 +40,28 @@ class KVPool:
         # empty, not zeros: pages are touched only when a slot is first used (`clear` zeroes it then).
         self.k = [torch.empty(shape, device=device) for _ in model.blocks]
         self.v = [torch.empty(shape, device=device) for _ in model.blocks]
+        self._kbuf: torch.Tensor | None = None  # gather() output, reused by every layer and step
+        self._vbuf: torch.Tensor | None = None
 
-    def copy_rows(self, source: int, targets: list[int]) -> None:
-        """Give `targets` the cache of row `source` (samples of one prompt share its prefill)."""
-        idx = torch.tensor(targets, device=self.k[0].device)
+    def gather(self, layer: int, rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """K and V of `rows` at `layer`, (B, H, L+1, hd), copied into buffers kept across steps: a fresh
+        multi-megabyte tensor per call costs more in page faults than the copy itself (measured 7 ms vs 0.4 ms)."""
+        B = rows.shape[0]
+        if self._kbuf is None or self._kbuf.shape[0] < B:
+            shape = (max(B, 2 * (0 if self._kbuf is None else self._kbuf.shape[0])), *self.k[0].shape[1:])
+            self._kbuf = torch.empty(shape, device=self.k[0].device)
+            self._vbuf = torch.empty(shape, device=self.k[0].device)
+        assert self._vbuf is not None
+        keys = torch.index_select(self.k[layer], 0, rows, out=self._kbuf[:B])
+        values = torch.index_select(self.v[layer], 0, rows, out=self._vbuf[:B])
+        return keys, values
+
+    def copy_rows(self, sources: list[int], targets: list[int]) -> None:
+        """Row `targets[i]` gets the cache of row `sources[i]` (samples of one prompt share its prefill)."""
+        device = self.k[0].device
+        src, dst = torch.tensor(sources, device=device), torch.tensor(targets, device=device)
         for t in (*self.k, *self.v):
-            t.index_copy_(0, idx, t[source].unsqueeze(0).expand(len(targets), *t.shape[1:]))
+            t.index_copy_(0, dst, t.index_select(0, src))
 
     def clear(self, rows: list[int]) -> None:
         """Zero the slots a new session takes (masked keys are multiplied by 0: they must not be NaN)."""
@@ -80,14 +96,17 @@ def pooled_step(
     # Query at position p sees keys 0..p, never the scratch column. (B, 1, T, L+1)
     mask = ((keys[None, None, :] <= pos[:, :, None]) & (keys < L))[:, None]
     x = model.tok(tokens) + model.pos(pos.clamp(max=L - 1))  # (B, T, C)
-    slot = rows[:, None].expand(B, T)
+    C = x.shape[2]
+    H = model.blocks[0].n_head
+    # Where each (row, position, head) writes in the pool seen as (S*H*(L+1), hd): one index_copy_ per tensor.
+    heads = torch.arange(H, device=x.device)
+    flat = ((rows[:, None, None] * H + heads) * (L + 1) + write_at[:, :, None]).reshape(-1)  # (B*T*H,)
     for i, block in enumerate(model.blocks):
-        C, H = x.shape[2], block.n_head
         q, k, v = block.qkv(block.ln1(x)).split(C, dim=2)
-        pool.k[i][slot, :, write_at] = k.view(B, T, H, C // H)
-        pool.v[i][slot, :, write_at] = v.view(B, T, H, C // H)
+        pool.k[i].view(-1, C // H).index_copy_(0, flat, k.reshape(B * T * H, C // H))
+        pool.v[i].view(-1, C // H).index_copy_(0, flat, v.reshape(B * T * H, C // H))
         q = q.view(B, T, H, C // H).transpose(1, 2)  # (B, H, T, hd)
-        keys, values = pool.k[i].index_select(0, rows), pool.v[i].index_select(0, rows)  # (B, H, L+1, hd)
+        keys, values = pool.gather(i, rows)  # (B, H, L+1, hd)
         y = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask)
         x = x + block.proj(y.transpose(1, 2).reshape(B, T, C))
         x = x + block.mlp(block.ln2(x))
