@@ -82,8 +82,14 @@ def _advance(
     then that row's cache is copied to the others and its distribution serves all of them), then one token per
     row. `tokens` (sum(computed), T) padded; every row of request i feeds the same number of real tokens."""
     device = tokens.device
-    rows, start, valid, expand, uniforms, greedy = [], [], [], [], [], []
-    sources, targets = [], []
+    rows: list[int] = []
+    start: list[int] = []
+    valid: list[int] = []
+    expand: list[int] = []  # output row -> computed row (a shared prompt's rows all read its one row)
+    uniforms: list[float] = []
+    greedy: list[bool] = []
+    sources: list[int] = []
+    targets: list[int] = []
     for r, c in zip(requests, computed):
         assert r.session is not None
         g, fed = len(r.feed), (len(r.feed[0]) if not r.tokens else 1)

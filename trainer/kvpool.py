@@ -11,10 +11,13 @@ a row's result independent of which other rows share its step: batched and one-a
 
 from __future__ import annotations
 
+from typing import cast
+
 import torch
 import torch.nn.functional as F
 
-from trainer.policy import TinyTransformer
+from trainer.policy import Block, TinyTransformer
+
 
 # Fewest rows a step computes: CPU matrix products of 1-3 rows take another kernel than 4 or more, with
 # different rounding, so a lone row would not match the same row computed in a crowd (tests/trainer/test_batching.py).
@@ -32,9 +35,8 @@ class KVPool:
     def __init__(self, model: TinyTransformer, rows: int, device: torch.device | str = "cpu") -> None:
         if rows < 1:
             raise ValueError("a KV pool needs at least one row")
-        first = model.blocks[0]
-        n_head = first.n_head
-        d_model = first.qkv.in_features
+        n_head = _blocks(model)[0].n_head
+        d_model = model.tok.embedding_dim
         self.rows, self.width = rows, model.block_size
         shape = (rows, n_head, model.block_size + 1, d_model // n_head)  # (S, H, L+1, hd)
         # empty, not zeros: pages are touched only when a slot is first used (`clear` zeroes it then).
@@ -97,11 +99,12 @@ def pooled_step(
     mask = ((keys[None, None, :] <= pos[:, :, None]) & (keys < L))[:, None]
     x = model.tok(tokens) + model.pos(pos.clamp(max=L - 1))  # (B, T, C)
     C = x.shape[2]
-    H = model.blocks[0].n_head
+    blocks = _blocks(model)
+    H = blocks[0].n_head
     # Where each (row, position, head) writes in the pool seen as (S*H*(L+1), hd): one index_copy_ per tensor.
     heads = torch.arange(H, device=x.device)
     flat = ((rows[:, None, None] * H + heads) * (L + 1) + write_at[:, :, None]).reshape(-1)  # (B*T*H,)
-    for i, block in enumerate(model.blocks):
+    for i, block in enumerate(blocks):
         q, k, v = block.qkv(block.ln1(x)).split(C, dim=2)
         pool.k[i].view(-1, C // H).index_copy_(0, flat, k.reshape(B * T * H, C // H))
         pool.v[i].view(-1, C // H).index_copy_(0, flat, v.reshape(B * T * H, C // H))
@@ -113,3 +116,7 @@ def pooled_step(
     last = x[torch.arange(B, device=x.device), valid - 1]  # (B, C)
     logits: torch.Tensor = model.head(model.ln_f(last))
     return logits[:n]  # (n, V)
+
+
+def _blocks(model: TinyTransformer) -> list[Block]:
+    return [cast(Block, b) for b in model.blocks]
