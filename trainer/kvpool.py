@@ -18,7 +18,6 @@ import torch.nn.functional as F
 
 from trainer.policy import Block, TinyTransformer
 
-
 # Fewest rows a step computes: CPU matrix products of 1-3 rows take another kernel than 4 or more, with
 # different rounding, so a lone row would not match the same row computed in a crowd (tests/trainer/test_batching.py).
 MIN_ROWS = 4
