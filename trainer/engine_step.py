@@ -17,8 +17,13 @@ import torch
 import torch.nn.functional as F
 
 from trainer.batching import Session
-from trainer.kvpool import KVPool, pooled_step
+from trainer.kvpool import MIN_ROWS, KVPool, pooled_step
 from trainer.policy import TinyTransformer
+
+# A prefill forward feeds at least this many positions (padding): attention over 1-3 query positions takes
+# another CPU kernel than over 4 or more, so a short turn would round differently depending on whether a longer
+# one shares its step. Decode forwards always feed exactly one position.
+MIN_PREFILL = MIN_ROWS
 
 
 @dataclass(eq=False)
@@ -55,7 +60,7 @@ def run_step(model: TinyTransformer, pool: KVPool, batch: list[GenRequest], temp
     device = pool.k[0].device
     if joiners:
         feeds = [_feed_rows(r) for r in joiners]
-        width = max(len(f[0]) for f in feeds)
+        width = max(MIN_PREFILL, *(len(f[0]) for f in feeds))
         padded = [row + [0] * (width - len(row)) for f in feeds for row in f]
         _advance(model, pool, joiners, [len(f) for f in feeds], torch.tensor(padded, device=device), temperature)
     if running:

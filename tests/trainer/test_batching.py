@@ -111,14 +111,15 @@ CFG = TrainConfig(task="agent", group_size=4, mode="local", device="cpu", seed=3
 async def _episodes(engine: Engine, tickets: list[int], concurrent: bool) -> list:
     task = task_build(CFG)
 
-    def one(gid: int):
+    async def one(gid: int, stagger: float = 0.0):
+        await asyncio.sleep(stagger)  # staggered starts: fresh prompts join steps of continuing turns
         prompt = task.train_prompts[gid]
-        return run_group(
+        return await run_group(
             task, GroupTicket(gid, 0, gid), prompt, group_size=4, seed=3, generate=engine.generate, session_id=f"s{gid}"
         )
 
     if concurrent:
-        return list(await asyncio.gather(*(one(g) for g in tickets)))
+        return list(await asyncio.gather(*(one(g, 0.003 * (g % 6)) for g in tickets)))
     return [await one(g) for g in tickets]
 
 
@@ -232,3 +233,42 @@ def test_a_failed_step_fails_its_requests_and_poisons_the_gate(monkeypatch) -> N
     assert snap["state"] == "poisoned" and snap["inflight"] == 0 and snap["kv_rows_used"] == 0
     with pytest.raises(SessionGoneError, match="step failed"):
         engine.table.check("s", continues=True, group=4)
+
+
+def test_a_rows_numbers_do_not_depend_on_the_rows_that_share_its_step() -> None:
+    """pooled_step on random rows (random cache lengths, real token counts and padding, prefill widths >= 4 as
+    the engine pads them, and decode steps of one token) gives every row exactly the logits it gets alone."""
+    import random
+
+    from trainer.kvpool import pooled_step
+
+    rng = random.Random(0)
+    engine = Engine(CFG, "e")
+    model, pool = engine.model, engine.pool
+    torch.manual_seed(0)
+    pool.clear(list(range(100)))
+    for t in (*pool.k, *pool.v):
+        t[:100].normal_()
+    saved = [t[:100].clone() for t in (*pool.k, *pool.v)]
+
+    def restore() -> None:
+        for t, s in zip((*pool.k, *pool.v), saved):
+            t[:100].copy_(s)
+
+    for trial in range(60):
+        decode = trial % 3 == 0
+        B = rng.randint(1, 30)
+        rows = torch.tensor(rng.sample(range(100), B))
+        start = torch.tensor([rng.randint(0, pool.width - 8) for _ in range(B)])
+        valid = torch.ones(B, dtype=torch.long) if decode else torch.tensor([rng.randint(1, 6) for _ in range(B)])
+        width = 1 if decode else max(4, int(valid.max()) + rng.randint(0, 2))
+        tokens = torch.randint(0, 12, (B, 8))
+        restore()
+        together = pooled_step(model, pool, rows, tokens[:, :width], start, valid)
+        for b in range(B):
+            restore()
+            alone_width = 1 if decode else max(4, int(valid[b]) + rng.randint(0, 2))
+            alone = pooled_step(
+                model, pool, rows[b : b + 1], tokens[b : b + 1, :alone_width], start[b : b + 1], valid[b : b + 1]
+            )
+            assert torch.equal(alone[0], together[b]), (trial, b)
