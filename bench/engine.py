@@ -12,7 +12,9 @@ prompt) until a fixed number of episodes is done:
 - batched (`tokens_per_s_batched`): `trainer.engine.Engine` (max_batch 64), requests of all clients share
   forward steps on its step thread.
 Also printed, not stored: the new engine with max_batch=1 (one request per step: batching off, the step thread
-still on). Rounds alternate serial, batched; each number is the median over rounds. `ratio` = batched / serial.
+still on). Each round measures serial then batched back to back (then the max_batch=1 engine); tokens/s are medians over
+rounds, and `ratio` is the median of the per-round ratios batched / serial (on this shared machine the load moves
+within seconds, so a ratio of two measurements taken together is steadier than a ratio of two medians).
 """
 
 from __future__ import annotations
@@ -95,7 +97,7 @@ async def _clients(engine: Any, cfg: TrainConfig, concurrency: int, episodes: in
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args()
     torch.set_num_threads(1)
     cfg = TrainConfig(mode="local", device="cpu")
@@ -109,12 +111,14 @@ def main() -> None:
             batched.append(asyncio.run(_clients(Engine(cfg, "batched", max_batch=64, threads=1), cfg, c, episodes)))
             one.append(asyncio.run(_clients(Engine(cfg, "max_batch_1", max_batch=1, threads=1), cfg, c, episodes)))
         s, b = statistics.median(serial), statistics.median(batched)
-        result["concurrency"][str(c)] = {"tokens_per_s_batched": b, "tokens_per_s_serial": s, "ratio": b / s}
+        ratio = statistics.median(x / y for x, y in zip(batched, serial))
+        result["concurrency"][str(c)] = {"tokens_per_s_batched": b, "tokens_per_s_serial": s, "ratio": ratio}
         print(
-            f"concurrency {c:3d}: batched {b:8.0f} tok/s  serial (old engine) {s:8.0f} tok/s  ratio {b / s:5.2f}"
+            f"concurrency {c:3d}: batched {b:8.0f} tok/s  serial (old engine) {s:8.0f} tok/s  ratio {ratio:5.2f}"
             f"  (new engine, max_batch=1: {statistics.median(one):8.0f} tok/s)",
             flush=True,
         )
+        print(f"    rounds: batched {[round(x) for x in batched]}  serial {[round(x) for x in serial]}", flush=True)
     out = ROOT / "bench" / "results" / "engine.json"
     out.write_text(json.dumps(result, indent=2) + "\n")
     print(f"wrote {out}")
