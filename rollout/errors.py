@@ -19,6 +19,9 @@ class GatePoisonedError(RolloutError):
         self.engine = engine
         self.reason = reason
 
+    def __reduce__(self) -> tuple[Any, ...]:  # crosses processes (raised by an engine actor)
+        return (type(self), (self.engine, self.reason))
+
 
 class GateStateError(RolloutError):
     """The operation is not allowed in the gate's current state; the message says what to do first."""
@@ -54,13 +57,17 @@ class PublicationError(RolloutError):
 
 # --- router -----------------------------------------------------------------------------------------------
 class SessionGoneError(RolloutError):
-    """The session was bound to an engine that died; it is never re-routed or replayed."""
+    """The session's KV cache is gone: its engine died, evicted it (memory bound) or aborted its request. It is
+    never re-routed or replayed; the caller aborts the episode and runs it again as a new session."""
 
     def __init__(self, session_id: str, engine: str, reason: str) -> None:
         super().__init__(f"session {session_id!r} is gone: engine {engine!r} {reason}")
         self.session_id = session_id
         self.engine = engine
         self.reason = reason
+
+    def __reduce__(self) -> tuple[Any, ...]:  # crosses processes (raised by an engine actor)
+        return (type(self), (self.session_id, self.engine, self.reason))
 
 
 class RouterFullError(RolloutError):

@@ -1,31 +1,35 @@
-"""A generation engine: a policy copy at some weight version, a request gate, and per-session KV caches.
+"""A generation engine: a policy copy at some weight version, a request gate, and a continuously batched
+forward loop over per-session KV caches.
 
-Every request is admitted by the engine's `RequestGate` (so a publication can seal, drain, install v+1 and
-reopen) and tags its tokens with the lease's version and request id. A session's later turns only feed their
-new tokens: the conversation so far lives in the session's cache, which is why routing is sticky. Plain class;
-`trainer.topology` deploys it as an async Ray actor.
+Each request is admitted by the engine's `RequestGate` and holds its lease until its last token: a
+publication's seal stops admission, drain waits for the requests in flight, and at the drain deadline they are
+aborted (the gate poisons itself: their outcome is unknown). Admitted requests join a running batch
+(`trainer.batching`); one forward step advances every request in it by one token, each on its own session's
+rows of the KV pool (`trainer.kvpool`). The step runs on a thread of its own, so the event loop keeps admitting,
+cancelling and answering while the model computes. A session's later turns only feed their new tokens: the
+conversation so far lives in its rows, which is why routing is sticky. Plain class; `trainer.topology`
+deploys it as an async Ray actor.
 """
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures as cf
 import time
-from dataclasses import dataclass
 from typing import Any
 
 import torch
 
-from rollout.gate import RequestGate
+from rollout.errors import DrainTimeoutError, RejectedBeforeGeneration, SessionGoneError
+from rollout.gate import RequestGate, SettlementReceipt
+from trainer.batching import Batcher, SessionTable
 from trainer.config import TrainConfig
-from trainer.policy import KVCache, build_policy, sample_tokens
+from trainer.engine_sizing import EngineSizing, engine_sizing
+from trainer.engine_step import GenRequest, draw_uniforms, request_result, run_step
+from trainer.kvpool import KVPool
+from trainer.learner import pick_device
+from trainer.policy import build_policy
 from trainer.problems import task_build
-
-
-@dataclass
-class SessionCache:
-    kv: KVCache | None
-    pending: torch.Tensor | None  # (G, 1) last sampled token, not yet fed through the model
-    version: int  # weight version that computed the cache
-    last_used: float
 
 
 class Engine:
@@ -35,87 +39,269 @@ class Engine:
         engine_id: str,
         *,
         initially_open: bool = True,
-        max_sessions: int = 4096,
+        max_sessions: int | None = None,
+        max_batch: int | None = None,
         threads: int = 1,
+        gpus: float = 0.0,
     ) -> None:
         torch.set_num_threads(threads)  # the whole CPUs of its bundle (trainer/resources.py), at least one
-        self.cfg, self.engine_id, self.max_sessions = cfg, engine_id, max_sessions
+        self.cfg, self.engine_id = cfg, engine_id
         task = task_build(cfg)
+        self.device = pick_device(cfg.device, gpus)
         torch.manual_seed(cfg.seed)  # same initial weights as the learner's version 0
-        self.model = build_policy(cfg, task.vocab_size, task.block_size()).eval()
+        self.model = build_policy(cfg, task.vocab_size, task.block_size()).to(self.device).eval()
+        self.sizing = _size(cfg, task.block_size(), self.device, gpus)
+        self.max_batch = max_batch or self.sizing.max_batch
+        self.max_sessions = max_sessions or self.sizing.max_sessions
+        rows = self.max_sessions * cfg.group_size
+        self.table = SessionTable(engine_id, rows, self.max_sessions)
+        self.pool = KVPool(self.model, rows, self.device)
+        self.batcher: Batcher[GenRequest] = Batcher(self.max_batch)
         self.gate = RequestGate(name=engine_id, version=0, initially_open=initially_open)
-        self.sessions: dict[str, SessionCache] = {}
+        self._executor = cf.ThreadPoolExecutor(1, thread_name_prefix=f"{engine_id}-step")
+        self._stepper: asyncio.Task[None] | None = None
+        self._sessions_in_flight: set[str] = set()
+        self._step_delay_s = 0.0
+        self._to_clear: list[int] = []
         self.tokens_fed = 0  # tokens run through the model (prompt + new turn tokens), shows cache reuse
-        self.requests = 0
+        self.requests = self.rejections = self.gone = self.steps = 0
+
+    @property
+    def sessions(self) -> dict[str, Any]:
+        return self.table.sessions
 
     # --- generation -------------------------------------------------------------------------------------
     async def generate(
-        self, session_id: str, new_tokens: list[list[int]], n: int, seed: int, request_id: str, greedy: bool = False
-    ) -> dict[str, Any]:
-        """Feed the new tokens of this turn after the session's cache and sample `n` tokens per row."""
-        async with self.gate.lease(session_id, request_id=request_id, timeout=self.cfg.publish_deadline_s * 4) as lease:
-            return self._generate(session_id, new_tokens, n, seed, greedy, lease.version, request_id)
-
-    def _generate(
         self,
         session_id: str,
         new_tokens: list[list[int]],
         n: int,
         seed: int,
-        greedy: bool,
-        version: int,
         request_id: str,
+        greedy: bool = False,
+        continues: bool = False,
     ) -> dict[str, Any]:
-        feed = torch.tensor(new_tokens, dtype=torch.long)  # (G, t)
-        sess = self.sessions.get(session_id)
-        if sess is not None and sess.pending is not None:
-            feed = torch.cat([sess.pending, feed], dim=1)
-        gen = torch.Generator().manual_seed(seed)
-        tokens, logps, kv, pending = sample_tokens(
-            self.model,
-            feed,
-            sess.kv if sess else None,
-            n,
-            temperature=self.cfg.temperature,
-            generator=gen,
-            greedy=greedy,
-        )
-        self.tokens_fed += feed.numel() + tokens.shape[0] * (n - 1)
+        """Feed this turn's new tokens after the session's cache and sample `n` tokens per row.
+
+        `continues`: a later turn of a session this engine should hold; without its cache the request gets
+        SessionGoneError, never an answer computed without its context."""
+        async with self.gate.lease(session_id, request_id=request_id, timeout=self.cfg.publish_deadline_s * 4) as lease:
+            request = self._request(lease, session_id, new_tokens, n, seed, greedy, continues)
+            self._sessions_in_flight.add(session_id)
+            self.batcher.submit(request)
+            self._kick()
+            try:
+                return await request.future
+            except asyncio.CancelledError:  # the lease settles "cancelled" (unknown outcome: poisons)
+                self._abort(request, "its request was cancelled mid-turn")
+                raise
+            finally:
+                self._sessions_in_flight.discard(session_id)
+
+    def _request(
+        self, lease: Any, session_id: str, rows: list[list[int]], n: int, seed: int, greedy: bool, continues: bool
+    ) -> GenRequest:
+        try:
+            if session_id in self._sessions_in_flight:
+                raise RejectedBeforeGeneration(f"session {session_id!r} already has a request in flight")
+            sess = self.table.check(session_id, continues=continues, group=len(rows))
+        except SessionGoneError as exc:
+            self.gone += 1
+            lease.settle(SettlementReceipt.rejected(lease, str(exc)))  # nothing ran: safe, not a poison
+            raise
+        except RejectedBeforeGeneration:
+            self.rejections += 1
+            raise
+        pending = sess.pending if sess is not None and sess.pending is not None else None
+        feed = [([pending[i]] if pending else []) + list(row) for i, row in enumerate(rows)]
+        cached = sess.length if sess is not None else 0
+        reason = _invalid(feed, n, cached, self.model.block_size, self.model.tok.num_embeddings)
+        if reason:
+            self.rejections += 1
+            raise RejectedBeforeGeneration(f"request {lease.request_id!r}: {reason}")
+        uniforms = [] if greedy else draw_uniforms(seed, n, len(feed))
+        uniforms = uniforms or [[0.0] * len(feed)] * n
+        request = GenRequest(session_id, lease.request_id, lease.version, feed, n, greedy, uniforms)
+        request.future = asyncio.get_running_loop().create_future()
+        if sess is not None:
+            sess.busy = True
+            request.session, request.length = sess, sess.length
         self.requests += 1
-        self.sessions[session_id] = SessionCache(kv=kv, pending=pending, version=version, last_used=time.monotonic())
-        if len(self.sessions) > self.max_sessions:  # bounded memory: evict the least recently used
-            oldest = min(self.sessions, key=lambda s: self.sessions[s].last_used)
-            del self.sessions[oldest]
-        return {
-            "tokens": tokens.tolist(),
-            "logprobs": logps.tolist(),
-            "version": version,
-            "request_id": request_id,
-            "engine": self.engine_id,
-        }
+        self.tokens_fed += sum(len(r) for r in feed) + len(feed) * (n - 1)
+        return request
+
+    def _place(self, request: GenRequest) -> bool:
+        """Rows for a request of a new session (evicting idle sessions if needed); False: wait for rows."""
+        if request.future.done():
+            return False  # aborted or cancelled while waiting: retired, never run
+        if request.session is not None:
+            return True
+        sess = self.table.place(request.session_id, len(request.feed))
+        if sess is None:
+            return False
+        self._to_clear += sess.rows  # zeroed on the step thread before the step that first uses them
+        sess.busy = True
+        request.session = sess
+        return True
+
+    def _kick(self) -> None:
+        if self._stepper is None or self._stepper.done():
+            self._stepper = asyncio.get_running_loop().create_task(self._step_loop())
+
+    async def _step_loop(self) -> None:
+        """Admit, step, retire, until nothing is left to run; every step advances every active request."""
+        loop = asyncio.get_running_loop()
+        while True:
+            self._retire()
+            self.batcher.admit(self._place)
+            if not self.batcher.active:
+                return  # waiting requests (if any) need rows a finishing session frees: end_session kicks again
+            batch, fresh, self._to_clear = list(self.batcher.active), self._to_clear, []
+            try:
+                await loop.run_in_executor(self._executor, self._steps, batch, fresh)
+            except Exception as exc:  # noqa: BLE001 - a failed step fails its requests, not the engine
+                for request in batch:
+                    if not request.future.done():
+                        request.future.set_exception(RuntimeError(f"engine {self.engine_id!r} step failed: {exc!r}"))
+                        self._abort(request, f"its step failed ({type(exc).__name__})")
+                continue  # their leases settle "error" (fail closed: the gate poisons)
+
+    def _steps(self, batch: list[GenRequest], fresh_rows: list[int]) -> None:
+        """On the step thread: steps over `batch` until a request finishes or stops, or another waits to join
+        (then the event loop answers, retires and admits). One hop per event, not per token."""
+        if fresh_rows:
+            self.pool.clear(fresh_rows)
+        while True:
+            if self._step_delay_s:
+                time.sleep(self._step_delay_s)  # throttle(): a slow device, on purpose
+            run_step(self.model, self.pool, batch, self.cfg.temperature)
+            self.steps += 1
+            # Racy reads of loop-owned state are fine here: a change seen one step late costs one step.
+            if self.batcher.waiting or any(r.done or r.future.done() for r in batch):
+                return
+
+    def throttle(self, step_delay_s: float) -> None:
+        """Fault injection for tests and drills: every forward step takes `step_delay_s` longer (0: off)."""
+        if not 0 <= step_delay_s <= 60:
+            raise ValueError("step_delay_s must be within [0, 60]")
+        self._step_delay_s = step_delay_s
+
+    def _retire(self) -> None:
+        """Finished requests leave with their answer; cancelled or aborted ones leave (their sessions were
+        tombstoned when they stopped) and their rows are freed now, when no running step uses them."""
+        for request in self.batcher.retire(lambda r: r.done or r.future.done()):
+            sess = request.session
+            assert sess is not None
+            if request.future.done():  # aborted or cancelled: already tombstoned, its rows are freed now
+                self.table.finished(request.session_id)
+                continue
+            sess.length, sess.version = request.length, request.version
+            sess.pending = [int(t) for t in request.tokens[-1].view(-1).tolist()]
+            self.table.finished(request.session_id)
+            request.future.set_result(request_result(request, self.engine_id, self.batcher.inflight))
+        for request in self.batcher.drop_waiting(lambda r: r.future.done()):
+            if request.session is not None:
+                self.table.finished(request.session_id)
 
     def end_session(self, session_id: str) -> None:
-        self.sessions.pop(session_id, None)
+        self.table.end(session_id)
+        if self.batcher.waiting:
+            self._kick()  # freed rows may let a waiting request in
 
     # --- publication protocol (rollout.PublicationController) --------------------------------------------
     def seal(self) -> None:
         self.gate.seal()
 
     async def drain(self, timeout_s: float) -> None:
-        await self.gate.drain(timeout_s=timeout_s)
+        """Wait for the requests in flight; at the deadline the gate poisons itself and they are aborted."""
+        try:
+            await self.gate.drain(timeout_s=timeout_s)
+        except DrainTimeoutError:
+            self._abort_all("was aborted at the drain deadline")
+            raise
 
-    def install_version(self, version: int, weights: dict[str, torch.Tensor] | None = None) -> None:
-        self.gate.install_version(version)
+    def _abort_all(self, why: str) -> None:
+        for request in self.batcher.all():
+            if not request.future.done():
+                reason = f"request {request.request_id!r} {why}"
+                request.future.set_exception(SessionGoneError(request.session_id, self.engine_id, reason))
+                self._abort(request, reason)
+
+    def _abort(self, request: GenRequest, reason: str) -> None:
+        """The request stops (it leaves the batch at the next step boundary) and its session is gone at once:
+        its rows may hold part of a turn. The rows are freed when the request has left."""
+        request.abort_reason = reason
+        self.table.tombstone(request.session_id, reason)
+        if request.session is None:  # never placed: it holds no rows
+            self.batcher.drop_waiting(lambda r: r is request)
+
+    async def install_version(self, version: int, weights: dict[str, torch.Tensor] | None = None) -> None:
+        self.gate.install_version(version)  # refuses unless sealed and drained (so nothing is in the batch)
         if weights is not None:
+            if self._stepper is not None and not self._stepper.done():
+                await asyncio.wait({self._stepper})  # never change weights under a running step
             self.model.load_state_dict(weights)
 
     def reopen(self) -> None:
         self.gate.reopen()
 
+    def reset(self, reason: str = "reset by owner") -> str | None:
+        """Clear a poisoned gate (it stays closed: drain, install or reopen next). Returns the poison reason."""
+        return self.gate.reset(reason)
+
     def snapshot(self) -> dict[str, Any]:
         snap = self.gate.snapshot()
-        snap.update(sessions=len(self.sessions), tokens_fed=self.tokens_fed, requests=self.requests)
+        snap.update(
+            sessions=len(self.table.sessions),
+            tokens_fed=self.tokens_fed,
+            requests=self.requests,
+            inflight=self.batcher.inflight,
+            max_batch=self.max_batch,
+            batch=len(self.batcher.active),
+            steps=self.steps,
+            evictions=self.table.evictions,
+            rejections=self.rejections,
+            sessions_gone=self.gone,
+            max_sessions=self.max_sessions,
+            kv_rows=self.table.rows,
+            kv_rows_used=self.table.rows_used,
+            device=str(self.device),
+        )
         return snap
+
+    def load(self) -> int:
+        """Requests in flight (admitted, not answered): what routers balance new sessions on."""
+        return self.batcher.inflight
 
     def ping(self) -> str:
         return self.engine_id
+
+
+def _invalid(feed: list[list[int]], n: int, cached: int, block_size: int, vocab: int) -> str:
+    """Why a request must be refused before generation ('' if it can run)."""
+    if not feed or not feed[0]:
+        return "no rows or no tokens to feed"
+    if len({len(r) for r in feed}) != 1:
+        return "rows of different lengths"
+    if n < 1:
+        return f"n must be at least 1, got {n}"
+    if min(map(min, feed)) < 0 or max(map(max, feed)) >= vocab:
+        return "token outside the vocabulary"
+    need = cached + len(feed[0]) + n - 1  # the last sampled token stays pending, outside the cache
+    if need > block_size:
+        return f"context of {need} tokens exceeds the model's {block_size}"
+    return ""
+
+
+def _size(cfg: TrainConfig, block_size: int, device: torch.device, gpus: float) -> EngineSizing:
+    memory = torch.cuda.get_device_properties(device).total_memory if device.type == "cuda" else 0
+    return engine_sizing(
+        device=device.type,
+        n_layer=cfg.n_layer,
+        d_model=cfg.d_model,
+        block_size=block_size,
+        group_size=cfg.group_size,
+        actor_memory_mb=cfg.actor_memory_mb,
+        device_memory_bytes=memory,
+        gpu_share=gpus if gpus > 0 else 1.0,  # device 'cuda' asked for without a bundle GPU: the whole device
+    )

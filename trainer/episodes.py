@@ -10,7 +10,8 @@ from typing import Any
 
 from trainer.problems import Prompt, SequenceTask
 
-# generate(session_id, new_tokens (G rows), n, seed, request_id) -> {"tokens", "logprobs", "version", "engine"}
+# generate(session_id, new_tokens (G rows), n, seed, request_id, greedy, continues)
+#   -> {"tokens", "logprobs", "version", "engine", ...}
 GenerateFn = Callable[..., Awaitable[dict[str, Any]]]
 
 
@@ -80,9 +81,9 @@ async def run_group(
     new_tokens = [list(first) for _ in range(group_size)]
     for turn in range(task.turns):
         request_id = f"{session_id}/t{turn}"
-        out = await generate(
-            session_id, new_tokens, task.turn_len(), generation_seed(seed, ticket.group_id, turn), request_id, greedy
-        )
+        seed_t = generation_seed(seed, ticket.group_id, turn)
+        # turn > 0 continues the session: an engine without its cache answers SessionGoneError
+        out = await generate(session_id, new_tokens, task.turn_len(), seed_t, request_id, greedy, turn > 0)
         versions.append(out["version"])
         request_ids.append(request_id)
         engines.append(out["engine"])

@@ -17,7 +17,20 @@ from trainer.histograms import step_histograms
 NOT_METRICS = frozenset({"group_ids", "epochs", "histograms", "span", "eval_span"})
 
 # The gate event keeps only these keys of each engine's snapshot.
-_GATE_ENGINE_KEYS = ("engine", "state", "version", "active", "waiting", "sessions")
+_GATE_ENGINE_KEYS = (
+    "engine",
+    "state",
+    "version",
+    "active",
+    "waiting",
+    "sessions",
+    "inflight",
+    "max_batch",
+    "evictions",
+    "rejections",
+    "max_sessions",
+    "sessions_gone",
+)
 
 
 def batch_filtered_rate(batch: RolloutBatch) -> float:

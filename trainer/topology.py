@@ -76,6 +76,8 @@ class Runtime:
     uses_ray: bool
     placement: Placement
     trainer_resources: dict[str, Any] = field(default_factory=dict)
+    name: str = "trainer"  # prefix of the run's actor names
+    restarts: int = 0  # engines restarted so far (trainer.engine_restart)
 
     def trainer_call(self, method: str, *args: Any, timeout: float | None = None) -> Any:
         if self.uses_ray:
@@ -206,6 +208,7 @@ def build_runtime(
         uses_ray=cfg.mode != "local",
         placement=placement,
         trainer_resources=resources,
+        name=name,
     )
 
 
@@ -214,7 +217,9 @@ def _start_local(
 ) -> tuple[dict[str, Any], list[Any], Any, Channel, dict[str, Any]]:
     """Everything in this process, which reserved the driver bundle (the learner's share included)."""
     driver = driver_bundle(cfg)
-    engines = {e: Engine(cfg, e, initially_open=engines_open, threads=driver.threads) for e in engine_ids}
+    engines = {
+        e: Engine(cfg, e, initially_open=engines_open, threads=driver.threads, gpus=driver.gpus) for e in engine_ids
+    }
     # Gates are asyncio objects: build them on the loop that will drive them.
     workers = [RolloutWorker(cfg, f"worker-{i}", engines, threads=driver.threads) for i in range(cfg.num_workers)]
     channel = Channel.create(name, local=True)
@@ -236,12 +241,8 @@ def _start_ray_actors(
     def threads(role: str) -> int:
         return placement.bundle(role).threads
 
-    engine_cls = ray.remote(Engine)
     engines: dict[str, Any] = {
-        e: engine_cls.options(**options(e), max_concurrency=1000, name=f"{name}-{e}").remote(
-            cfg, e, initially_open=engines_open, threads=threads(e)
-        )
-        for e in engine_ids
+        e: engine_actor(cfg, name, e, placement, initially_open=engines_open) for e in engine_ids
     }
     worker_cls = ray.remote(RolloutWorker)
     workers: list[Any] = []
@@ -262,6 +263,22 @@ def _start_ray_actors(
     info = ray.get(trainer.info.remote())
     ray.get([h.ping.remote() for h in engines.values()] + [w.stats.remote() for w in workers])
     return engines, workers, trainer, channel, {"device": info["device"], "num_gpus": learner.gpus}
+
+
+def engine_actor(
+    cfg: TrainConfig, name: str, engine_id: str, placement: Placement, *, initially_open: bool, generation: int = 0
+) -> Any:
+    """One engine actor in its bundle (`generation` > 0: a restarted engine gets a fresh actor name)."""
+    import ray
+
+    bundle = placement.bundle(engine_id)
+    options = {**placement.actor_options(engine_id), "runtime_env": {"env_vars": actor_env(bundle.threads)}}
+    actor_name = f"{name}-{engine_id}" + (f"-r{generation}" if generation else "")
+    return (
+        ray.remote(Engine)
+        .options(**options, max_concurrency=1000, name=actor_name)
+        .remote(cfg, engine_id, initially_open=initially_open, threads=bundle.threads, gpus=bundle.gpus)
+    )
 
 
 def actor_env(threads: int = 1) -> dict[str, str]:

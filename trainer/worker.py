@@ -2,7 +2,9 @@
 
 Driven by `rollout.RolloutScheduler` through `generate_group(ticket, batch_id) -> GroupResult`. An engine that
 dies takes its sessions with it: they are tombstoned in the router, the episode is aborted and its ticket goes
-back to the sampler to be run again as a new session. Plain class; `trainer.topology` deploys it as an async
+back to the sampler to be run again as a new session. The same happens when an engine evicted the session's
+KV cache (its memory bound) or aborted its request: the engine answers `SessionGoneError`, never a turn computed
+without the session's context. Plain class; `trainer.topology` deploys it as an async
 Ray actor with `max_concurrency >= capacity`.
 """
 
@@ -43,7 +45,8 @@ class RolloutWorker:
         self.engines = dict(engines)
         self.router = SessionAffinityRouter(sorted(self.engines))
         self._attempt = itertools.count()
-        self.aborted = 0
+        self.aborted = 0  # episodes aborted (their groups go back to the sampler and run again)
+        self.sessions_gone = 0  # of them: the engine no longer had the session's cache
 
     async def generate_group(self, ticket: GroupTicket, batch_id: Any = None) -> GroupResult:
         """Run G episodes of the ticket's prompt as one session on one engine; abort if that engine dies."""
@@ -81,19 +84,37 @@ class RolloutWorker:
         )
 
     async def _generate(
-        self, session_id: str, new_tokens: list[list[int]], n: int, seed: int, request_id: str, greedy: bool
+        self,
+        session_id: str,
+        new_tokens: list[list[int]],
+        n: int,
+        seed: int,
+        request_id: str,
+        greedy: bool,
+        continues: bool = False,
     ) -> dict[str, Any]:
         engine_id = self.router.acquire(session_id)  # SessionGoneError for a tombstoned session
+        reported: int | None = None
+        self.router.request_started(engine_id)
         try:
             out: dict[str, Any] = await call(
-                self.engines[engine_id], "generate", session_id, new_tokens, n, seed, request_id, greedy
+                self.engines[engine_id], "generate", session_id, new_tokens, n, seed, request_id, greedy, continues
             )
+            reported = out.get("inflight")
             return out
+        except SessionGoneError as exc:
+            # The engine dropped the session's cache (evicted under its memory bound, or aborted): the
+            # episode cannot go on without its context; the group is aborted and re-run as a new session.
+            self.sessions_gone += 1
+            self.router.remove_session(session_id, engine_id, getattr(exc, "reason", str(exc)))
+            raise
         except Exception as exc:
             if _engine_died(exc):
                 self.engine_lost(engine_id, reason=f"died: {type(exc).__name__}")
                 raise SessionGoneError(session_id, engine_id, "died mid-request") from exc
             raise
+        finally:
+            self.router.request_finished(engine_id, reported=reported)
 
     async def _end_session(self, session_id: str) -> None:
         engine_id = self.router.engine_of(session_id)
@@ -114,10 +135,18 @@ class RolloutWorker:
         del self.engines[engine_id]
         return self.router.remove_engine(engine_id, reason=reason)
 
+    def engine_added(self, engine_id: str, handle: Any) -> None:
+        """Route new sessions to a (re)started engine too; sessions of its dead predecessor stay tombstoned."""
+        if engine_id in self.engines:
+            self.engine_lost(engine_id, reason="replaced by a restarted engine")
+        self.engines[engine_id] = handle
+        self.router.add_engine(engine_id)
+
     def stats(self) -> dict[str, Any]:
         return {
             "worker": self.worker_id,
             "aborted": self.aborted,
+            "sessions_gone": self.sessions_gone,
             "engines": sorted(self.engines),
             "router": self.router.snapshot(),
         }

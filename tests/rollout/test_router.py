@@ -91,3 +91,33 @@ def test_concurrent_acquire_binds_each_session_once():
         t.join()
     assert all(len(v) == 1 for v in results.values())
     assert sum(r.in_flight().values()) == 150 and max(r.in_flight().values()) - min(r.in_flight().values()) <= 1
+
+
+def test_new_sessions_go_to_the_engine_with_fewest_requests_in_flight():
+    r = SessionAffinityRouter(["a", "b"])
+    assert r.acquire("s1") == "a"
+    r.request_started("a")
+    r.request_started("a")
+    assert r.acquire("s2") == "b"  # a has two requests in flight from here
+    r.request_started("b")
+    r.request_finished("a")
+    r.request_finished("a", reported=5)  # a says 5 others are in flight there (none of them ours now)
+    assert r.requests_in_flight() == {"a": 5, "b": 1}
+    assert r.acquire("s3") == "b" and r.acquire("s1") == "a"  # bound sessions never move
+    r.request_finished("b", reported=0)
+    r.request_finished("a", reported=0)  # an extra finish never goes negative
+    assert r.requests_in_flight() == {"a": 0, "b": 0}
+    assert r.acquire("s4") == "a"  # a tie on requests: fewer bound sessions (a: s1, b: s2 s3)
+    r.request_started("gone")  # unknown engines are ignored
+    r.request_finished("gone", reported=3)
+    assert r.snapshot()["requests_in_flight"] == {"a": 0, "b": 0}
+
+
+def test_an_engine_that_lost_one_session_tombstones_only_that_one():
+    r = SessionAffinityRouter(["a"])
+    r.acquire("s1")
+    r.acquire("s2")
+    r.remove_session("s1", "a", "evicted")
+    with pytest.raises(SessionGoneError, match="evicted"):
+        r.acquire("s1")
+    assert r.acquire("s2") == "a" and r.in_flight() == {"a": 1}

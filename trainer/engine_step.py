@@ -1,0 +1,145 @@
+"""One forward step of the batching engine over the requests in its running batch (runs on the step thread).
+
+Requests that just joined feed their whole turn (the last pending token and the new tokens, padded to the
+longest joiner) in one prefill forward; requests already running feed their last sampled token in one decode
+forward. Either way every request gets exactly one new token per step. Sampling is inverse-CDF against uniforms
+drawn when the request was made from its own seeded generator (one row of `n` per sample), so a request's
+tokens depend on its seed and its own rows only, never on which requests shared its steps.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from trainer.batching import Session
+from trainer.kvpool import MIN_ROWS, KVPool, pooled_step
+from trainer.policy import TinyTransformer
+
+# A prefill forward feeds at least this many positions (padding): attention over 1-3 query positions takes
+# another CPU kernel than over 4 or more, so a short turn would round differently depending on whether a longer
+# one shares its step. Decode forwards always feed exactly one position.
+MIN_PREFILL = MIN_ROWS
+
+
+@dataclass(eq=False)
+class GenRequest:
+    session_id: str
+    request_id: str
+    version: int  # the lease's weight version: every token of the request is tagged with it
+    feed: list[list[int]]  # (G, t) the pending token (if any) then this turn's new tokens
+    n: int  # tokens to sample per row
+    greedy: bool
+    uniforms: list[list[float]]  # (n, G) from the request's seed: step i samples row r with uniforms[i][r]
+    future: asyncio.Future[dict[str, Any]] = field(init=False)
+    session: Session | None = None  # set when the request has its pool rows
+    length: int = 0  # tokens in the session's rows as this request advances them
+    tokens: list[torch.Tensor] = field(default_factory=list)  # per step (G, 1)
+    logps: list[torch.Tensor] = field(default_factory=list)  # per step (G, 1)
+    abort_reason: str = ""
+
+    @property
+    def done(self) -> bool:
+        return len(self.tokens) >= self.n
+
+
+def draw_uniforms(seed: int, n: int, rows: int) -> list[list[float]]:
+    """The random numbers one request samples with: (n, rows), from its seed alone."""
+    return torch.rand(n, rows, generator=torch.Generator().manual_seed(seed), dtype=torch.float64).tolist()
+
+
+@torch.no_grad()
+def run_step(model: TinyTransformer, pool: KVPool, batch: list[GenRequest], temperature: float) -> None:
+    """Advance every request of `batch` by one token (joiners prefill, the others decode)."""
+    joiners = [r for r in batch if not r.tokens]
+    running = [r for r in batch if r.tokens and not r.done]
+    device = pool.k[0].device
+    if joiners:
+        feeds = [_feed_rows(r) for r in joiners]
+        width = max(MIN_PREFILL, *(len(f[0]) for f in feeds))
+        padded = [row + [0] * (width - len(row)) for f in feeds for row in f]
+        _advance(model, pool, joiners, [len(f) for f in feeds], torch.tensor(padded, device=device), temperature)
+    if running:
+        last = torch.cat([r.tokens[-1] for r in running])  # (B, 1)
+        _advance(model, pool, running, [len(r.feed) for r in running], last, temperature)
+
+
+def _feed_rows(r: GenRequest) -> list[list[int]]:
+    """A fresh session whose rows all feed the same prompt (a GRPO group) computes it once: one row."""
+    if r.length == 0 and all(row == r.feed[0] for row in r.feed):
+        return r.feed[:1]
+    return r.feed
+
+
+def _advance(
+    model: TinyTransformer,
+    pool: KVPool,
+    requests: list[GenRequest],
+    computed: list[int],
+    tokens: torch.Tensor,
+    temperature: float,
+) -> None:
+    """One forward over `computed[i]` rows of request i (all of its rows, or its first one for a shared prompt:
+    then that row's cache is copied to the others and its distribution serves all of them), then one token per
+    row. `tokens` (sum(computed), T) padded; every row of request i feeds the same number of real tokens."""
+    device = tokens.device
+    rows: list[int] = []
+    start: list[int] = []
+    valid: list[int] = []
+    expand: list[int] = []  # output row -> computed row (a shared prompt's rows all read its one row)
+    uniforms: list[float] = []
+    greedy: list[bool] = []
+    sources: list[int] = []
+    targets: list[int] = []
+    for r, c in zip(requests, computed):
+        assert r.session is not None
+        g, fed = len(r.feed), (len(r.feed[0]) if not r.tokens else 1)
+        first = len(rows)
+        rows += r.session.rows[:c]
+        start += [r.length] * c
+        valid += [fed] * c
+        expand += [first + (k if c == g else 0) for k in range(g)]
+        uniforms += r.uniforms[len(r.tokens)]
+        greedy += [r.greedy] * g
+        if c < g:
+            sources += [r.session.rows[0]] * (g - c)
+            targets += r.session.rows[c:]
+        r.length += fed
+    logits = pooled_step(
+        model,
+        pool,
+        torch.tensor(rows, device=device),
+        tokens,
+        torch.tensor(start, device=device),
+        torch.tensor(valid, device=device),
+    )
+    if targets:
+        pool.copy_rows(sources, targets)
+    logp = F.log_softmax(logits.float() / temperature, dim=-1)[torch.tensor(expand, device=device)]  # (B, V)
+    cdf = logp.exp().cumsum(dim=-1)
+    u = torch.tensor(uniforms, device=device, dtype=cdf.dtype)[:, None]
+    sampled = (cdf < u).sum(dim=-1, keepdim=True).clamp(max=logp.shape[1] - 1)
+    tok = torch.where(torch.tensor(greedy, device=device)[:, None], logp.argmax(dim=-1, keepdim=True), sampled)
+    tok_logp = logp.gather(1, tok)  # (B, 1)
+    offset = 0
+    for r in requests:
+        g = len(r.feed)
+        r.tokens.append(tok[offset : offset + g])
+        r.logps.append(tok_logp[offset : offset + g])
+        offset += g
+
+
+def request_result(request: GenRequest, engine_id: str, inflight: int) -> dict[str, Any]:
+    """The answer to one generate() call: (G, n) tokens and behaviour log-probs, tagged with the lease."""
+    return {
+        "tokens": torch.cat(request.tokens, 1).tolist(),
+        "logprobs": torch.cat(request.logps, 1).tolist(),
+        "version": request.version,
+        "request_id": request.request_id,
+        "engine": engine_id,
+        "inflight": inflight,  # the engine's load as it answered: routers balance new sessions on it
+    }
