@@ -2,7 +2,9 @@
 
 Driven by `rollout.RolloutScheduler` through `generate_group(ticket, batch_id) -> GroupResult`. An engine that
 dies takes its sessions with it: they are tombstoned in the router, the episode is aborted and its ticket goes
-back to the sampler to be run again as a new session. Plain class; `trainer.topology` deploys it as an async
+back to the sampler to be run again as a new session. The same happens to an episode that waited at a sealed
+gate past the engine's admission bound, and to the episodes running when `abort_episodes` is called (quiesce
+before a checkpoint): they stop between turns, never mid-request. Plain class; `trainer.topology` deploys it as an async
 Ray actor with `max_concurrency >= capacity`.
 """
 
@@ -10,9 +12,10 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+from collections import Counter
 from typing import Any
 
-from rollout.errors import NoEngineError, SessionGoneError
+from rollout.errors import AdmissionTimeoutError, EpisodeAbortedError, NoEngineError, SessionGoneError
 from rollout.invoke import call, is_ray_actor
 from rollout.router import SessionAffinityRouter
 from rollout.types import GroupResult
@@ -29,6 +32,11 @@ def _engine_died(exc: BaseException) -> bool:
     return isinstance(exc, RayActorError)
 
 
+def _admission_timed_out(exc: BaseException) -> bool:
+    """The engine refused to admit the request after waiting at a closed gate (also through a RayTaskError)."""
+    return isinstance(exc, AdmissionTimeoutError) or isinstance(getattr(exc, "cause", None), AdmissionTimeoutError)
+
+
 class RolloutWorker:
     def __init__(self, cfg: TrainConfig, worker_id: str, engines: dict[str, Any], *, threads: int = 1) -> None:
         try:
@@ -43,11 +51,22 @@ class RolloutWorker:
         self.router = SessionAffinityRouter(sorted(self.engines))
         self._attempt = itertools.count()
         self.aborted = 0
+        self.aborted_by: Counter[str] = Counter()  # engine_lost | gate_wait | quiesce
+        self._abort_epoch = 0  # abort_episodes() bumps it: episodes started before stop at their next turn
+        self._live = 0
 
     async def generate_group(self, ticket: GroupTicket, batch_id: Any = None) -> GroupResult:
         """Run G episodes of the ticket's prompt as one session on one engine; abort if that engine dies."""
         session_id = f"{self.worker_id}:g{ticket.group_id}:a{next(self._attempt)}"
         prompt = self.task.train_prompts[ticket.prompt_index]
+        epoch = self._abort_epoch
+
+        async def generate(*args: Any) -> dict[str, Any]:
+            if self._abort_epoch != epoch:  # between turns: no request of this episode is in flight
+                raise EpisodeAbortedError(session_id, "quiesce", "asked to stop before a checkpoint")
+            return await self._generate(*args)
+
+        self._live += 1
         try:
             group = await run_group(
                 self.task,
@@ -55,13 +74,17 @@ class RolloutWorker:
                 prompt,
                 group_size=self.cfg.group_size,
                 seed=self.cfg.seed,
-                generate=self._generate,
+                generate=generate,
                 session_id=session_id,
             )
-        except (SessionGoneError, NoEngineError) as exc:
+        except (SessionGoneError, NoEngineError, EpisodeAbortedError) as exc:
+            kind = exc.kind if isinstance(exc, EpisodeAbortedError) else "engine_lost"
             self.aborted += 1
-            return GroupResult(rewards=[], aborted=True, group_id=ticket.group_id, meta={"reason": str(exc)})
+            self.aborted_by[kind] += 1
+            meta = {"reason": str(exc), "kind": kind}
+            return GroupResult(rewards=[], aborted=True, group_id=ticket.group_id, meta=meta)
         finally:
+            self._live -= 1
             await self._end_session(session_id)
         valid = [all(VOCAB[t].isdigit() for t, turn in zip(row, group.token_turn) if turn >= 0) for row in group.tokens]
         return GroupResult(
@@ -86,6 +109,8 @@ class RolloutWorker:
             if _engine_died(exc):
                 self.engine_lost(engine_id, reason=f"died: {type(exc).__name__}")
                 raise SessionGoneError(session_id, engine_id, "died mid-request") from exc
+            if _admission_timed_out(exc):  # never admitted: nothing ran, the episode can be re-run safely
+                raise EpisodeAbortedError(session_id, "gate_wait", str(getattr(exc, "cause", exc))) from exc
             raise
 
     async def _end_session(self, session_id: str) -> None:
@@ -107,10 +132,17 @@ class RolloutWorker:
         del self.engines[engine_id]
         return self.router.remove_engine(engine_id, reason=reason)
 
+    def abort_episodes(self) -> int:
+        """Episodes running now stop at their next turn (aborted, their groups re-run); returns how many run."""
+        self._abort_epoch += 1
+        return self._live
+
     def stats(self) -> dict[str, Any]:
         return {
             "worker": self.worker_id,
             "aborted": self.aborted,
+            "aborted_by": dict(self.aborted_by),
+            "live": self._live,
             "engines": sorted(self.engines),
             "router": self.router.snapshot(),
         }
