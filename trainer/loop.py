@@ -64,6 +64,7 @@ class TrainingRun:
         self.stop_control = StopControl(self.emit, self._scheduler_if_started)
         self.gate_closed_s = 0.0
         self.gate_closed_at = time.monotonic()  # when the engines were last sealed (the pause clock)
+        self.drain_ms = 0.0  # how long the last seal + drain of every engine took
         self.samples = 0
         self.last_checkpoint: str | None = None
         self.checkpointed_version = -1
@@ -164,10 +165,15 @@ class TrainingRun:
         if stale:
             self.sampler.return_groups([GroupTicket(g.group_id, g.epoch, g.prompt_index) for g in stale])
             groups = [g for g in groups if g.min_version >= floor]
+        aborted_by: dict[str, int] = {}
         if batch.aborted:
             self._find_dead_engines()
+            for stats in rt.workers_call("stats"):
+                for kind, n in stats.get("aborted_by", {}).items():
+                    aborted_by[kind] = aborted_by.get(kind, 0) + n
         seconds = time.monotonic() - t0
-        self.emit("rollout", reports.rollout_data(self.version + 1, self.version, groups, batch, len(stale), seconds))
+        data = reports.rollout_data(self.version + 1, self.version, groups, batch, len(stale), seconds, aborted_by)
+        self.emit("rollout", data)
         self.metrics["filtered_rate"] = reports.batch_filtered_rate(batch)
         return groups
 
@@ -204,18 +210,27 @@ class TrainingRun:
                 self.seal_engines()  # the engine set changed: freeze the survivors again
         pause = time.monotonic() - self.gate_closed_at
         self.gate_closed_s += pause
-        self.emit("version", {"version": self.version, "published_at": time.time(), "pause_ms": pause * 1000})
+        self.emit(
+            "version",
+            {
+                "version": self.version,
+                "published_at": time.time(),
+                "pause_ms": pause * 1000,  # gates closed: seal -> reopen (colocated: the training step included)
+                "drain_ms": self.drain_ms,  # seal -> every in-flight request finished
+            },
+        )
         self.emit_gate()
 
     def seal_engines(self) -> None:
         """Seal and drain every engine (dead ones are dropped and the survivors sealed again)."""
-        rt = self.rt
+        rt, t0 = self.rt, time.monotonic()
         try:
             rt.loop.run(rt.publication.prepare(timeout_s=self.cfg.publish_deadline_s))
         except PublicationError:
             if not self._find_dead_engines():
                 raise
             rt.loop.run(rt.publication.prepare(timeout_s=self.cfg.publish_deadline_s))
+        self.drain_ms = (time.monotonic() - t0) * 1000
 
     def report(self, groups: list[Group], stats: dict[str, Any]) -> None:
         """Step 4: the train event (with an evaluation when due) and the sampler's progress."""

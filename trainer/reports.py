@@ -11,8 +11,10 @@ from typing import Any
 from rollout.types import RolloutBatch
 from trainer.episodes import Group
 
-# The gate event keeps only these keys of each engine's snapshot.
+# The gate event keeps only these keys of each engine's snapshot (the optional ones when the engine has them:
+# the batching engine's in-flight requests, batch bound, session bound, evictions and safe rejections).
 _GATE_ENGINE_KEYS = ("engine", "state", "version", "active", "waiting", "sessions")
+_GATE_ENGINE_OPTIONAL = ("inflight", "max_batch", "max_sessions", "evictions", "rejections", "poison_reason")
 
 
 def batch_filtered_rate(batch: RolloutBatch) -> float:
@@ -22,11 +24,20 @@ def batch_filtered_rate(batch: RolloutBatch) -> float:
 
 
 def rollout_data(
-    step: int, version: int, groups: list[Group], batch: RolloutBatch, stale: int, seconds: float
+    step: int,
+    version: int,
+    groups: list[Group],
+    batch: RolloutBatch,
+    stale: int,
+    seconds: float,
+    aborted_by: dict[str, int] | None = None,
 ) -> dict[str, Any]:
-    """The rollout event of the batch for `step`: `groups` are the kept ones, generated at `version` or later."""
+    """The rollout event of the batch for `step`: `groups` are the kept ones, generated at `version` or later.
+    `aborted_by`: the workers' aborted episodes since the run started, per reason (when any was aborted)."""
     rewards = [r for g in groups for r in g.rewards]
+    extra = {"aborted_by": aborted_by} if aborted_by else {}
     return {
+        **extra,
         "step": step,
         "groups": len(groups),
         "samples": len(rewards),
@@ -78,5 +89,8 @@ def train_data(
 
 def gate_data(snapshot: dict[str, Any]) -> dict[str, Any]:
     """The gate event from a publication snapshot: each engine trimmed to the keys the dashboard draws."""
-    engines = [{k: e.get(k) for k in _GATE_ENGINE_KEYS} for e in snapshot["engines"]]
+    engines = [
+        {**{k: e.get(k) for k in _GATE_ENGINE_KEYS}, **{k: e[k] for k in _GATE_ENGINE_OPTIONAL if k in e}}
+        for e in snapshot["engines"]
+    ]
     return {**snapshot, "engines": engines}

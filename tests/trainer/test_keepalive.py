@@ -70,6 +70,10 @@ def test_quiesce_with_a_deadline_loses_and_duplicates_nothing(ray_driver, tmp_pa
     assert [c["state"] for c in checkpoints] == ["saved"] * cfg.steps
     assert sum(c["rebuffered"] for c in checkpoints) > 0, "no group was in flight at a checkpoint"
     assert all(c["in_flight"] == c["finished"] + c["rebuffered"] for c in checkpoints)
+    # The run page's serving panel reads these: aborts per reason, drain time per publication.
+    if sum(c["rebuffered"] for c in checkpoints[:-1]):
+        assert any(r.get("aborted_by", {}).get("quiesce") for r in cap.of("rollout"))
+    assert all(v["drain_ms"] >= 0 for v in cap.of("version")) and len(cap.of("version")) == cfg.steps
 
     # Every group handed out is consumed once or back in the sampler (the scheduler returned the rest at close).
     consumed = [gid for gid, _ in result.consumed]

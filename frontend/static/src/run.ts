@@ -7,6 +7,7 @@ import { LiveSocket, wsUrl } from "./lib/live";
 import { ACTIVE, FINISHED, ownerName, Run, RunEvent, runView } from "./lib/model";
 import { RunCharts } from "./run_charts";
 import { EventLog } from "./run_log";
+import { ServingPanel } from "./run_serving";
 import { Timeline } from "./run_timeline";
 
 let run = embedded<Run>("run-data")!;
@@ -17,6 +18,7 @@ const perStep = typeof cfg.prompts_per_step === "number" && typeof cfg.group_siz
 const charts = new RunCharts(document.getElementById("charts")!, perStep);
 const timeline = new Timeline(document.getElementById("timeline")!);
 const log = new EventLog(document.getElementById("log")!);
+const serving = new ServingPanel();
 const engines = new Map<string, Record<string, any>>();
 const workers = new Map<string, Record<string, any>>(); // per-worker records, when a job reports them
 let topology: Record<string, any> | null = null; // the job's "started" event: workers, mode, resources
@@ -67,6 +69,7 @@ function ingest(ev: RunEvent): void {
       break;
     case "checkpoint": checkpoints.push({ seq: ev.seq, ts: toSeconds(ev.ts) ?? 0, data: d }); summary.checkpoint = d; break;
   }
+  serving.add(ev);
   charts.add(ev);
   timeline.add(ev);
   log.add(ev);
@@ -137,6 +140,7 @@ function renderPanels(): void {
   document.getElementById("engines")!.innerHTML = table([...engines.values()], "No engine reported yet.", "Engines",
     ["engine", "id", "status", "state", "version", "active", "waiting", "sessions", "tombstoned_sessions"]);
   document.getElementById("workers")!.innerHTML = renderWorkers();
+  serving.render(document.getElementById("serving")!);
   document.getElementById("checkpoints")!.innerHTML = checkpoints.length
     ? `<div class="table-wrap"><table aria-label="Checkpoints"><thead><tr><th scope="col">time</th><th scope="col">step</th><th scope="col">version</th><th scope="col">where</th></tr></thead><tbody>${checkpoints.slice().reverse().map((c) =>
       `<tr><td class="num">${timeOfDay(c.ts)}</td><td class="num">${num(c.data.step)}</td><td class="num">${c.data.version !== undefined ? `v${esc(c.data.version)}` : "—"}</td><td class="mono" style="word-break:break-all">${esc(c.data.path ?? c.data.dir ?? "")}</td></tr>`).join("")}</tbody></table></div>`
