@@ -2,19 +2,21 @@
 count every accepted post as a heartbeat (an empty one, `{"events": []}`, is only that), apply the job's
 `resources` events to a `starting` run (waiting: pending reason; ready: running, with its real placement;
 timeout: back to the queue), and finish the run when the batch holds the job's final `status` event
-(succeeded, failed; cancelled while stopping): at once, in the same request, not at the next tick.
+(succeeded, failed; cancelled while stopping): at once, in the same request, not at the next tick. Each reply
+carries the staff commands the job has not answered yet (runs/controls.py); its `control` events answer them.
 The HTTP view is runs/api/ingest.py; formats in docs/realtime.md.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from django.db import transaction
 from django.utils import timezone
 
 from runs import lifecycle
+from runs.controls import controls_ack, controls_pending
 from runs.errors import InvalidInput, InvalidTransition, RunNotFound, ServiceError
 from runs.events import event_ts, run_events_record
 from runs.execution.liveness import has_placement_group
@@ -24,7 +26,7 @@ from runs.realtime import run_summary_publish
 from runs.retention import events_keep
 from runs.slots import store as slot_store
 from runs.stores import run_events_publish
-from trainer.events import EventSchemaError, IngestReply, validate_event
+from trainer.events import ControlCommand, EventSchemaError, IngestReply, validate_event
 
 MAX_BATCH = 1000
 # Event types whose latest `data` the run summary keeps, under the same key.
@@ -46,6 +48,7 @@ class IngestResult:
     last_seq: int  # the run's platform seq after this post
     status: str  # the run's status, so the job notices `stopping` (cancel requested)
     dropped: int = 0  # events of this post not stored by the run's event budget (runs/retention.py)
+    commands: list[ControlCommand] = field(default_factory=list)  # staff commands not yet answered (controls.py)
 
     def as_dict(self) -> IngestReply:
         return IngestReply(
@@ -54,6 +57,7 @@ class IngestResult:
             last_seq=self.last_seq,
             status=self.status,
             dropped=self.dropped,
+            commands=list(self.commands),
         )
 
 
@@ -118,6 +122,7 @@ def run_events_ingest(*, run: Run, payload: Any) -> IngestResult:
         status, last_seq = locked.status, locked.last_seq
         if folded:
             run_summary_publish(run_id=run.pk)
+    controls_ack(run_id=run.pk, stored=stored)
     status = resources_apply(run=run, stored=stored, status=status)
     final = next((e for e in reversed(stored) if e.type == "status"), None)
     if final is not None and status not in FINISHED_STATUSES:
@@ -127,7 +132,12 @@ def run_events_ingest(*, run: Run, payload: Any) -> IngestResult:
             finished = run_job_finished(run=run, status=outcome[0], error=outcome[1])
             status, last_seq = finished.status, finished.last_seq
     return IngestResult(
-        stored=len(stored), duplicates=len(kept) - len(stored), last_seq=last_seq, status=status, dropped=len(dropped)
+        stored=len(stored),
+        duplicates=len(kept) - len(stored),
+        last_seq=last_seq,
+        status=status,
+        dropped=len(dropped),
+        commands=controls_pending(run_id=run.pk) if status == RunStatus.RUNNING else [],
     )
 
 

@@ -112,6 +112,10 @@ class Engine:
     def reopen(self) -> None:
         self.gate.reopen()
 
+    def reset(self, reason: str) -> str | None:
+        """Clear a poisoned gate (staff resolved the unknown outcomes: trainer/controls.py); it stays sealed."""
+        return self.gate.reset(reason)
+
     def snapshot(self) -> dict[str, Any]:
         snap = self.gate.snapshot()
         snap.update(sessions=len(self.sessions), tokens_fed=self.tokens_fed, requests=self.requests)

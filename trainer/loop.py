@@ -18,6 +18,7 @@ from rollout.errors import PublicationError
 from rollout.scheduler import RolloutScheduler
 from trainer import reports
 from trainer.config import TrainConfig
+from trainer.controls import await_gate_reset, gate_poisoned
 from trainer.episodes import Group, GroupTicket
 from trainer.phases import run_debug_phase
 from trainer.placement import PlacementTimeout
@@ -65,6 +66,7 @@ class TrainingRun:
         self.gate_closed_s = 0.0
         self.gate_closed_at = time.monotonic()  # when the engines were last sealed (the pause clock)
         self.drain_ms = 0.0  # how long the last seal + drain of every engine took
+        self.answered_commands: set[int] = set()  # ids of the staff commands this job answered (controls.py)
         self.samples = 0
         self.last_checkpoint: str | None = None
         self.checkpointed_version = -1
@@ -204,10 +206,13 @@ class TrainingRun:
                     rt.publication.publish(self.version, timeout_s=self.cfg.publish_deadline_s, weights=weights)
                 )
                 break
-            except PublicationError:
-                if not self._find_dead_engines() or attempt == 2:
-                    raise
-                self.seal_engines()  # the engine set changed: freeze the survivors again
+            except PublicationError as exc:
+                if self._find_dead_engines() and attempt < 2:
+                    self.seal_engines()  # the engine set changed: freeze the survivors again
+                    continue
+                if gate_poisoned(self) and await_gate_reset(self, exc, reopen=True):
+                    break  # staff reset the gate: the engines were re-checked and now serve this version
+                raise
         pause = time.monotonic() - self.gate_closed_at
         self.gate_closed_s += pause
         self.emit(
@@ -222,14 +227,16 @@ class TrainingRun:
         self.emit_gate()
 
     def seal_engines(self) -> None:
-        """Seal and drain every engine (dead ones are dropped and the survivors sealed again)."""
+        """Seal and drain every engine (dead ones are dropped and the survivors sealed again; a poisoned gate
+        waits for a staff reset, trainer/controls.py)."""
         rt, t0 = self.rt, time.monotonic()
         try:
             rt.loop.run(rt.publication.prepare(timeout_s=self.cfg.publish_deadline_s))
-        except PublicationError:
-            if not self._find_dead_engines():
+        except PublicationError as exc:
+            if self._find_dead_engines():
+                rt.loop.run(rt.publication.prepare(timeout_s=self.cfg.publish_deadline_s))
+            elif not (gate_poisoned(self) and await_gate_reset(self, exc, reopen=False)):
                 raise
-            rt.loop.run(rt.publication.prepare(timeout_s=self.cfg.publish_deadline_s))
         self.drain_ms = (time.monotonic() - t0) * 1000
 
     def report(self, groups: list[Group], stats: dict[str, Any]) -> None:

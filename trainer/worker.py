@@ -15,13 +15,21 @@ import itertools
 from collections import Counter
 from typing import Any
 
-from rollout.errors import AdmissionTimeoutError, EpisodeAbortedError, NoEngineError, SessionGoneError
+from rollout.errors import (
+    AdmissionTimeoutError,
+    EpisodeAbortedError,
+    GatePoisonedError,
+    NoEngineError,
+    SessionGoneError,
+)
 from rollout.invoke import call, is_ray_actor
 from rollout.router import SessionAffinityRouter
 from rollout.types import GroupResult
 from trainer.config import TrainConfig
 from trainer.episodes import GroupTicket, run_group
 from trainer.problems import VOCAB, task_build
+
+POISONED_BACKOFF_S = 1.0  # an episode refused by a poisoned gate is handed back this much later
 
 
 def _engine_died(exc: BaseException) -> bool:
@@ -32,9 +40,15 @@ def _engine_died(exc: BaseException) -> bool:
     return isinstance(exc, RayActorError)
 
 
-def _admission_timed_out(exc: BaseException) -> bool:
-    """The engine refused to admit the request after waiting at a closed gate (also through a RayTaskError)."""
-    return isinstance(exc, AdmissionTimeoutError) or isinstance(getattr(exc, "cause", None), AdmissionTimeoutError)
+def _not_admitted(exc: BaseException) -> str | None:
+    """Why the engine refused to admit the request (also through a RayTaskError), or None: `gate_wait` (it
+    waited at a closed gate past its bound) or `gate_poisoned` (the gate waits for its owner's reset)."""
+    for error in (exc, getattr(exc, "cause", None)):
+        if isinstance(error, AdmissionTimeoutError):
+            return "gate_wait"
+        if isinstance(error, GatePoisonedError):
+            return "gate_poisoned"
+    return None
 
 
 class RolloutWorker:
@@ -51,9 +65,10 @@ class RolloutWorker:
         self.router = SessionAffinityRouter(sorted(self.engines))
         self._attempt = itertools.count()
         self.aborted = 0
-        self.aborted_by: Counter[str] = Counter()  # engine_lost | gate_wait | quiesce
+        self.aborted_by: Counter[str] = Counter()  # engine_lost | gate_wait | gate_poisoned | quiesce
         self._abort_epoch = 0  # abort_episodes() bumps it: episodes started before stop at their next turn
         self._live = 0
+        self._suspended: set[str] = set()  # engines whose gate is poisoned: no new session until resume_engines
 
     async def generate_group(self, ticket: GroupTicket, batch_id: Any = None) -> GroupResult:
         """Run G episodes of the ticket's prompt as one session on one engine; abort if that engine dies."""
@@ -79,6 +94,9 @@ class RolloutWorker:
             )
         except (SessionGoneError, NoEngineError, EpisodeAbortedError) as exc:
             kind = exc.kind if isinstance(exc, EpisodeAbortedError) else "engine_lost"
+            if isinstance(exc, NoEngineError) and self._suspended:
+                kind = "gate_poisoned"
+                await asyncio.sleep(POISONED_BACKOFF_S)  # every engine waits for a reset
             self.aborted += 1
             self.aborted_by[kind] += 1
             meta = {"reason": str(exc), "kind": kind}
@@ -109,8 +127,12 @@ class RolloutWorker:
             if _engine_died(exc):
                 self.engine_lost(engine_id, reason=f"died: {type(exc).__name__}")
                 raise SessionGoneError(session_id, engine_id, "died mid-request") from exc
-            if _admission_timed_out(exc):  # never admitted: nothing ran, the episode can be re-run safely
-                raise EpisodeAbortedError(session_id, "gate_wait", str(getattr(exc, "cause", exc))) from exc
+            refused = _not_admitted(exc)
+            if refused is not None:  # never admitted: nothing ran, the episode can be re-run safely
+                if refused == "gate_poisoned":
+                    self._suspend(engine_id, str(getattr(exc, "cause", exc)))
+                    await asyncio.sleep(POISONED_BACKOFF_S)  # do not spin while the engine waits for a reset
+                raise EpisodeAbortedError(session_id, refused, str(getattr(exc, "cause", exc))) from exc
             raise
 
     async def _end_session(self, session_id: str) -> None:
@@ -132,6 +154,21 @@ class RolloutWorker:
         del self.engines[engine_id]
         return self.router.remove_engine(engine_id, reason=reason)
 
+    def _suspend(self, engine_id: str, reason: str) -> None:
+        """A poisoned gate refused a request: route nothing to that engine until `resume_engines` (its sessions
+        are tombstoned: their next turn aborts, as the gate would refuse it anyway)."""
+        if engine_id in self.engines and engine_id not in self._suspended:
+            self._suspended.add(engine_id)
+            self.router.remove_engine(engine_id, reason=f"gate poisoned: {reason}")
+
+    def resume_engines(self) -> list[str]:
+        """After a staff gate reset (trainer/controls.py): the suspended engines take new sessions again."""
+        back = sorted(e for e in self._suspended if e in self.engines)
+        for engine_id in back:
+            self.router.add_engine(engine_id)
+        self._suspended.clear()
+        return back
+
     def abort_episodes(self) -> int:
         """Episodes running now stop at their next turn (aborted, their groups re-run); returns how many run."""
         self._abort_epoch += 1
@@ -143,6 +180,7 @@ class RolloutWorker:
             "aborted": self.aborted,
             "aborted_by": dict(self.aborted_by),
             "live": self._live,
+            "suspended": sorted(self._suspended),
             "engines": sorted(self.engines),
             "router": self.router.snapshot(),
         }

@@ -7,6 +7,7 @@ import { LiveSocket, wsUrl } from "./lib/live";
 import { ACTIVE, FINISHED, ownerName, Run, RunEvent, runView } from "./lib/model";
 import { RunCharts } from "./run_charts";
 import { EventLog } from "./run_log";
+import { GateReset } from "./run_gate_reset";
 import { ServingPanel } from "./run_serving";
 import { Timeline } from "./run_timeline";
 
@@ -82,6 +83,7 @@ function renderHeader(): void {
   badge.textContent = run.status;
   document.getElementById("btn-cancel")!.hidden = !(run.status === "queued" || ACTIVE.has(run.status)) || run.status === "stopping";
   document.getElementById("btn-resume")!.hidden = !(run.status === "failed" || run.status === "cancelled");
+  gateReset.update();
   const err = document.getElementById("run-error")!;
   err.hidden = !run.error;
   err.textContent = run.error ? `Error: ${run.error}` : "";
@@ -219,9 +221,14 @@ const socket = new LiveSocket({
 // Active runs: let the lanes grow with the clock even between events.
 window.setInterval(() => { if (!FINISHED.has(run.status)) { timeline.flush(true); } }, 1000);
 
-// --- cancel / resume with confirmation ------------------------------------------------------------
+// --- cancel / resume with confirmation, gate reset (staff) ---------------------------------------
 const dialog = document.getElementById("confirm") as HTMLDialogElement;
 const message = document.getElementById("action-message")!;
+const gateReset = new GateReset(() => run, (ok, text) => {
+  message.className = ok ? "alert alert-ok" : "alert alert-error";
+  message.textContent = text;
+  message.hidden = false;
+});
 
 async function act(action: "cancel" | "resume"): Promise<void> {
   message.hidden = true;
