@@ -100,7 +100,8 @@ def test_staff_reset_a_poisoned_gate_from_the_run_page_and_the_owner_cannot(serv
     expect(owner.get_by_test_id("gate")).to_have_text("poisoned")
     expect(owner.get_by_role("button", name="Reset gate")).to_have_count(0)  # not rendered for non-staff
 
-    boss = context.browser.new_context(viewport={"width": 1360, "height": 900}).new_page()
+    staff_context = context.browser.new_context(viewport={"width": 1360, "height": 900})
+    boss = staff_context.new_page()
     login(boss, server, "boss")
     boss.goto(f"{server.url}/runs/{run.pk}/")
     boss.get_by_role("button", name="Reset gate").click()
@@ -116,3 +117,4 @@ def test_staff_reset_a_poisoned_gate_from_the_run_page_and_the_owner_cannot(serv
     expect(boss.get_by_test_id("gate")).to_have_text("open")
     expect(boss.get_by_role("button", name="Reset gate")).to_be_hidden()
     expect(boss.locator('#log-body tr[data-type="log"]')).to_contain_text("requested by boss")
+    staff_context.close()
