@@ -70,6 +70,17 @@ class SessionGoneError(RolloutError):
         return (type(self), (self.session_id, self.engine, self.reason))
 
 
+class EpisodeAbortedError(RolloutError):
+    """A rollout worker gave up an episode between turns (quiesce deadline, or a too long wait at a sealed gate);
+    its group goes back to the sampler and is re-run as a new session."""
+
+    def __init__(self, session_id: str, kind: str, reason: str) -> None:
+        super().__init__(f"episode {session_id!r} aborted ({kind}): {reason}")
+        self.session_id = session_id
+        self.kind = kind
+        self.reason = reason
+
+
 class RouterFullError(RolloutError):
     """The router already holds its maximum number of live sessions."""
 
@@ -85,6 +96,10 @@ class SchedulerStateError(RolloutError):
 
 class SchedulerClosedError(SchedulerStateError):
     """The scheduler was closed."""
+
+
+class QuiesceTimeoutError(SchedulerStateError):
+    """Groups were still in flight after quiesce's deadline and the grace given to the aborts it asked for."""
 
 
 class NoWorkerLeftError(RolloutError):

@@ -16,8 +16,8 @@ _DRAIN_GRACE_S = 2.0
 class PublicationController:
     """Drives the gates of a set of engines through a publication; any failure leaves all of them closed.
 
-    Engine handles expose `seal()`, `drain(timeout_s)`, `install_version(version, **kw)`, `reopen()` and
-    `snapshot()`, sync, async or as Ray actor methods. A RequestGate is such a handle.
+    Engine handles expose `seal()`, `drain(timeout_s)`, `install_version(version, **kw)`, `reopen()`,
+    `reset(reason)` and `snapshot()`, sync, async or as Ray actor methods. A RequestGate is such a handle.
     """
 
     def __init__(self, engines: dict[str, Any] | None = None) -> None:
@@ -74,6 +74,12 @@ class PublicationController:
         frozen = self._require_prepared("resume")
         await self._timed("reopen", self._reopen_all(frozen, time.monotonic() + timeout_s))
         self._frozen = None
+
+    async def reset(self, reason: str, timeout_s: float = 30.0) -> None:
+        """Clear poison on every engine (the owner resolved the unknown outcomes). Gates stay closed, sealed
+        and not drained: prepare() and publish() or resume() next. Any frozen set is forgotten."""
+        self._frozen = None
+        await self._on_all(self.engine_ids, "reset", time.monotonic() + timeout_s, reason)
 
     async def snapshot(self, timeout_s: float = 5.0) -> dict[str, Any]:
         """The `gate` event data for all engines; an unreachable engine shows as poisoned with the error."""

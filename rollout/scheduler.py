@@ -9,9 +9,10 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 from typing import Any, Protocol
 
-from rollout.errors import NoWorkerLeftError, SchedulerClosedError, SchedulerStateError
+from rollout.errors import NoWorkerLeftError, QuiesceTimeoutError, SchedulerClosedError, SchedulerStateError
 from rollout.filters import KEEP, GroupFilter, apply_filters
 from rollout.invoke_workers import LOST, OK, make_invoker
 from rollout.scheduler_core import SchedulerCore
@@ -95,6 +96,43 @@ class RolloutScheduler:
             if self._error is not None:
                 raise self._error
             return was_paused
+
+    def quiesce(self, timeout_s: float, abort: Callable[[], Any] | None = None, grace_s: float = 0.0) -> dict[str, int]:
+        """Pause; in-flight groups get `timeout_s` to finish. Then `abort()` asks the workers to stop the rest
+        between turns (their groups go back to the source) and they get `grace_s` more. Nothing is lost or
+        duplicated: a group ends up ready, delivered or returned, once. Raises QuiesceTimeoutError (the
+        scheduler stays paused) when some are still in flight after that. Returns the counts."""
+        with self._cond:
+            returned0 = self._core.totals["returned"]
+            in_flight = len(self._core.pending)
+        self._wait_settled(time.monotonic() + timeout_s)
+        with self._cond:
+            left = len(self._core.pending)
+        if left and abort is not None:
+            abort()
+            self._wait_settled(time.monotonic() + grace_s)
+        with self._cond:
+            left = len(self._core.pending)
+            rebuffered = self._core.totals["returned"] - returned0
+        self._flush_returns()
+        if left:
+            raise QuiesceTimeoutError(
+                f"{left} of {in_flight} in-flight group(s) still running {timeout_s} s after quiesce began "
+                f"and {grace_s} s after they were asked to abort"
+            )
+        return {"in_flight": in_flight, "rebuffered": rebuffered, "finished": in_flight - rebuffered}
+
+    def _wait_settled(self, deadline: float) -> None:
+        with self._cond:
+            self._core.paused = True
+            self._cond.notify_all()
+            while self._core.pending and self._error is None and not self._closed:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                self._cond.wait(left)
+            if self._error is not None:
+                raise self._error
 
     def resume(self) -> None:
         with self._cond:

@@ -2,20 +2,22 @@
 count every accepted post as a heartbeat (an empty one, `{"events": []}`, is only that), apply the job's
 `resources` events to a `starting` run (waiting: pending reason; ready: running, with its real placement;
 timeout: back to the queue), and finish the run when the batch holds the job's final `status` event
-(succeeded, failed; cancelled while stopping): at once, in the same request, not at the next tick.
+(succeeded, failed; cancelled while stopping): at once, in the same request, not at the next tick. Each reply
+carries the staff commands the job has not answered yet (runs/controls.py); its `control` events answer them.
 The HTTP view is runs/api/ingest.py; formats in docs/realtime.md.
 """
 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from django.db import transaction
 from django.utils import timezone
 
 from runs import lifecycle
+from runs.controls import controls_ack, controls_pending
 from runs.errors import InvalidInput, InvalidTransition, RunNotFound, ServiceError
 from runs.events import event_ts, run_events_record
 from runs.execution.liveness import has_placement_group
@@ -30,7 +32,7 @@ from runs.retention import events_keep
 from runs.samples import samples_record
 from runs.slots import store as slot_store
 from runs.stores import run_events_publish
-from trainer.events import EventSchemaError, IngestReply, validate_event
+from trainer.events import ControlCommand, EventSchemaError, IngestReply, validate_event
 
 MAX_BATCH = 1000
 # Event types whose latest `data` the run summary keeps, under the same key.
@@ -52,6 +54,7 @@ class IngestResult:
     last_seq: int  # the run's platform seq after this post
     status: str  # the run's status, so the job notices `stopping` (cancel requested)
     dropped: int = 0  # events of this post not stored by the run's event budget (runs/retention.py)
+    commands: list[ControlCommand] = field(default_factory=list)  # staff commands not yet answered (controls.py)
 
     def as_dict(self) -> IngestReply:
         return IngestReply(
@@ -60,6 +63,7 @@ class IngestResult:
             last_seq=self.last_seq,
             status=self.status,
             dropped=self.dropped,
+            commands=list(self.commands),
         )
 
 
@@ -135,6 +139,7 @@ def run_events_ingest(*, run: Run, payload: Any) -> IngestResult:
         if folded:
             run_summary_publish(run_id=run.pk)
     _ingest_record(stored, dropped=len(dropped), now=now.timestamp(), started=started)
+    controls_ack(run_id=run.pk, stored=stored)
     status = resources_apply(run=run, stored=stored, status=status)
     final = next((e for e in reversed(stored) if e.type == "status"), None)
     if final is not None and status not in FINISHED_STATUSES:
@@ -149,6 +154,7 @@ def run_events_ingest(*, run: Run, payload: Any) -> IngestResult:
         last_seq=last_seq,
         status=status,
         dropped=len(dropped),
+        commands=controls_pending(run_id=run.pk) if status == RunStatus.RUNNING else [],
     )
 
 

@@ -154,6 +154,27 @@ class RunEvent(models.Model):
         ordering = ["run", "seq"]
 
 
+class RunControl(models.Model):
+    """A command from staff to a running job, and its audit record: who asked, why, when, and what the job did.
+
+    Delivered in the job's ingest replies until the job acknowledges it with a `control` event
+    (runs/controls.py; trainer/controls.py applies it). Kinds: `gate_reset` (clear a poisoned gate)."""
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="controls")
+    kind = models.CharField(max_length=16)
+    reason = models.CharField(max_length=500)
+    requested_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+")
+    created_at = models.DateTimeField(auto_now_add=True)
+    delivered_at = models.DateTimeField(null=True, blank=True)  # first sent in an ingest reply
+    acked_at = models.DateTimeField(null=True, blank=True)
+    outcome = models.CharField(max_length=16, blank=True, default="")  # applied | refused (by the job)
+    detail = models.CharField(max_length=500, blank=True, default="")
+
+    class Meta:
+        ordering = ["id"]
+        indexes = [models.Index(fields=["run", "acked_at"])]
+
+
 class SlotState(models.TextChoices):
     WAITING = "waiting"
     HELD = "held"

@@ -91,6 +91,10 @@ class TrainConfig:
     """Episodes (groups) a worker runs concurrently."""
     publish_deadline_s: float = 60.0
     """Seconds a weight publication may wait for in-flight requests to drain before the gate is poisoned."""
+    poison_wait_s: float = 600.0
+    """Seconds a run with a poisoned gate waits for a staff reset (run page) before it fails (0: fail at once)."""
+    quiesce_timeout_s: float = 30.0
+    """Seconds a checkpoint waits for in-flight groups to finish; then they are aborted and go back to the sampler."""
     # --- evaluation, checkpoints, phases ---
     eval_every: int = 10
     """Steps between evaluations (greedy exact-match on training and held-out prompts); 0 disables."""
@@ -232,6 +236,8 @@ _BOUNDS: dict[str, tuple[float | None, float | None]] = {
     "num_workers": (1, 16),
     "worker_capacity": (1, 256),
     "publish_deadline_s": (0.1, 600.0),
+    "quiesce_timeout_s": (0.01, 600.0),
+    "poison_wait_s": (0.0, 86_400.0),
     "eval_every": (0, 10_000),
     "eval_prompts": (1, 1024),
     "checkpoint_every": (0, 10_000),

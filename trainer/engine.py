@@ -246,7 +246,8 @@ class Engine:
         self.gate.reopen()
 
     def reset(self, reason: str = "reset by owner") -> str | None:
-        """Clear a poisoned gate (it stays closed: drain, install or reopen next). Returns the poison reason."""
+        """Clear a poisoned gate (staff resolved the unknown outcomes: trainer/controls.py); it stays closed:
+        drain, install or reopen next. Returns the poison reason."""
         return self.gate.reset(reason)
 
     def snapshot(self) -> dict[str, Any]:

@@ -14,8 +14,25 @@ from typing import Any, TypedDict, cast
 from trainer.sample_schema import REQUIRED_SAMPLE_KEYS, sample_data_check
 
 EVENT_TYPES: frozenset[str] = frozenset(
-    {"status", "gate", "version", "sampler", "rollout", "train", "worker", "checkpoint", "log", "resources", "sample"}
+    {
+        "status",
+        "gate",
+        "version",
+        "sampler",
+        "rollout",
+        "train",
+        "worker",
+        "checkpoint",
+        "log",
+        "resources",
+        "sample",
+        "control",
+    }
 )
+# Commands staff send a running job (runs/controls.py delivers them in ingest replies; trainer/controls.py
+# applies them) and how the job's `control` event says it ended.
+CONTROL_KINDS: frozenset[str] = frozenset({"gate_reset"})
+CONTROL_OUTCOMES: frozenset[str] = frozenset({"applied", "refused"})
 RESOURCE_STATES: frozenset[str] = frozenset({"waiting", "ready", "timeout"})
 GATE_STATES: frozenset[str] = frozenset({"open", "sealed", "draining", "installing", "poisoned"})
 
@@ -24,6 +41,8 @@ REQUIRED_DATA_KEYS: dict[str, frozenset[str]] = {
     "gate": frozenset({"state", "version", "active", "waiting", "engines"}),
     # The job's placement group (docs/execution.md): waiting -> ready (with the node of every bundle) or timeout.
     "resources": frozenset({"state"}),
+    # The job's answer to a staff command (ControlCommand): applied, or refused with the reason in `detail`.
+    "control": frozenset({"id", "kind", "outcome", "detail"}),
     "version": frozenset({"version", "published_at", "pause_ms"}),
     "sampler": frozenset({"epoch", "group_count", "dataset_size", "consumed_in_epoch"}),
     "train": frozenset({"step", "loss", "reward_mean", "exact_match", "kl", "entropy", "staleness_max"}),
@@ -67,6 +86,16 @@ class StoredEvent(TypedDict):
     data: dict[str, Any]
 
 
+class ControlCommand(TypedDict):
+    """A staff command for a running job, as an ingest reply carries it until the job's `control` event
+    with the same `id` acknowledges it."""
+
+    id: int
+    kind: str  # one of CONTROL_KINDS
+    reason: str
+    requested_by: str
+
+
 class IngestReply(TypedDict):
     """The platform's answer to an accepted post (POST /api/runs/<id>/ingest/, docs/realtime.md)."""
 
@@ -75,6 +104,7 @@ class IngestReply(TypedDict):
     last_seq: int
     status: str
     dropped: int
+    commands: list[ControlCommand]  # not yet acknowledged, oldest first
 
 
 class Span(TypedDict):
@@ -145,6 +175,12 @@ def validate_event(obj: Any) -> Event:
     missing = REQUIRED_DATA_KEYS.get(etype, frozenset()) - data.keys()
     if missing:
         raise EventSchemaError(f"data: {etype} event lacks {sorted(missing)}")
+    if etype == "control" and (data["kind"] not in CONTROL_KINDS or data["outcome"] not in CONTROL_OUTCOMES):
+        raise EventSchemaError(
+            f"data: control event needs kind in {sorted(CONTROL_KINDS)} and outcome in {sorted(CONTROL_OUTCOMES)}"
+        )
+    if etype == "control" and (not isinstance(data["id"], int) or isinstance(data["id"], bool)):
+        raise EventSchemaError("data.id: expected the integer id of the command")
     if etype == "gate" and data["state"] not in GATE_STATES:
         raise EventSchemaError(f"data.state: expected one of {sorted(GATE_STATES)}, got {data['state']!r}")
     if etype == "train" and "histograms" in data:

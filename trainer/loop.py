@@ -18,6 +18,7 @@ from rollout.errors import PublicationError
 from rollout.scheduler import RolloutScheduler
 from trainer import reports
 from trainer.config import TrainConfig
+from trainer.controls import await_gate_reset, gate_poisoned
 from trainer.episodes import Group, GroupTicket
 from trainer.histograms import run_edges
 from trainer.phases import run_debug_phase
@@ -71,6 +72,8 @@ class TrainingRun:
         self.stop_control = StopControl(self.emit, self._scheduler_if_started)
         self.gate_closed_s = 0.0
         self.gate_closed_at = time.monotonic()  # when the engines were last sealed (the pause clock)
+        self.drain_ms = 0.0  # how long the last seal + drain of every engine took
+        self.answered_commands: set[int] = set()  # ids of the staff commands this job answered (controls.py)
         self.samples = 0
         self.last_checkpoint: str | None = None
         self.checkpointed_version = -1
@@ -171,11 +174,15 @@ class TrainingRun:
         if stale:
             self.sampler.return_groups([GroupTicket(g.group_id, g.epoch, g.prompt_index) for g in stale])
             groups = [g for g in groups if g.min_version >= floor]
+        aborted_by: dict[str, int] = {}
         if batch.aborted:
             self._find_dead_engines()
+            for stats in rt.workers_call("stats"):
+                for kind, n in stats.get("aborted_by", {}).items():
+                    aborted_by[kind] = aborted_by.get(kind, 0) + n
         seconds = time.monotonic() - t0
         data = reports.rollout_data(
-            self.version + 1, self.version, groups, batch, len(stale), seconds, started_at=started_at
+            self.version + 1, self.version, groups, batch, len(stale), seconds, aborted_by, started_at=started_at
         )
         self.emit("rollout", data)
         self.metrics["filtered_rate"] = reports.batch_filtered_rate(batch)
@@ -209,28 +216,40 @@ class TrainingRun:
                     rt.publication.publish(self.version, timeout_s=self.cfg.publish_deadline_s, weights=weights)
                 )
                 break
-            except PublicationError:
-                if not self._find_dead_engines() or attempt == 2:
-                    raise
-                self.seal_engines()  # the engine set changed: freeze the survivors again
+            except PublicationError as exc:
+                if self._find_dead_engines() and attempt < 2:
+                    self.seal_engines()  # the engine set changed: freeze the survivors again
+                    continue
+                if gate_poisoned(self) and await_gate_reset(self, exc, reopen=True):
+                    break  # staff reset the gate: the engines were re-checked and now serve this version
+                raise
         pause = time.monotonic() - self.gate_closed_at
         self.gate_closed_s += pause
         phases = {k: reports.span(*v) for k, v in rt.publication.timings.items()}
         self.emit(
             "version",
-            {"version": self.version, "published_at": time.time(), "pause_ms": pause * 1000, "phases": phases},
+            {
+                "version": self.version,
+                "published_at": time.time(),
+                "pause_ms": pause * 1000,  # gates closed: seal -> reopen (colocated: the training step included)
+                "drain_ms": self.drain_ms,  # seal -> every in-flight request finished
+                "phases": phases,
+            },
         )
         self.emit_gate()
 
     def seal_engines(self) -> None:
-        """Seal and drain every engine (dead ones are dropped and the survivors sealed again)."""
-        rt = self.rt
+        """Seal and drain every engine (dead ones are dropped and the survivors sealed again; a poisoned gate
+        waits for a staff reset, trainer/controls.py)."""
+        rt, t0 = self.rt, time.monotonic()
         try:
             rt.loop.run(rt.publication.prepare(timeout_s=self.cfg.publish_deadline_s))
-        except PublicationError:
-            if not self._find_dead_engines():
+        except PublicationError as exc:
+            if self._find_dead_engines():
+                rt.loop.run(rt.publication.prepare(timeout_s=self.cfg.publish_deadline_s))
+            elif not (gate_poisoned(self) and await_gate_reset(self, exc, reopen=False)):
                 raise
-            rt.loop.run(rt.publication.prepare(timeout_s=self.cfg.publish_deadline_s))
+        self.drain_ms = (time.monotonic() - t0) * 1000
 
     def report(self, groups: list[Group], stats: dict[str, Any]) -> None:
         """Step 4: the train event (with an evaluation when due), captured samples and the sampler's progress."""

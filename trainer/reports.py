@@ -16,20 +16,18 @@ from trainer.histograms import step_histograms
 # Keys of the train event that are not run metrics (RunResult.metrics): lists, spans and histograms.
 NOT_METRICS = frozenset({"group_ids", "epochs", "histograms", "span", "eval_span"})
 
-# The gate event keeps only these keys of each engine's snapshot.
-_GATE_ENGINE_KEYS = (
-    "engine",
-    "state",
-    "version",
-    "active",
-    "waiting",
-    "sessions",
+# The gate event keeps only these keys of each engine's snapshot (the optional ones when the engine has them:
+# the batching engine's in-flight requests, batch bound, session bound, evictions, safe rejections, sessions
+# gone, and a poisoned gate's reason).
+_GATE_ENGINE_KEYS = ("engine", "state", "version", "active", "waiting", "sessions")
+_GATE_ENGINE_OPTIONAL = (
     "inflight",
     "max_batch",
+    "max_sessions",
     "evictions",
     "rejections",
-    "max_sessions",
     "sessions_gone",
+    "poison_reason",
 )
 
 
@@ -70,17 +68,19 @@ def rollout_data(
     batch: RolloutBatch,
     stale: int,
     seconds: float,
+    aborted_by: dict[str, int] | None = None,
     *,
     started_at: float | None = None,
 ) -> dict[str, Any]:
-    """The rollout event of the batch for `step`: `groups` are the kept ones, generated at `version` or later;
-    with `started_at` (wall clock), its `span` and the per-worker and per-engine `spans` (trace export)."""
+    """The rollout event of the batch for `step`: `groups` are the kept ones, generated at `version` or later.
+    `aborted_by`: the workers' aborted episodes since the run started, per reason (when any was aborted); with
+    `started_at` (wall clock), its `span` and the per-worker and per-engine `spans` (trace export)."""
     rewards = [r for g in groups for r in g.rewards]
-    timing: dict[str, Any] = {}
+    extra: dict[str, Any] = {"aborted_by": aborted_by} if aborted_by else {}
     if started_at is not None:
-        timing = {"span": span(started_at, started_at + seconds), "spans": rollout_spans(batch)}
+        extra.update(span=span(started_at, started_at + seconds), spans=rollout_spans(batch))
     return {
-        **timing,
+        **extra,
         "step": step,
         "groups": len(groups),
         "samples": len(rewards),
@@ -138,5 +138,8 @@ def train_data(
 
 def gate_data(snapshot: dict[str, Any]) -> dict[str, Any]:
     """The gate event from a publication snapshot: each engine trimmed to the keys the dashboard draws."""
-    engines = [{k: e.get(k) for k in _GATE_ENGINE_KEYS} for e in snapshot["engines"]]
+    engines = [
+        {**{k: e.get(k) for k in _GATE_ENGINE_KEYS}, **{k: e[k] for k in _GATE_ENGINE_OPTIONAL if k in e}}
+        for e in snapshot["engines"]
+    ]
     return {**snapshot, "engines": engines}

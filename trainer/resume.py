@@ -2,10 +2,11 @@
 
 A checkpoint holds the trainer (policy, optimizer, version), the sampler, the scheduler's ready groups, the
 Python and torch RNG states and the consumed (group_id, epoch) list. It is taken at a step boundary with
-generation quiesced (scheduler paused and drained, every engine sealed and drained), or after a stop with the
-scheduler closed (every untrained group is then back in the sampler). A resumed run starts its engines closed,
-loads the trainer and scheduler, and publishes the restored weights before anything is generated.
-The directory layout and atomic save/load are `trainer.checkpoint`.
+generation quiesced (scheduler paused, in-flight groups finished or aborted and returned to the sampler by
+a deadline, every engine sealed and drained; a quiesce that cannot finish fails the checkpoint, not the run),
+or after a stop with the scheduler closed (every untrained group is then back in the sampler). A resumed run
+starts its engines closed, loads the trainer and scheduler, and publishes the restored weights before anything
+is generated. The directory layout and atomic save/load are `trainer.checkpoint`.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from rollout.errors import QuiesceTimeoutError
 from trainer.checkpoint import checkpoint_latest, checkpoint_load, checkpoint_save
 from trainer.plain import scheduler_state_from_plain, scheduler_state_to_plain
 
@@ -38,8 +40,24 @@ def take_checkpoint(run: TrainingRun, reason: str, *, quiesce: bool = True) -> N
         return
     rt, t0, started_at = run.rt, time.monotonic(), time.time()
     scheduler_state = None
+    quiesced: dict[str, int] = {}
     if quiesce:
-        rt.scheduler.pause(drain=True)  # in-flight groups finish into `ready` (gates are still open)
+        try:
+            quiesced = quiesce_rollouts(run)
+        except QuiesceTimeoutError as exc:
+            rt.scheduler.resume()  # the run goes on; the late groups settle (aborted, re-run) without a checkpoint
+            run.emit(
+                "checkpoint",
+                {
+                    "step": run.version,
+                    "version": run.version,
+                    "reason": reason,
+                    "state": "failed",
+                    "error": str(exc),
+                    "seconds": time.monotonic() - t0,
+                },
+            )
+            return
         run.seal_engines()  # seal + drain every engine: nothing is generating while we save
         scheduler_state = scheduler_state_to_plain(rt.scheduler.state_dict())
     state = {
@@ -64,9 +82,21 @@ def take_checkpoint(run: TrainingRun, reason: str, *, quiesce: bool = True) -> N
             "version": run.version,
             "path": str(path),
             "reason": reason,
+            "state": "saved",
             "seconds": time.monotonic() - t0,
             "span": {"start": started_at, "end": time.time()},
+            **quiesced,
         },
+    )
+
+
+def quiesce_rollouts(run: TrainingRun) -> dict[str, int]:
+    """Pause the scheduler; in-flight groups get `quiesce_timeout_s` to finish into `ready` (gates are still
+    open), then the workers abort the rest between turns (their groups go back to the sampler) and they get
+    `publish_deadline_s` more: one turn to end. QuiesceTimeoutError when some are still running after that."""
+    rt, cfg = run.rt, run.cfg
+    return rt.scheduler.quiesce(
+        cfg.quiesce_timeout_s, abort=lambda: rt.workers_call("abort_episodes"), grace_s=cfg.publish_deadline_s
     )
 
 

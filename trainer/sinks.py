@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 from typing import Any, Protocol, cast
 
-from trainer.events import EventDict, validate_event
+from trainer.events import CONTROL_KINDS, ControlCommand, EventDict, validate_event
 
 TOKEN_ENV = "RUN_INGEST_TOKEN"
 # The platform's launcher hands the token over in a 0600 file, not in the job's env (which the Ray job API shows).
@@ -103,6 +103,7 @@ class HttpSink:
         self.stop_requested = False  # the platform answered 409: the run is over
         self.delivered = 0
         self.dropped = 0
+        self._commands: dict[int, ControlCommand] = {}  # staff commands from the replies, by id (controls.py)
         self._buf: list[EventDict] = []
         self._cond = threading.Condition()
         self._closing = False
@@ -161,6 +162,7 @@ class HttpSink:
                 resp = session.post(self.url, json=body, headers=headers, timeout=self.timeout_s)
                 if resp.status_code < 300:
                     self.delivered += count
+                    self._note_commands(resp)
                     return True
                 if resp.status_code == 409:
                     self.stop_requested = True
@@ -181,6 +183,30 @@ class HttpSink:
                 return False
             time.sleep(delay)
             delay = min(delay * 2, 5.0)
+
+    def _note_commands(self, resp: Any) -> None:
+        """Keep the staff commands an ingest reply carries (IngestReply.commands); malformed ones are skipped."""
+        try:
+            commands = resp.json().get("commands") or []
+        except (ValueError, AttributeError):
+            return
+        with self._cond:
+            for c in commands if isinstance(commands, list) else []:
+                if isinstance(c, dict) and isinstance(c.get("id"), int) and c.get("kind") in CONTROL_KINDS:
+                    self._commands.setdefault(
+                        c["id"],
+                        ControlCommand(
+                            id=c["id"],
+                            kind=c["kind"],
+                            reason=str(c.get("reason", ""))[:500],
+                            requested_by=str(c.get("requested_by", ""))[:150],
+                        ),
+                    )
+
+    def commands(self) -> list[ControlCommand]:
+        """Every staff command seen so far, oldest first (the caller remembers which it answered)."""
+        with self._cond:
+            return [self._commands[k] for k in sorted(self._commands)]
 
 
 class EventEmitter:
@@ -206,6 +232,14 @@ class EventEmitter:
     @property
     def stop_requested(self) -> bool:
         return any(s.stop_requested for s in self.sinks)
+
+    def commands(self) -> list[ControlCommand]:
+        """Staff commands delivered to this job so far (only an HTTP sink receives any), oldest first."""
+        seen: dict[int, ControlCommand] = {}
+        for sink in self.sinks:
+            for command in getattr(sink, "commands", lambda: [])():
+                seen.setdefault(command["id"], command)
+        return [seen[k] for k in sorted(seen)]
 
     def close(self, timeout_s: float = 10.0) -> None:
         for sink in self.sinks:

@@ -3,8 +3,10 @@
 Driven by `rollout.RolloutScheduler` through `generate_group(ticket, batch_id) -> GroupResult`. An engine that
 dies takes its sessions with it: they are tombstoned in the router, the episode is aborted and its ticket goes
 back to the sampler to be run again as a new session. The same happens when an engine evicted the session's
-KV cache (its memory bound) or aborted its request: the engine answers `SessionGoneError`, never a turn computed
-without the session's context. Plain class; `trainer.topology` deploys it as an async
+KV cache (its memory bound) or aborted its request (the engine answers `SessionGoneError`, never a turn computed
+without the session's context), to an episode that waited at a sealed gate past the engine's admission bound,
+and to the episodes running when `abort_episodes` is called (quiesce before a checkpoint): they stop between
+turns, never mid-request. Plain class; `trainer.topology` deploys it as an async
 Ray actor with `max_concurrency >= capacity`.
 """
 
@@ -13,15 +15,24 @@ from __future__ import annotations
 import asyncio
 import itertools
 import time
+from collections import Counter
 from typing import Any
 
-from rollout.errors import NoEngineError, SessionGoneError
+from rollout.errors import (
+    AdmissionTimeoutError,
+    EpisodeAbortedError,
+    GatePoisonedError,
+    NoEngineError,
+    SessionGoneError,
+)
 from rollout.invoke import call, is_ray_actor
 from rollout.router import SessionAffinityRouter
 from rollout.types import GroupResult
 from trainer.config import TrainConfig
 from trainer.episodes import GroupTicket, run_group
 from trainer.problems import VOCAB, task_build
+
+POISONED_BACKOFF_S = 1.0  # an episode refused by a poisoned gate is handed back this much later
 
 
 def _engine_died(exc: BaseException) -> bool:
@@ -30,6 +41,17 @@ def _engine_died(exc: BaseException) -> bool:
     except ImportError:  # pragma: no cover - ray is a hard dependency of the topology, not of this module
         return False
     return isinstance(exc, RayActorError)
+
+
+def _not_admitted(exc: BaseException) -> str | None:
+    """Why the engine refused to admit the request (also through a RayTaskError), or None: `gate_wait` (it
+    waited at a closed gate past its bound) or `gate_poisoned` (the gate waits for its owner's reset)."""
+    for error in (exc, getattr(exc, "cause", None)):
+        if isinstance(error, AdmissionTimeoutError):
+            return "gate_wait"
+        if isinstance(error, GatePoisonedError):
+            return "gate_poisoned"
+    return None
 
 
 class RolloutWorker:
@@ -47,12 +69,24 @@ class RolloutWorker:
         self._attempt = itertools.count()
         self.aborted = 0  # episodes aborted (their groups go back to the sampler and run again)
         self.sessions_gone = 0  # of them: the engine no longer had the session's cache
+        self.aborted_by: Counter[str] = Counter()  # engine_lost | gate_wait | gate_poisoned | quiesce
+        self._abort_epoch = 0  # abort_episodes() bumps it: episodes started before stop at their next turn
+        self._live = 0
+        self._suspended: set[str] = set()  # engines whose gate is poisoned: no new session until resume_engines
 
     async def generate_group(self, ticket: GroupTicket, batch_id: Any = None) -> GroupResult:
         """Run G episodes of the ticket's prompt as one session on one engine; abort if that engine dies."""
         session_id = f"{self.worker_id}:g{ticket.group_id}:a{next(self._attempt)}"
         started_at = time.time()  # wall clock: the rollout event's spans (trace export) compare across processes
         prompt = self.task.train_prompts[ticket.prompt_index]
+        epoch = self._abort_epoch
+
+        async def generate(*args: Any) -> dict[str, Any]:
+            if self._abort_epoch != epoch:  # between turns: no request of this episode is in flight
+                raise EpisodeAbortedError(session_id, "quiesce", "asked to stop before a checkpoint")
+            return await self._generate(*args)
+
+        self._live += 1
         try:
             group = await run_group(
                 self.task,
@@ -60,13 +94,20 @@ class RolloutWorker:
                 prompt,
                 group_size=self.cfg.group_size,
                 seed=self.cfg.seed,
-                generate=self._generate,
+                generate=generate,
                 session_id=session_id,
             )
-        except (SessionGoneError, NoEngineError) as exc:
+        except (SessionGoneError, NoEngineError, EpisodeAbortedError) as exc:
+            kind = exc.kind if isinstance(exc, EpisodeAbortedError) else "engine_lost"
+            if isinstance(exc, NoEngineError) and self._suspended:
+                kind = "gate_poisoned"
+                await asyncio.sleep(POISONED_BACKOFF_S)  # every engine waits for a reset
             self.aborted += 1
-            return GroupResult(rewards=[], aborted=True, group_id=ticket.group_id, meta={"reason": str(exc)})
+            self.aborted_by[kind] += 1
+            meta = {"reason": str(exc), "kind": kind}
+            return GroupResult(rewards=[], aborted=True, group_id=ticket.group_id, meta=meta)
         finally:
+            self._live -= 1
             await self._end_session(session_id)
         valid = [all(VOCAB[t].isdigit() for t, turn in zip(row, group.token_turn) if turn >= 0) for row in group.tokens]
         return GroupResult(
@@ -112,6 +153,12 @@ class RolloutWorker:
             if _engine_died(exc):
                 self.engine_lost(engine_id, reason=f"died: {type(exc).__name__}")
                 raise SessionGoneError(session_id, engine_id, "died mid-request") from exc
+            refused = _not_admitted(exc)
+            if refused is not None:  # never admitted: nothing ran, the episode can be re-run safely
+                if refused == "gate_poisoned":
+                    self._suspend(engine_id, str(getattr(exc, "cause", exc)))
+                    await asyncio.sleep(POISONED_BACKOFF_S)  # do not spin while the engine waits for a reset
+                raise EpisodeAbortedError(session_id, refused, str(getattr(exc, "cause", exc))) from exc
             raise
         finally:
             self.router.request_finished(engine_id, reported=reported)
@@ -142,11 +189,34 @@ class RolloutWorker:
         self.engines[engine_id] = handle
         self.router.add_engine(engine_id)
 
+    def _suspend(self, engine_id: str, reason: str) -> None:
+        """A poisoned gate refused a request: route nothing to that engine until `resume_engines` (its sessions
+        are tombstoned: their next turn aborts, as the gate would refuse it anyway)."""
+        if engine_id in self.engines and engine_id not in self._suspended:
+            self._suspended.add(engine_id)
+            self.router.remove_engine(engine_id, reason=f"gate poisoned: {reason}")
+
+    def resume_engines(self) -> list[str]:
+        """After a staff gate reset (trainer/controls.py): the suspended engines take new sessions again."""
+        back = sorted(e for e in self._suspended if e in self.engines)
+        for engine_id in back:
+            self.router.add_engine(engine_id)
+        self._suspended.clear()
+        return back
+
+    def abort_episodes(self) -> int:
+        """Episodes running now stop at their next turn (aborted, their groups re-run); returns how many run."""
+        self._abort_epoch += 1
+        return self._live
+
     def stats(self) -> dict[str, Any]:
         return {
             "worker": self.worker_id,
             "aborted": self.aborted,
             "sessions_gone": self.sessions_gone,
+            "aborted_by": dict(self.aborted_by),
+            "live": self._live,
+            "suspended": sorted(self._suspended),
             "engines": sorted(self.engines),
             "router": self.router.snapshot(),
         }

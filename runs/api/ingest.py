@@ -13,6 +13,15 @@ from runs.errors import ServiceError
 from runs.ingest import run_events_ingest, run_for_ingest
 
 
+class ControlCommandSerializer(serializers.Serializer):
+    """Documents trainer.events.ControlCommand."""
+
+    id = serializers.IntegerField()
+    kind = serializers.CharField()
+    reason = serializers.CharField()
+    requested_by = serializers.CharField()
+
+
 class IngestResultSerializer(serializers.Serializer):
     """Documents trainer.events.IngestReply (what runs.ingest.IngestResult.as_dict returns)."""
 
@@ -21,6 +30,7 @@ class IngestResultSerializer(serializers.Serializer):
     last_seq = serializers.IntegerField()
     status = serializers.CharField()
     dropped = serializers.IntegerField(help_text="events not stored by the run's event budget (docs/realtime.md)")
+    commands = ControlCommandSerializer(many=True, help_text="staff commands the job has not answered yet")
 
 
 class RunIngestView(APIView):

@@ -7,6 +7,7 @@ from rest_framework.permissions import IsAuthenticated
 from runs.api import views
 from runs.api.auth import TokenView
 from runs.api.compare import RunCompareView
+from runs.api.controls import RunGateResetView
 from runs.api.ingest import RunIngestView
 from runs.api.samples import RunSampleDetailView, RunSamplesView
 from runs.api.schedules import ScheduleDetailView, ScheduleListCreateView
@@ -18,6 +19,7 @@ urlpatterns = [
     path("runs/<int:run_id>/", views.RunDetailView.as_view(), name="api-run"),
     path("runs/<int:run_id>/cancel/", views.RunCancelView.as_view(), name="api-run-cancel"),
     path("runs/<int:run_id>/resume/", views.RunResumeView.as_view(), name="api-run-resume"),
+    path("runs/<int:run_id>/gate-reset/", RunGateResetView.as_view(), name="api-run-gate-reset"),
     path("runs/<int:run_id>/events/", views.RunEventsView.as_view(), name="api-run-events"),
     path("runs/<int:run_id>/ingest/", RunIngestView.as_view(), name="api-run-ingest"),
     path("runs/<int:run_id>/samples/", RunSamplesView.as_view(), name="api-run-samples"),

@@ -27,9 +27,23 @@ def test_batch_stored_once_and_summary_folded():
     ]
     first = post(run, batch)
     assert first.status_code == 200, first.content
-    assert first.json() == {"stored": 4, "duplicates": 0, "last_seq": 4, "status": "running", "dropped": 0}
+    assert first.json() == {
+        "stored": 4,
+        "duplicates": 0,
+        "last_seq": 4,
+        "status": "running",
+        "dropped": 0,
+        "commands": [],
+    }
     again = post(run, {"events": batch[1:] + [gate(5, version=1)]})  # a retried post overlapping the first
-    assert again.json() == {"stored": 1, "duplicates": 3, "last_seq": 5, "status": "running", "dropped": 0}
+    assert again.json() == {
+        "stored": 1,
+        "duplicates": 3,
+        "last_seq": 5,
+        "status": "running",
+        "dropped": 0,
+        "commands": [],
+    }
     rows = list(RunEvent.objects.filter(run=run).values_list("seq", "source", "source_seq", "type"))
     assert rows == [
         (1, "attempt-0", 1, "gate"),
@@ -57,13 +71,21 @@ def test_a_relaunched_attempt_restarts_its_counter_without_colliding():
         "last_seq": 2,
         "status": "running",
         "dropped": 0,
+        "commands": [],
     }
 
 
 def test_empty_post_is_a_heartbeat_and_reports_a_cancel_request():
     run = run_make(user_make("carol"), status=RunStatus.STOPPING)
     response = post(run, [])
-    assert response.json() == {"stored": 0, "duplicates": 0, "last_seq": 0, "status": "stopping", "dropped": 0}
+    assert response.json() == {
+        "stored": 0,
+        "duplicates": 0,
+        "last_seq": 0,
+        "status": "stopping",
+        "dropped": 0,
+        "commands": [],
+    }
     run.refresh_from_db()
     assert run.heartbeat_at is not None
 

@@ -4,7 +4,13 @@ import threading
 
 import pytest
 
-from rollout.errors import NoWorkerLeftError, SchedulerClosedError, SchedulerStateError, WorkerLostError
+from rollout.errors import (
+    NoWorkerLeftError,
+    QuiesceTimeoutError,
+    SchedulerClosedError,
+    SchedulerStateError,
+    WorkerLostError,
+)
 from rollout.filters import MinValidAttemptsFilter, ZeroVarianceFilter
 from rollout.scheduler import RolloutScheduler
 from rollout.types import GroupResult
@@ -85,6 +91,39 @@ def test_pause_with_drain_returns_only_after_in_flight_settles():
         assert s.stats()["pending"] == 0 and worker.open_groups() == []
         with pytest.raises(SchedulerStateError, match="being collected"):
             s.state_dict()  # the interrupted generate still holds its partial batch
+    finally:
+        s.close()
+
+
+def test_quiesce_finishes_or_rebuffers_by_the_deadline_and_fails_when_an_abort_never_lands():
+    worker = ManualWorker()
+    source = CountingSource()
+    s = RolloutScheduler([worker], [4], source, batch_size=1)
+    try:
+        batch = threading.Thread(target=lambda: s.generate(0, prefetch=4), daemon=True)
+        batch.start()  # demand 1 + prefetch 4, capped by the worker's capacity: 4 in flight
+        wait_until(lambda: len(worker.open_groups()) == 4)
+        worker.finish(worker.open_groups()[0])  # delivers the batch; the prefetch refills to 4 in flight
+        batch.join(30)
+        wait_until(lambda: len(worker.open_groups()) == 4)
+        first, second, *rest = worker.open_groups()
+        worker.finish(first)  # finished before quiesce: it stays ready (prefetch bound: no refill)
+        wait_until(lambda: s.stats()["ready"] == 1 and s.stats()["pending"] == 3)
+
+        def abort() -> None:  # the workers stop their episodes between turns: aborted results
+            for g in rest:
+                worker.finish(g, GroupResult(rewards=[], aborted=True, group_id=g))
+
+        with pytest.raises(QuiesceTimeoutError, match="1 of 3 in-flight"):
+            s.quiesce(0.05, abort=abort, grace_s=0.05)  # `second` never answers
+        assert s.stats()["paused"] and s.stats()["pending"] == 1
+        worker.finish(second)  # late: a second quiesce (the next checkpoint) finds it in flight or ready
+        counts = s.quiesce(5, abort=lambda: None)
+        assert counts["rebuffered"] == 0 and counts["finished"] == counts["in_flight"]
+        ready = [result.group_id for _, result, _ in s.state_dict()["ready"]]
+        assert sorted(ready + source.returned) == sorted([first, second, *rest])  # each once
+        assert worker.open_groups() == []
+        assert source.returned == sorted(rest)
     finally:
         s.close()
 

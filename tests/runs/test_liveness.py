@@ -53,7 +53,7 @@ def resources(seq: int, state: str, **data) -> dict:
 def test_a_heartbeat_is_stamped_and_stores_nothing(user, handoffs):
     run = submit(user)
     reply = post(run, {"events": []})
-    assert reply == {"stored": 0, "duplicates": 0, "last_seq": 2, "status": "starting", "dropped": 0}
+    assert reply == {"stored": 0, "duplicates": 0, "last_seq": 2, "status": "starting", "dropped": 0, "commands": []}
     run.refresh_from_db()
     assert run.heartbeat_at is not None and run.status == RunStatus.STARTING  # waits for its group
     assert RunEvent.objects.filter(run=run).exclude(source="platform").count() == 0

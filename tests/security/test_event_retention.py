@@ -41,6 +41,7 @@ def test_events_past_the_budget_are_thinned_then_refused_and_the_stream_stays_ga
         "last_seq": 20,
         "status": "running",
         "dropped": 1,
+        "commands": [],
     }
 
     # The platform's own status events are never dropped, whatever the budget.

@@ -27,6 +27,7 @@ class Ingest:
         self.requests = 0
         self.heartbeats: list[tuple[float, str | None]] = []  # (monotonic time, Authorization) of each empty post
         self.heartbeat_code = heartbeat_code
+        self.commands: list = []  # what every reply carries under "commands" (staff commands, runs/controls.py)
         ingest = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -34,10 +35,11 @@ class Ingest:
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 if body == {"events": []}:  # a heartbeat: answered, not scripted
                     ingest.heartbeats.append((time.monotonic(), self.headers.get("Authorization")))
+                    reply = json.dumps({"commands": ingest.commands}).encode()
                     self.send_response(ingest.heartbeat_code)
-                    self.send_header("Content-Length", "2")
+                    self.send_header("Content-Length", str(len(reply)))
                     self.end_headers()
-                    self.wfile.write(b"{}")
+                    self.wfile.write(reply)
                     return
                 ingest.requests += 1
                 ingest.auth.append(self.headers.get("Authorization"))
@@ -160,6 +162,21 @@ def test_http_409_means_the_run_is_over() -> None:
         em = EventEmitter([sink])
         em.emit("log", {"level": "info", "message": "x"})
         wait_until(lambda: em.stop_requested, timeout=5, what="the emitter to see the 409")
+        em.close()
+    finally:
+        server.close()
+
+
+def test_staff_commands_in_replies_reach_the_emitter_once_each_and_malformed_ones_are_ignored() -> None:
+    server = Ingest([])
+    command = {"id": 4, "kind": "gate_reset", "reason": "request lost", "requested_by": "root"}
+    server.commands = [command, {"id": "5", "kind": "gate_reset"}, {"id": 6, "kind": "rm -rf"}, "junk"]
+    try:
+        sink = HttpSink(server.url, token="t", flush_interval_s=0.05, heartbeat_s=0.1)
+        em = EventEmitter([sink])
+        wait_until(lambda: em.commands() == [command], timeout=10, what="the command from a heartbeat reply")
+        wait_until(lambda: sink.heartbeats >= 3, timeout=10, what="more replies carrying the same command")
+        assert em.commands() == [command]  # kept once, by id
         em.close()
     finally:
         server.close()

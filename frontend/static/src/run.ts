@@ -8,6 +8,8 @@ import { ACTIVE, FINISHED, ownerName, Run, RunEvent, runView } from "./lib/model
 import { RunCharts } from "./run_charts";
 import { RunHeatmap } from "./run_heatmap";
 import { EventLog } from "./run_log";
+import { GateReset } from "./run_gate_reset";
+import { ServingPanel } from "./run_serving";
 import { Timeline } from "./run_timeline";
 
 let run = embedded<Run>("run-data")!;
@@ -19,6 +21,7 @@ const charts = new RunCharts(document.getElementById("charts")!, perStep, (step)
 const timeline = new Timeline(document.getElementById("timeline")!);
 const heatmap = new RunHeatmap(document.getElementById("heatmap")!);
 const log = new EventLog(document.getElementById("log")!);
+const serving = new ServingPanel();
 const engines = new Map<string, Record<string, any>>();
 const workers = new Map<string, Record<string, any>>(); // per-worker records, when a job reports them
 let topology: Record<string, any> | null = null; // the job's "started" event: workers, mode, resources
@@ -69,6 +72,7 @@ function ingest(ev: RunEvent): void {
       break;
     case "checkpoint": checkpoints.push({ seq: ev.seq, ts: toSeconds(ev.ts) ?? 0, data: d }); summary.checkpoint = d; break;
   }
+  serving.add(ev);
   charts.add(ev);
   heatmap.add(ev);
   timeline.add(ev);
@@ -82,6 +86,7 @@ function renderHeader(): void {
   badge.textContent = run.status;
   document.getElementById("btn-cancel")!.hidden = !(run.status === "queued" || ACTIVE.has(run.status)) || run.status === "stopping";
   document.getElementById("btn-resume")!.hidden = !(run.status === "failed" || run.status === "cancelled");
+  gateReset.update();
   const err = document.getElementById("run-error")!;
   err.hidden = !run.error;
   err.textContent = run.error ? `Error: ${run.error}` : "";
@@ -140,6 +145,7 @@ function renderPanels(): void {
   document.getElementById("engines")!.innerHTML = table([...engines.values()], "No engine reported yet.", "Engines",
     ["engine", "id", "status", "state", "version", "active", "waiting", "sessions", "tombstoned_sessions"]);
   document.getElementById("workers")!.innerHTML = renderWorkers();
+  serving.render(document.getElementById("serving")!);
   document.getElementById("checkpoints")!.innerHTML = checkpoints.length
     ? `<div class="table-wrap"><table aria-label="Checkpoints"><thead><tr><th scope="col">time</th><th scope="col">step</th><th scope="col">version</th><th scope="col">where</th></tr></thead><tbody>${checkpoints.slice().reverse().map((c) =>
       `<tr><td class="num">${timeOfDay(c.ts)}</td><td class="num">${num(c.data.step)}</td><td class="num">${c.data.version !== undefined ? `v${esc(c.data.version)}` : "—"}</td><td class="mono" style="word-break:break-all">${esc(c.data.path ?? c.data.dir ?? "")}</td></tr>`).join("")}</tbody></table></div>`
@@ -219,9 +225,14 @@ const socket = new LiveSocket({
 // Active runs: let the lanes grow with the clock even between events.
 window.setInterval(() => { if (!FINISHED.has(run.status)) { timeline.flush(true); } }, 1000);
 
-// --- cancel / resume with confirmation ------------------------------------------------------------
+// --- cancel / resume with confirmation, gate reset (staff) ---------------------------------------
 const dialog = document.getElementById("confirm") as HTMLDialogElement;
 const message = document.getElementById("action-message")!;
+const gateReset = new GateReset(() => run, (ok, text) => {
+  message.className = ok ? "alert alert-ok" : "alert alert-error";
+  message.textContent = text;
+  message.hidden = false;
+});
 
 async function act(action: "cancel" | "resume"): Promise<void> {
   message.hidden = true;

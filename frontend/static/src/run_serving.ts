@@ -1,0 +1,85 @@
+/** The run page's serving panel: in-flight requests per engine (gate events), drain time per publication
+ * (version events), evictions and safe rejections (engine snapshots), aborted episodes per reason (rollout
+ * events) and groups re-run after a checkpoint's quiesce (checkpoint events). Folded from the job's events only. */
+import { esc, num } from "./lib/format";
+import type { RunEvent } from "./lib/model";
+
+const n = (v: unknown): number | null => (typeof v === "number" && isFinite(v) ? v : null);
+const show = (v: number | null, suffix = ""): string => (v === null ? `<span class="muted">—</span>` : `${num(v)}${suffix}`);
+
+interface Publication { version: number | null; drainMs: number | null; pauseMs: number | null }
+
+export class ServingPanel {
+  private engines = new Map<string, Record<string, unknown>>();
+  private publications: Publication[] = [];
+  private aborted = 0;
+  private abortedBy: Record<string, number> = {};
+  private rebuffered = 0;
+  private failedCheckpoints = 0;
+
+  add(ev: RunEvent): boolean {
+    const d = (ev.data ?? {}) as Record<string, any>;
+    switch (ev.type) {
+      case "gate":
+        if (!Array.isArray(d.engines)) return false;
+        for (const e of d.engines) if (e && typeof e === "object" && e.engine !== undefined) this.engines.set(String(e.engine), e);
+        return true;
+      case "version":
+        this.publications.push({ version: n(d.version), drainMs: n(d.drain_ms), pauseMs: n(d.pause_ms) });
+        if (this.publications.length > 200) this.publications.shift();
+        return true;
+      case "rollout":
+        this.aborted += n(d.aborted) ?? 0;
+        if (d.aborted_by && typeof d.aborted_by === "object") this.abortedBy = { ...d.aborted_by };
+        return true;
+      case "checkpoint":
+        this.rebuffered += n(d.rebuffered) ?? 0;
+        if (d.state === "failed") this.failedCheckpoints += 1;
+        return true;
+    }
+    return false;
+  }
+
+  render(root: HTMLElement): void {
+    const engines = [...this.engines.values()];
+    const sum = (key: string): number | null => {
+      const values = engines.map((e) => n(e[key])).filter((v): v is number => v !== null);
+      return values.length ? values.reduce((a, b) => a + b, 0) : null;
+    };
+    const inflight = (e: Record<string, unknown>): number | null => n(e.inflight) ?? n(e.active);
+    const drains = this.publications.map((p) => p.drainMs).filter((v): v is number => v !== null);
+    const reasons = Object.entries(this.abortedBy).filter(([, v]) => typeof v === "number");
+    const stat = (label: string, value: string, testid: string) =>
+      `<div class="stat"><div class="l">${label}</div><div class="v num" data-testid="${testid}">${value}</div></div>`;
+    const stats = [
+      stat("In flight", show(engines.length ? engines.reduce((a, e) => a + (inflight(e) ?? 0), 0) : null), "serving-inflight"),
+      stat("Evictions", show(sum("evictions")), "serving-evictions"),
+      stat("Rejections", show(sum("rejections")), "serving-rejections"),
+      stat("Aborted episodes", show(this.aborted), "serving-aborted"),
+      stat("Last drain", show(drains.length ? drains[drains.length - 1] : null, " ms"), "serving-drain"),
+    ].join("");
+    const engineRows = engines.map((e) => `<tr data-engine="${esc(e.engine)}"><td>${esc(e.engine)}</td>
+      <td class="num" data-testid="engine-inflight">${show(inflight(e))}</td><td class="num">${show(n(e.max_batch))}</td>
+      <td class="num">${show(n(e.sessions))}${n(e.max_sessions) !== null ? ` / ${num(e.max_sessions)}` : ""}</td>
+      <td class="num" data-testid="engine-evictions">${show(n(e.evictions))}</td><td class="num">${show(n(e.rejections))}</td></tr>`).join("");
+    const engineTable = engines.length
+      ? `<div class="table-wrap"><table aria-label="Requests per engine"><thead><tr><th scope="col">engine</th><th scope="col">in flight</th>
+        <th scope="col">max batch</th><th scope="col">sessions</th><th scope="col">evictions</th><th scope="col">rejections</th></tr></thead>
+        <tbody>${engineRows}</tbody></table></div>`
+      : `<p class="empty">No engine reported yet.</p>`;
+    const pubRows = this.publications.slice(-8).reverse().map((p) => `<tr><td class="num">${p.version === null ? "—" : `v${esc(p.version)}`}</td>
+      <td class="num" data-testid="publication-drain">${show(p.drainMs, " ms")}</td><td class="num">${show(p.pauseMs, " ms")}</td></tr>`).join("");
+    const pubTable = this.publications.length
+      ? `<div class="table-wrap"><table aria-label="Drain time per publication"><thead><tr><th scope="col">version</th>
+        <th scope="col">drain</th><th scope="col">gates closed</th></tr></thead><tbody>${pubRows}</tbody></table></div>`
+      : `<p class="empty">No publication yet.</p>`;
+    const why = reasons.length
+      ? `<p class="muted" data-testid="serving-aborted-by">aborted since start: ${reasons.map(([k, v]) => `${esc(k.replace(/_/g, " "))} ${num(v)}`).join(" · ")}</p>`
+      : "";
+    const quiesce = this.rebuffered || this.failedCheckpoints
+      ? `<p class="muted" data-testid="serving-quiesce">checkpoint quiesce: ${num(this.rebuffered)} group(s) re-run${
+        this.failedCheckpoints ? ` · ${num(this.failedCheckpoints)} checkpoint(s) failed` : ""}</p>`
+      : "";
+    root.innerHTML = `<div class="stats">${stats}</div>${why}${quiesce}${engineTable}${pubTable}`;
+  }
+}
