@@ -1,8 +1,9 @@
 """The driver loop of a training run: collect a batch -> train -> publish v+1 -> report -> checkpoint.
 
 Reads top to bottom like the algorithm. Each step is a public method, so the debug phases
-(`trainer.phases`) run the same steps one at a time. Where things run is `trainer.topology`; checkpoint and
-restore are `trainer.resume`; stop requests are `trainer.stopping`; the data of the rollout, train and gate
+(`trainer.phases`) run the same steps one at a time. Where things run is `trainer.topology`; publishing a
+version (seal, drain, install, reopen; dead engines dropped) is `trainer.publishing`; checkpoint and restore are
+`trainer.resume`; stop requests are `trainer.stopping`; the data of the rollout, train and gate
 events is built by `trainer.reports`; everything the run reports goes through the injected `EventEmitter`.
 """
 
@@ -14,11 +15,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from rollout.errors import PublicationError
 from rollout.scheduler import RolloutScheduler
-from trainer import reports
+from trainer import publishing, reports
 from trainer.config import TrainConfig
-from trainer.controls import await_gate_reset, gate_poisoned
 from trainer.episodes import Group, GroupTicket
 from trainer.histograms import run_edges
 from trainer.phases import run_debug_phase
@@ -176,7 +175,7 @@ class TrainingRun:
             groups = [g for g in groups if g.min_version >= floor]
         aborted_by: dict[str, int] = {}
         if batch.aborted:
-            self._find_dead_engines()
+            publishing.find_dead_engines(self)
             for stats in rt.workers_call("stats"):
                 for kind, n in stats.get("aborted_by", {}).items():
                     aborted_by[kind] = aborted_by.get(kind, 0) + n
@@ -204,52 +203,13 @@ class TrainingRun:
             self.emit_gate()
 
     def publish(self) -> None:
-        """Step 3: seal and drain every engine (unless already sealed), install the trainer's weights, reopen."""
-        rt = self.rt
-        if not rt.publication.prepared:
-            self.gate_closed_at = time.monotonic()
-            self.seal_engines()
-        for attempt in range(3):
-            weights = rt.trainer.weights.remote() if rt.uses_ray else rt.trainer.weights()
-            try:
-                rt.loop.run(
-                    rt.publication.publish(self.version, timeout_s=self.cfg.publish_deadline_s, weights=weights)
-                )
-                break
-            except PublicationError as exc:
-                if self._find_dead_engines() and attempt < 2:
-                    self.seal_engines()  # the engine set changed: freeze the survivors again
-                    continue
-                if gate_poisoned(self) and await_gate_reset(self, exc, reopen=True):
-                    break  # staff reset the gate: the engines were re-checked and now serve this version
-                raise
-        pause = time.monotonic() - self.gate_closed_at
-        self.gate_closed_s += pause
-        phases = {k: reports.span(*v) for k, v in rt.publication.timings.items()}
-        self.emit(
-            "version",
-            {
-                "version": self.version,
-                "published_at": time.time(),
-                "pause_ms": pause * 1000,  # gates closed: seal -> reopen (colocated: the training step included)
-                "drain_ms": self.drain_ms,  # seal -> every in-flight request finished
-                "phases": phases,
-            },
-        )
-        self.emit_gate()
+        """Step 3: seal and drain every engine (unless already sealed), install the trainer's weights, reopen;
+        see `trainer.publishing`."""
+        publishing.publish(self)
 
     def seal_engines(self) -> None:
-        """Seal and drain every engine (dead ones are dropped and the survivors sealed again; a poisoned gate
-        waits for a staff reset, trainer/controls.py)."""
-        rt, t0 = self.rt, time.monotonic()
-        try:
-            rt.loop.run(rt.publication.prepare(timeout_s=self.cfg.publish_deadline_s))
-        except PublicationError as exc:
-            if self._find_dead_engines():
-                rt.loop.run(rt.publication.prepare(timeout_s=self.cfg.publish_deadline_s))
-            elif not (gate_poisoned(self) and await_gate_reset(self, exc, reopen=False)):
-                raise
-        self.drain_ms = (time.monotonic() - t0) * 1000
+        """Seal and drain every engine (dead ones dropped; a poisoned gate waits for a staff reset)."""
+        publishing.seal_engines(self)
 
     def report(self, groups: list[Group], stats: dict[str, Any]) -> None:
         """Step 4: the train event (with an evaluation when due), captured samples and the sampler's progress."""
@@ -285,29 +245,6 @@ class TrainingRun:
         if cfg.time_limit_s and time.monotonic() - self._t0 >= cfg.time_limit_s:
             return True
         return bool(cfg.target_exact_match and self.metrics.get("train_exact_match", 0.0) >= cfg.target_exact_match)
-
-    # --- engines ------------------------------------------------------------------------------------------
-    def _find_dead_engines(self) -> list[str]:
-        """Drop engines that stopped answering: their sessions are tombstoned, the run continues without them."""
-        rt = self.rt
-        dead = [e for e in list(rt.engines) if not rt.engine_alive(e)]
-        for engine_id in dead:
-            rt.publication.remove_engine(engine_id)
-            del rt.engines[engine_id]
-            rt.workers_call("engine_lost", engine_id, "engine actor died")
-            tombstones = sum(s["router"]["tombstones"] for s in rt.workers_call("stats"))
-            self.emit(
-                "worker",
-                {
-                    "event": "engine_lost",
-                    "engine": engine_id,
-                    "engines": sorted(rt.engines),
-                    "tombstoned_sessions": tombstones,
-                },
-            )
-        if dead and not rt.engines:
-            raise RuntimeError("every engine died")
-        return dead
 
     # --- reporting ----------------------------------------------------------------------------------------
     def emit(self, type_: str, data: dict[str, Any]) -> None:
