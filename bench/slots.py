@@ -47,6 +47,7 @@ def django_setup(url: str) -> None:
 
     django.setup()
     import runs.concurrency
+    import runs.enqueue
     import runs.lifecycle
     import runs.realtime
     import runs.stores
@@ -56,7 +57,7 @@ def django_setup(url: str) -> None:
     noop = lambda *a, **k: None  # noqa: E731
     runs.realtime.run_event_publish = runs.realtime.dashboard_publish = noop
     runs.stores.dashboard_publish = runs.stores.run_event_publish = noop
-    runs.lifecycle.dashboard_publish = runs.concurrency.dashboard_publish = noop
+    runs.enqueue.dashboard_publish = runs.concurrency.dashboard_publish = noop
     # The after-commit hand-off to Celery is a broker publish in production; eager mode would run the worker's
     # task body inside the finisher instead, which is no part of the release -> grant path measured here.
     runs.tasks.dispatch_run.delay = noop

@@ -16,7 +16,7 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
-from runs import lifecycle
+from runs import enqueue, lifecycle
 from runs.controls import controls_ack, controls_pending
 from runs.errors import InvalidInput, InvalidTransition, RunNotFound, ServiceError
 from runs.events import event_ts, run_events_record
@@ -188,7 +188,7 @@ def resources_apply(*, run: Run, stored: list[RunEvent], status: str) -> str:
         waited = data.get("waited_s")
         detail = str(data.get("detail") or "")
         reason = f"placement group not ready within {waited} s" if waited is not None else "placement timeout"
-        lifecycle.run_requeue(run=run, reason=f"{reason}{': ' + detail if detail else ''}")
+        enqueue.run_requeue(run=run, reason=f"{reason}{': ' + detail if detail else ''}")
         return Run.objects.values_list("status", flat=True).get(pk=run.pk)  # granted again at once, maybe
     if state == "waiting":
         detail = str(data.get("detail") or f"waiting for a placement group ({data.get('strategy') or 'PACK'})")

@@ -1,6 +1,7 @@
 """The run state machine, in one place: its states, the allowed moves (`TRANSITIONS`), the columns each move
 stamps (`stamp`), and the side effects of every move: a numbered `status` event, slot release and grant,
 publishing to the dashboard, the hand-off of granted runs to the launcher and the follow-ups of a finish.
+The ways a run enters the queue (submit, requeue, resume) build on these moves in runs/enqueue.py.
 
 Both ways a move is written (the ORM, and one SQL statement per step on PostgreSQL) live in runs/stores.py
 and take their rules from here (`allowed_from`, `stamp`); tests/runs/test_lifecycle_stores.py checks that
@@ -22,20 +23,17 @@ from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
 
-from runs import limits
 from runs.errors import InvalidInput, InvalidTransition
-from runs.events import PLATFORM_SOURCE, run_events_record
 from runs.metrics.hooks import grants_record
-from runs.models import FINISHED_STATUSES, Run, RunStatus, Slot, SlotState
-from runs.realtime import dashboard_publish
+from runs.models import FINISHED_STATUSES, Run, RunStatus
 from runs.slots import store as slot_store
-from runs.stores import Moved, moved_publish, run_events_publish, run_store, status_write
+from runs.stores import Moved, moved_publish, run_store, status_write
 
 STATES: tuple[str, ...] = tuple(RunStatus.values)
 # Allowed moves; anything else is a bug in the caller and raises InvalidTransition.
 TRANSITIONS: dict[str, frozenset[str]] = {
     RunStatus.QUEUED: frozenset({RunStatus.STARTING, RunStatus.CANCELLED, RunStatus.FAILED}),
-    # starting -> queued: the run's placement group was not ready in time (run_requeue); not a failure.
+    # starting -> queued: the run's placement group was not ready in time (runs.enqueue.run_requeue); not a failure.
     RunStatus.STARTING: frozenset({RunStatus.RUNNING, RunStatus.STOPPING, RunStatus.QUEUED, *FINISHED_STATUSES}),
     RunStatus.RUNNING: frozenset({RunStatus.STOPPING, *FINISHED_STATUSES}),
     RunStatus.STOPPING: frozenset(FINISHED_STATUSES),
@@ -162,42 +160,6 @@ def grants_catch_up(*, reason: str = "catch-up", check_first: bool = True) -> li
 slot_store.after_unlock_register(grants_catch_up)
 
 
-def run_enqueue(*, run: Run, now: datetime) -> None:
-    """A new run (created `queued` under the grant lock): its waiting slot, its first event, then a grant."""
-    slot_store.slot_enqueue(
-        run_id=run.pk,
-        run_class=run.run_class,
-        now=now,
-        resources=run.resources,
-        time_limit_seconds=run.time_limit_seconds,
-    )
-    run_events_publish(
-        run_events_record(
-            run=run,
-            source=PLATFORM_SOURCE,
-            events=[
-                {
-                    "type": "status",
-                    "ts": now,
-                    "data": {"status": RunStatus.QUEUED, "previous": None, "error": ""},
-                }
-            ],
-        )
-    )
-    dashboard_publish(
-        {
-            "kind": "run_status",
-            "run": run.pk,
-            "owner": run.owner_id,
-            "name": run.name,
-            "run_class": run.run_class,
-            "status": RunStatus.QUEUED,
-            "previous": None,
-        }
-    )
-    grant_pass(reason="submit", now=now)
-
-
 def run_transition(*, run: Run, status: str, error: str | None = None) -> Run:
     """Status changes that keep the slot (e.g. starting -> running). Finishing goes through run_finish."""
     if status in FINISHED_STATUSES:
@@ -309,56 +271,3 @@ def run_cancel(*, run: Run, by: Any) -> Run:
         if locked.status == RunStatus.STOPPING:
             return locked
     raise InvalidTransition(f"run {run.pk} is already {locked.status}", field="status")
-
-
-def run_requeue(*, run: Run, reason: str) -> str | None:
-    """Put a `starting` run back in the queue at its old position, holding nothing: its placement group was not
-    ready in time (the job's `timeout` event, or the tick's fallback for a job that never posted). Not a failure:
-    the slot goes back to `waiting` with its original requested_at, the attempt goes up (a new Ray submission id
-    and ingest token: the old job's late posts and outcome are ignored), and the next runs are granted in the
-    same transaction. Returns the old attempt's submission id (the caller stops that job if it may still run),
-    or None when the run was no longer `starting` (nothing written)."""
-    now = timezone.now()
-    with transaction.atomic():
-        slot_store.slots_lock()
-        locked = Run.objects.select_for_update().get(pk=run.pk)
-        if locked.status != RunStatus.STARTING:
-            return None
-        old_submission = locked.ray_submission_id
-        locked.attempt += 1
-        locked.pending_reason, locked.pending_detail = "", f"requeued: {reason}"[:300]
-        locked.save(update_fields=["attempt", "pending_reason", "pending_detail"])
-        run_status_change(run=locked, status=RunStatus.QUEUED, error="", now=now)
-        # Back to `waiting` with its original requested_at (the same queue position), placed nowhere.
-        Slot.objects.filter(run_id=locked.pk).update(state=SlotState.WAITING, granted_at=None, placement=[])
-        grant_pass(reason="requeue", now=now)
-    logger.info("run %s: requeued at its old position (%s)", run.pk, reason)
-    return old_submission
-
-
-def run_resume(*, run: Run, by: Any, user_caps: bool = True) -> Run:
-    """Re-queue a failed or cancelled run (same run, same event stream; `resume_requested` tells the launcher
-    to continue from the last checkpoint). A resume adds a queued run, so the owner's per-user caps apply
-    (`user_caps=False` only for the platform's automatic resume of a run that just failed)."""
-    with transaction.atomic():
-        slot_store.slots_lock()
-        locked = Run.objects.select_for_update().get(pk=run.pk)
-        if locked.status not in (RunStatus.FAILED, RunStatus.CANCELLED):
-            raise InvalidTransition(f"only failed or cancelled runs can resume; run is {locked.status}", field="status")
-        if user_caps:
-            limits.user_caps_check(owner=locked.owner_id, limits=limits.limits_load())
-        locked.resume_requested = True
-        # A new attempt: a new Ray submission id (the old job's id is taken) and a new event source.
-        locked.attempt += 1
-        locked.save(update_fields=["resume_requested", "attempt"])
-        run_status_change(run=locked, status=RunStatus.QUEUED, error="")
-        slot_store.slot_enqueue(
-            run_id=locked.pk,
-            run_class=locked.run_class,
-            now=timezone.now(),
-            resources=locked.resources,
-            time_limit_seconds=locked.time_limit_seconds,
-        )
-        grant_pass(reason="resume")
-    locked.refresh_from_db()
-    return locked

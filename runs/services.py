@@ -1,16 +1,17 @@
 """The control plane's write operations, in one import for the views (API, dashboard, admin): submitting runs
-(runs/execution/submit.py), lifecycle moves (runs/lifecycle.py), the tick's sweeps (runs/sweeps.py) and the
-concurrency settings (runs/concurrency.py). Nothing here but the names; each lives in its own module."""
+(runs/execution/submit.py), lifecycle moves (runs/lifecycle.py; resume: runs/enqueue.py), the tick's sweeps
+(runs/sweeps.py) and the concurrency settings (runs/concurrency.py). Nothing here but the names; each lives in
+its own module."""
 
 from __future__ import annotations
 
 from runs.concurrency import settings_update
+from runs.enqueue import run_resume
 from runs.execution.submit import NAME_MAX, TIME_LIMIT_MAX, run_demand, run_resources, run_submit
 from runs.lifecycle import (
     TRANSITIONS,
     run_cancel,
     run_finish,
-    run_resume,
     run_status_change,
     run_transition,
     slots_grant,

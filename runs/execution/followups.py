@@ -10,9 +10,9 @@ import logging
 from django.conf import settings
 from django.db import transaction
 
+from runs.enqueue import run_resume
 from runs.execution.kinds import DEFAULT_KIND, EVAL_KIND
 from runs.execution.submit import run_submit
-from runs.lifecycle import run_resume
 from runs.models import Origin, Run, RunStatus
 from runs.slots import store
 

@@ -1,5 +1,5 @@
 """Submitting a run: validate it against its kind and the owner's limits, create it `queued` with a waiting
-slot, and grant, in one transaction (runs.lifecycle.run_enqueue)."""
+slot, and grant, in one transaction (runs.enqueue.run_enqueue)."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ from django.db import transaction
 from django.utils import timezone
 
 from runs import limits
+from runs.enqueue import run_enqueue
 from runs.errors import InvalidInput
 from runs.execution.kinds import RunKind, kind_get
-from runs.lifecycle import run_enqueue
 from runs.models import ORIGIN_TO_CLASS, Origin, Run, RunStatus
 from runs.slots import store
 from runs.slots.fit import never_fits

@@ -33,14 +33,14 @@ from django.conf import settings  # noqa: E402
 # Browser fan-out is not under test here (tests/realtime covers it); its after-commit reads and Redis round
 # trips would dominate each step, so the workers run with publishing switched off.
 import runs.concurrency  # noqa: E402
+import runs.enqueue  # noqa: E402
 import runs.execution.launch  # noqa: E402
-import runs.lifecycle  # noqa: E402
 import runs.realtime  # noqa: E402
 import runs.stores  # noqa: E402
 
 runs.realtime.run_event_publish = runs.realtime.dashboard_publish = runs.stores.dashboard_publish = (
     runs.stores.run_event_publish
-) = runs.lifecycle.dashboard_publish = runs.concurrency.dashboard_publish = lambda *a, **k: None
+) = runs.enqueue.dashboard_publish = runs.concurrency.dashboard_publish = lambda *a, **k: None
 # Launched = nothing to do; the run stays `starting` (the launcher itself is tested in tests/runs/test_tasks.py).
 runs.execution.launch.launch_run = lambda run_id: "launched"
 

@@ -1,0 +1,113 @@
+"""How a run enters the queue: a new run (`run_enqueue`), a `starting` run put back at its old position after
+its placement timed out (`run_requeue`), a failed or cancelled run resumed (`run_resume`). Each takes its
+moves from the state machine in runs/lifecycle.py and ends with a grant pass.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime
+from typing import Any
+
+from django.db import transaction
+from django.utils import timezone
+
+from runs import limits
+from runs.errors import InvalidTransition
+from runs.events import PLATFORM_SOURCE, run_events_record
+from runs.lifecycle import grant_pass, run_status_change
+from runs.models import Run, RunStatus, Slot, SlotState
+from runs.realtime import dashboard_publish
+from runs.slots import store as slot_store
+from runs.stores import run_events_publish
+
+logger = logging.getLogger(__name__)
+
+
+def run_enqueue(*, run: Run, now: datetime) -> None:
+    """A new run (created `queued` under the grant lock): its waiting slot, its first event, then a grant."""
+    slot_store.slot_enqueue(
+        run_id=run.pk,
+        run_class=run.run_class,
+        now=now,
+        resources=run.resources,
+        time_limit_seconds=run.time_limit_seconds,
+    )
+    run_events_publish(
+        run_events_record(
+            run=run,
+            source=PLATFORM_SOURCE,
+            events=[
+                {
+                    "type": "status",
+                    "ts": now,
+                    "data": {"status": RunStatus.QUEUED, "previous": None, "error": ""},
+                }
+            ],
+        )
+    )
+    dashboard_publish(
+        {
+            "kind": "run_status",
+            "run": run.pk,
+            "owner": run.owner_id,
+            "name": run.name,
+            "run_class": run.run_class,
+            "status": RunStatus.QUEUED,
+            "previous": None,
+        }
+    )
+    grant_pass(reason="submit", now=now)
+
+
+def run_requeue(*, run: Run, reason: str) -> str | None:
+    """Put a `starting` run back in the queue at its old position, holding nothing: its placement group was not
+    ready in time (the job's `timeout` event, or the tick's fallback for a job that never posted). Not a failure:
+    the slot goes back to `waiting` with its original requested_at, the attempt goes up (a new Ray submission id
+    and ingest token: the old job's late posts and outcome are ignored), and the next runs are granted in the
+    same transaction. Returns the old attempt's submission id (the caller stops that job if it may still run),
+    or None when the run was no longer `starting` (nothing written)."""
+    now = timezone.now()
+    with transaction.atomic():
+        slot_store.slots_lock()
+        locked = Run.objects.select_for_update().get(pk=run.pk)
+        if locked.status != RunStatus.STARTING:
+            return None
+        old_submission = locked.ray_submission_id
+        locked.attempt += 1
+        locked.pending_reason, locked.pending_detail = "", f"requeued: {reason}"[:300]
+        locked.save(update_fields=["attempt", "pending_reason", "pending_detail"])
+        run_status_change(run=locked, status=RunStatus.QUEUED, error="", now=now)
+        # Back to `waiting` with its original requested_at (the same queue position), placed nowhere.
+        Slot.objects.filter(run_id=locked.pk).update(state=SlotState.WAITING, granted_at=None, placement=[])
+        grant_pass(reason="requeue", now=now)
+    logger.info("run %s: requeued at its old position (%s)", run.pk, reason)
+    return old_submission
+
+
+def run_resume(*, run: Run, by: Any, user_caps: bool = True) -> Run:
+    """Re-queue a failed or cancelled run (same run, same event stream; `resume_requested` tells the launcher
+    to continue from the last checkpoint). A resume adds a queued run, so the owner's per-user caps apply
+    (`user_caps=False` only for the platform's automatic resume of a run that just failed)."""
+    with transaction.atomic():
+        slot_store.slots_lock()
+        locked = Run.objects.select_for_update().get(pk=run.pk)
+        if locked.status not in (RunStatus.FAILED, RunStatus.CANCELLED):
+            raise InvalidTransition(f"only failed or cancelled runs can resume; run is {locked.status}", field="status")
+        if user_caps:
+            limits.user_caps_check(owner=locked.owner_id, limits=limits.limits_load())
+        locked.resume_requested = True
+        # A new attempt: a new Ray submission id (the old job's id is taken) and a new event source.
+        locked.attempt += 1
+        locked.save(update_fields=["resume_requested", "attempt"])
+        run_status_change(run=locked, status=RunStatus.QUEUED, error="")
+        slot_store.slot_enqueue(
+            run_id=locked.pk,
+            run_class=locked.run_class,
+            now=timezone.now(),
+            resources=locked.resources,
+            time_limit_seconds=locked.time_limit_seconds,
+        )
+        grant_pass(reason="resume")
+    locked.refresh_from_db()
+    return locked
