@@ -71,7 +71,14 @@ def test_ingest_stores_samples_in_their_own_table_once(owner):
     run = run_make(owner)
     batch = [train(1, step=1), *[sample_event(seq, step=1, index=seq) for seq in range(2, 6)]]
     first = ingest(run, batch)
-    assert first.json() == {"stored": 5, "duplicates": 0, "last_seq": 1, "status": "running", "dropped": 0}
+    assert first.json() == {
+        "stored": 5,
+        "duplicates": 0,
+        "last_seq": 1,
+        "status": "running",
+        "dropped": 0,
+        "commands": [],
+    }
     again = ingest(run, batch[2:] + [sample_event(6, step=2)])
     assert again.json()["stored"] == 1 and again.json()["duplicates"] == 3
     assert Sample.objects.filter(run=run).count() == 5
