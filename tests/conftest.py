@@ -61,7 +61,8 @@ def _wait_for_job_api(cluster: RayCluster, head: subprocess.Popen, log_path: Pat
 
 def head_command(*, ports: dict[str, int], temp_dir: str) -> list[str]:
     """`ray start` of a test head in the foreground (--block: ending its process group stops exactly this cluster
-    and no other Ray on the machine; `ray stop` would kill every one), on the given ports and temp dir."""
+    and no other Ray on the machine, which Ray's own stop command would kill too), on the given ports and temp
+    dir."""
     return [
         str(VENV_BIN / "ray"),
         "start",
