@@ -16,8 +16,9 @@ from django.conf import settings
 
 from runs.events import event_ts
 from runs.models import Run, Sample
+from trainer.config import TrainConfig
 
-DEFAULT_SAMPLES_KEEP = 20_000  # trainer.config.TrainConfig.samples_keep's default
+DEFAULT_SAMPLES_KEEP = TrainConfig.samples_keep  # the trainer's default, one source
 COLUMNS = (
     "step",
     "group",

@@ -24,27 +24,9 @@ from runs.api.views import RUN_ID, ServiceView
 from runs.errors import InvalidInput, RunNotFound
 from runs.models import Sample
 from runs.sample_query import FILTERS, ORDERINGS, sample_get, sample_query_parse, samples_select
+from runs.samples import COLUMNS
 
-LIST_FIELDS = [
-    "id",
-    "step",
-    "group",
-    "index",
-    "prompt_index",
-    "session",
-    "engine",
-    "finish_reason",
-    "pick",
-    "reward",
-    "advantage",
-    "version_min",
-    "version_max",
-    "staleness",
-    "length",
-    "prompt",
-    "completion",
-    "ts",
-]
+LIST_FIELDS = ["id", *COLUMNS, "ts"]  # the stored columns (runs/samples.py), with the id and time
 
 
 class SampleSerializer(serializers.ModelSerializer):

@@ -12,28 +12,10 @@ from rest_framework.test import APIClient
 
 from runs import services
 from runs.models import RunControl, RunStatus
-from tests.runs.helpers import (  # noqa: F401 (fixtures)
-    TEST_JOB_KIND,
-    _fast_password_hashing,
-    _fresh_policy_cache,
-    handoffs,
-    other_user,
-    register_test_kind,
-    staff,
-    user,
-)
+from tests.runs.helpers import TEST_JOB_KIND  # fixtures and the kind's registration: tests/api/conftest.py
+from tests.security.test_origins import session_client  # a logged-in browser, CSRF enforced
 
-register_test_kind()
 pytestmark = pytest.mark.django_db
-
-
-def session_client(user_obj) -> APIClient:
-    """A logged-in browser: CSRF enforced, the token taken from the cookie a page sets."""
-    client = APIClient(enforce_csrf_checks=True)
-    client.force_login(user_obj)
-    client.get("/runs/new/")
-    client.credentials(HTTP_X_CSRFTOKEN=client.cookies["csrftoken"].value)
-    return client
 
 
 def ingest(run, events: list[dict]) -> dict:
