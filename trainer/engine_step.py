@@ -17,13 +17,13 @@ import torch
 import torch.nn.functional as F
 
 from trainer.batching import Session
-from trainer.kvpool import MIN_ROWS, KVPool, pooled_step
+from trainer.kvpool import KVPool, pooled_step
 from trainer.policy import TinyTransformer
 
 # A prefill forward feeds at least this many positions (padding): attention over 1-3 query positions takes
 # another CPU kernel than over 4 or more, so a short turn would round differently depending on whether a longer
 # one shares its step. Decode forwards always feed exactly one position.
-MIN_PREFILL = MIN_ROWS
+MIN_PREFILL = 4
 
 
 @dataclass(eq=False)

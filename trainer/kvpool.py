@@ -18,9 +18,12 @@ import torch.nn.functional as F
 
 from trainer.policy import Block, TinyTransformer
 
-# Fewest rows a step computes: CPU matrix products of 1-3 rows take another kernel than 4 or more, with
-# different rounding, so a lone row would not match the same row computed in a crowd (tests/trainer/test_batching.py).
-MIN_ROWS = 4
+# Rows of one matrix product in a step. CPU matrix products pick their kernel, and so their rounding, from the
+# shapes (and the CPU): a row computed among 1, 5 or 60 others would come out different in the last bits. Every
+# linear layer of a step therefore runs on chunks of exactly CHUNK_ROWS rows (zero-padded), so each row gets the
+# numbers it gets alone, whoever shares its step (tests/trainer/test_batching.py). Measured on an AVX-512 Xeon
+# with torch 2.13: plain products were batch-invariant only from 3 rows (64 inputs), 11 (256) or 16 (512) on.
+CHUNK_ROWS = 16
 
 
 def kv_bytes_per_row(n_layer: int, d_model: int, block_size: int, element_size: int = 4) -> int:
@@ -83,10 +86,6 @@ def pooled_step(
     """Feed `tokens` (B, T) to pool rows `rows` (B,) whose caches hold `start` (B,) tokens; row b's first
     `valid[b]` tokens are real, the rest padding. Writes their K/V into the pool; returns the logits after each
     row's last real token (B, V). Callers guarantee start + valid <= block_size."""
-    n = tokens.shape[0]
-    if n < MIN_ROWS:  # repeat row 0 (same slot, same values): its duplicate writes are identical
-        pad = [0] * (MIN_ROWS - n)
-        rows, tokens, start, valid = (torch.cat([t, t[pad]]) for t in (rows, tokens, start, valid))
     B, T = tokens.shape
     L = pool.width
     offs = torch.arange(T, device=tokens.device)
@@ -104,17 +103,29 @@ def pooled_step(
     heads = torch.arange(H, device=x.device)
     flat = ((rows[:, None, None] * H + heads) * (L + 1) + write_at[:, :, None]).reshape(-1)  # (B*T*H,)
     for i, block in enumerate(blocks):
-        q, k, v = block.qkv(block.ln1(x)).split(C, dim=2)
+        q, k, v = _linear(block.qkv, block.ln1(x)).chunk(3, dim=2)
         pool.k[i].view(-1, C // H).index_copy_(0, flat, k.reshape(B * T * H, C // H))
         pool.v[i].view(-1, C // H).index_copy_(0, flat, v.reshape(B * T * H, C // H))
         q = q.view(B, T, H, C // H).transpose(1, 2)  # (B, H, T, hd)
         keys, values = pool.gather(i, rows)  # (B, H, L+1, hd)
         y = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask)
-        x = x + block.proj(y.transpose(1, 2).reshape(B, T, C))
-        x = x + block.mlp(block.ln2(x))
+        x = x + _linear(block.proj, y.transpose(1, 2).reshape(B, T, C))
+        up, act, down = block.mlp
+        x = x + _linear(down, act(_linear(up, block.ln2(x))))
     last = x[torch.arange(B, device=x.device), valid - 1]  # (B, C)
-    logits: torch.Tensor = model.head(model.ln_f(last))
-    return logits[:n]  # (n, V)
+    return _linear(model.head, model.ln_f(last))  # (B, V)
+
+
+def _linear(layer: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """`layer(x)` (a torch.nn.Linear) over x's last dimension, computed CHUNK_ROWS rows at a time."""
+    assert isinstance(layer, torch.nn.Linear)
+    flat = x.reshape(-1, x.shape[-1])
+    m = flat.shape[0]
+    padded = -(-m // CHUNK_ROWS) * CHUNK_ROWS
+    if padded != m:
+        flat = torch.cat([flat, flat.new_zeros(padded - m, flat.shape[1])])
+    out = torch.cat([F.linear(c, layer.weight, layer.bias) for c in flat.view(-1, CHUNK_ROWS, flat.shape[1]).unbind(0)])
+    return out[:m].reshape(*x.shape[:-1], out.shape[-1])
 
 
 def _blocks(model: TinyTransformer) -> list[Block]:
