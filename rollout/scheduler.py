@@ -1,9 +1,8 @@
 """RolloutScheduler: feeds prompt groups to rollout workers and collects exactly batch_size kept groups per batch.
 
 A background thread owns dispatch and result collection (SchedulerCore holds the rules); the trainer calls
-generate(), claim(), pause(), state_dict() from its own thread. With `claims=True` the workers' results are
-receipts for groups they put into a channel: generate() says enough are there, and the channel's consumer
-claims what it took.
+generate(), claim(), pause(), state_dict() from its own thread. With `claims=True` results are receipts for
+groups the workers put into a channel, and the channel's consumer claims what it took.
 """
 
 from __future__ import annotations
@@ -79,9 +78,8 @@ class RolloutScheduler:
         return rollout_batch(batch_id, groups, dropped, aborted)
 
     def claim(self, items: list[tuple[Any, Any, bool]], timeout_s: float = 60.0) -> list[str]:
-        """The channel's consumer took these items, each (group_id, attempt, stale): `train`, `stale` (back to
-        the source) or `orphan` each (SchedulerCore.claim). An item whose receipt is still on its way (the worker
-        puts before it returns) is waited for, up to `timeout_s`."""
+        """Verdicts on the items a channel's consumer took (SchedulerCore.claim); a receipt still on its way
+        (the worker puts before it returns) is waited for, up to `timeout_s`."""
         ids = {group_id for group_id, _, _ in items}
         deadline = time.monotonic() + timeout_s
         with self._cond:
