@@ -93,3 +93,8 @@ def apply_filters(filters: list[GroupFilter], result: GroupResult) -> FilterVerd
         if not verdict.keep:
             return FilterVerdict(False, verdict.reason or getattr(group_filter, "name", "filter"))
     return KEEP
+
+
+def verdict_of(filters: list[GroupFilter], result: GroupResult) -> FilterVerdict:
+    """The worker's own verdict when it filtered the group already (`result.filtered`), else the filters'."""
+    return FilterVerdict(False, result.filtered) if result.filtered else apply_filters(filters, result)

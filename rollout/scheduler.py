@@ -1,7 +1,8 @@
 """RolloutScheduler: feeds prompt groups to rollout workers and collects exactly batch_size kept groups per batch.
 
 A background thread owns dispatch and result collection (SchedulerCore holds the rules); the trainer calls
-generate(), pause(), state_dict() from its own thread.
+generate(), claim(), pause(), state_dict() from its own thread. With `claims=True` results are receipts for
+groups the workers put into a channel, and the channel's consumer claims what it took.
 """
 
 from __future__ import annotations
@@ -13,9 +14,9 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from rollout.errors import NoWorkerLeftError, QuiesceTimeoutError, SchedulerClosedError, SchedulerStateError
-from rollout.filters import KEEP, GroupFilter, apply_filters
+from rollout.filters import KEEP, GroupFilter, verdict_of
 from rollout.invoke_workers import LOST, OK, make_invoker
-from rollout.scheduler_core import SchedulerCore
+from rollout.scheduler_core import SchedulerCore, rollout_batch
 from rollout.types import RolloutBatch
 
 log = logging.getLogger(__name__)
@@ -39,11 +40,12 @@ class RolloutScheduler:
         *,
         filters: list[GroupFilter] | None = None,
         poll_interval_s: float = 0.01,
+        claims: bool = False,
     ) -> None:
         if len(workers) != len(capacities):
             raise ValueError(f"{len(workers)} workers but {len(capacities)} capacities")
         self.workers = list(workers)
-        self._core = SchedulerCore(capacities, batch_size)
+        self._core = SchedulerCore(capacities, batch_size, claims=claims)
         self._invoker = make_invoker(self.workers)
         self._source = source
         self._filters = list(filters or [])
@@ -73,17 +75,23 @@ class RolloutScheduler:
                 self._cond.wait()
             groups, dropped, aborted = self._core.finish_batch()
             self._cond.notify_all()  # demand fell: the loop may prefetch again
-        n_dropped = sum(dropped.values())
-        ratio = n_dropped / (len(groups) + n_dropped)
-        metrics = {f"rollout/drop_{reason}": float(n) for reason, n in dropped.items()}
-        metrics.update(
-            {
-                "rollout/dropped_groups": float(n_dropped),
-                "rollout/dropped_ratio": ratio,
-                "rollout/aborted_groups": float(aborted),
-            }
-        )
-        return RolloutBatch(batch_id, groups, dropped, ratio, aborted, metrics)
+        return rollout_batch(batch_id, groups, dropped, aborted)
+
+    def claim(self, items: list[tuple[Any, Any, bool]], timeout_s: float = 60.0) -> list[str]:
+        """Verdicts on the items a channel's consumer took (SchedulerCore.claim); a receipt still on its way
+        (the worker puts before it returns) is waited for, up to `timeout_s`."""
+        ids = {group_id for group_id, _, _ in items}
+        deadline = time.monotonic() + timeout_s
+        with self._cond:
+            while self._core.pending_group(ids):
+                self._raise_if_unusable()
+                if time.monotonic() >= deadline:
+                    raise SchedulerStateError(f"claim(): receipts of groups {sorted(ids)} not in after {timeout_s} s")
+                self._cond.wait(min(0.5, max(0.0, deadline - time.monotonic())))
+            verdicts = self._core.claim(items)
+            self._cond.notify_all()  # fewer undelivered results: the loop may dispatch again
+        self._flush_returns()
+        return verdicts
 
     def pause(self, *, drain: bool = True) -> bool:
         """Stop dispatching; with drain, return only once every in-flight call has settled. Returns was-paused."""
@@ -192,8 +200,7 @@ class RolloutScheduler:
             for token in list(self._core.pending):
                 self._invoker.cancel(token)
                 self._core.fail(token)
-            while self._core.ready:
-                self._core.returns.append(self._core.ready.popleft()[2])
+            self._core.return_undelivered()
         self._flush_returns()
         with self._cond:
             alive = [i for i, capacity in enumerate(self._core.capacities) if capacity]
@@ -250,7 +257,7 @@ class RolloutScheduler:
         for token, worker in owners:
             kind, value = self._invoker.outcome(token)
             # Filters run outside the lock: they may be slow, and trainer calls must not wait on them.
-            verdict = apply_filters(self._filters, value) if kind == OK and not value.aborted else KEEP
+            verdict = verdict_of(self._filters, value) if kind == OK and not value.aborted else KEEP
             outcomes.append((token, worker, kind, value, verdict))
         with self._cond:
             try:
@@ -282,7 +289,7 @@ class RolloutScheduler:
             if self._invoker.finished(token):
                 kind, value = self._invoker.outcome(token)
                 if kind == OK:
-                    verdict = KEEP if value.aborted else apply_filters(self._filters, value)
+                    verdict = KEEP if value.aborted else verdict_of(self._filters, value)
                     self._core.complete(token, value, verdict)
                     self._core.totals["recovered"] += 1
                     continue

@@ -2,7 +2,9 @@
 
 No threads, no Ray: RolloutScheduler drives it, and property tests drive it with random event sequences.
 Every dispatched group is in exactly one place: pending (at a worker), ready, collecting (this batch),
-delivered, dropped by a filter, or handed back to the source (`take_returns`).
+delivered, dropped by a filter, or handed back to the source (`take_returns`). With `claims` (the results are
+receipts for groups a worker put into a channel), a delivered result stays `handed` until the channel's consumer
+claims the item it took (`claim`): then it is consumed, or stale (its group goes back to the source).
 """
 
 from __future__ import annotations
@@ -13,11 +15,11 @@ from typing import Any
 
 from rollout.errors import NoWorkerLeftError, SchedulerStateError
 from rollout.filters import FilterVerdict
-from rollout.types import GroupResult
+from rollout.types import GroupResult, RolloutBatch
 
 
 class SchedulerCore:
-    def __init__(self, capacities: list[int], batch_size: int) -> None:
+    def __init__(self, capacities: list[int], batch_size: int, *, claims: bool = False) -> None:
         if not capacities or any(c < 0 for c in capacities) or sum(capacities) == 0:
             raise ValueError(f"capacities must be non-negative with a positive total, got {capacities}")
         if batch_size < 1:
@@ -29,6 +31,8 @@ class SchedulerCore:
         self.ready: deque[tuple[int, GroupResult, Any]] = deque()  # (seq, result, group)
         self.collecting: list[tuple[int, GroupResult, Any]] = []
         self.returns: list[Any] = []  # groups to hand back to the source
+        self.claims = claims
+        self.handed: list[tuple[int, GroupResult, Any]] = []  # claims: delivered, its channel item not claimed
         self.demand = 0
         self.prefetch = 0
         self.paused = True
@@ -104,6 +108,12 @@ class SchedulerCore:
             raise NoWorkerLeftError("every rollout worker has been retired")
         return tokens
 
+    def return_undelivered(self) -> None:
+        """Closing: every result not delivered (or handed and not claimed) goes back to the source."""
+        self.returns += [entry[2] for entry in [*self.handed, *self.ready]]
+        self.handed.clear()
+        self.ready.clear()
+
     def take_returns(self) -> list[Any]:
         returns, self.returns = self.returns, []
         return returns
@@ -131,7 +141,10 @@ class SchedulerCore:
         return self.demand == 0
 
     def finish_batch(self) -> tuple[list[GroupResult], dict[str, int], int]:
-        groups, self.collecting = [entry[1] for entry in self.collecting], []
+        entries, self.collecting = self.collecting, []
+        if self.claims:
+            self.handed.extend(entries)
+        groups = [entry[1] for entry in entries]
         dropped, aborted = dict(self.dropped), self.aborted
         self.dropped.clear()
         self.aborted = 0
@@ -145,10 +158,52 @@ class SchedulerCore:
         self.collecting = []
         self.demand = 0
 
+    # --- claims (results that are receipts for channel items) --------------------------------------------
+    def claim(self, items: list[tuple[Any, Any, bool]]) -> list[str]:
+        """The channel's consumer took these items, each (group_id, attempt, stale). Verdicts: `train` (a
+        handed or ready result stands for it: consumed now), `stale` (too old to train: its group goes back to
+        the source) or `orphan` (no result stands for it: a copy from an abandoned attempt, to be dropped).
+        Claiming a ready result rather than a handed one moves the oldest handed result back to ready (it stays
+        in the channel, undelivered), so pending + ready still bounds what the channel holds."""
+        if not self.claims:
+            raise SchedulerStateError("claim() needs a scheduler whose results are receipts (claims=True)")
+        verdicts: list[str] = []
+        for group_id, attempt, stale in items:
+            entry = self._unclaimed(group_id, attempt)
+            if entry is None:
+                self.totals["orphans"] += 1
+                verdicts.append("orphan")
+            elif stale:
+                self.returns.append(entry[2])
+                self.totals["stale"] += 1
+                verdicts.append("stale")
+            else:
+                self.totals["claimed"] += 1
+                verdicts.append("train")
+        return verdicts
+
+    def pending_group(self, group_ids: set[Any]) -> bool:
+        """Is a group with one of these ids still at a worker (its receipt not in yet)? A group is named by its
+        `group_id` attribute, or is its own id (a plain ticket)."""
+        return any(getattr(group, "group_id", group) in group_ids for _, _, group in self.pending.values())
+
+    def _unclaimed(self, group_id: Any, attempt: Any) -> tuple[int, GroupResult, Any] | None:
+        for i, entry in enumerate(self.handed):
+            if (entry[1].group_id, entry[1].attempt) == (group_id, attempt):
+                return self.handed.pop(i)
+        for i, entry in enumerate(self.ready):
+            if (entry[1].group_id, entry[1].attempt) == (group_id, attempt):
+                del self.ready[i]
+                if self.handed:
+                    self.ready.appendleft(self.handed.pop(0))
+                return entry
+        return None
+
     def stats(self) -> dict[str, Any]:
         return {
             "pending": len(self.pending),
             "ready": len(self.ready),
+            "handed": len(self.handed),
             "demand": self.demand,
             "prefetch": self.prefetch,
             "capacity": self.capacity,
@@ -161,8 +216,9 @@ class SchedulerCore:
 
     # --- persistence --------------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
+        """`ready` holds every undelivered result, unclaimed handed ones first (their items are in the channel)."""
         return {
-            "ready": list(self.ready),
+            "ready": [*self.handed, *self.ready],
             "seq": self.seq,
             "totals": dict(self.totals),
             "dropped": dict(self.dropped),
@@ -175,3 +231,18 @@ class SchedulerCore:
         self.totals = Counter(state.get("totals", {}))
         self.dropped = Counter(state.get("dropped", {}))
         self.aborted = int(state.get("aborted", 0))
+
+
+def rollout_batch(batch_id: Any, groups: list[GroupResult], dropped: dict[str, int], aborted: int) -> RolloutBatch:
+    """A finished batch with its drop accounting and metrics."""
+    n_dropped = sum(dropped.values())
+    ratio = n_dropped / (len(groups) + n_dropped)
+    metrics = {f"rollout/drop_{reason}": float(n) for reason, n in dropped.items()}
+    metrics.update(
+        {
+            "rollout/dropped_groups": float(n_dropped),
+            "rollout/dropped_ratio": ratio,
+            "rollout/aborted_groups": float(aborted),
+        }
+    )
+    return RolloutBatch(batch_id, groups, dropped, ratio, aborted, metrics)

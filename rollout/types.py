@@ -1,4 +1,8 @@
-"""Plain data passed between rollout workers, the scheduler and the trainer (picklable, no behaviour)."""
+"""Plain data passed between rollout workers, the scheduler and the trainer (picklable, no behaviour).
+
+A GroupResult either carries its group (`payload`) or is a receipt for a group the worker put into a channel
+(`payload` None): the scheduler's ledger works the same on both; a consumer of the channel then claims the
+items it took (RolloutScheduler.claim)."""
 
 from __future__ import annotations
 
@@ -23,6 +27,11 @@ class GroupResult:
     """True when generation was interrupted: the group goes back to the data source, not to the trainer."""
     group_id: Any = None
     """The prompt group's id, for provenance and tests."""
+    attempt: Any = None
+    """Which attempt at the group this is (the worker's session id): tells a channel item of an earlier,
+    abandoned attempt from the one this result stands for (RolloutScheduler.claim)."""
+    filtered: str | None = None
+    """The reason the worker's own filters dropped the group (None: kept, or not filtered by the worker)."""
     meta: dict[str, Any] = field(default_factory=dict)
 
 

@@ -1,4 +1,5 @@
-"""The learner actor: a Learner that takes its batches from the Channel and evaluates its own policy.
+"""The learner actor: a Learner that takes token-weighted batches from the Channel (trainer/data_path.py) and
+evaluates its own policy.
 
 Deployed as a Ray actor in the learner's bundle (with its GPUs, if the config asks for any) or used in-process
 in local mode; the driver (`trainer.topology.Runtime`) calls it the same way in both.
@@ -12,6 +13,8 @@ import torch
 
 from rollout.channel import Channel
 from trainer.config import TrainConfig
+from trainer.data_path import channel_key
+from trainer.episodes import Group
 from trainer.evaluate import eval_prompts, evaluate
 from trainer.learner import Learner
 from trainer.problems import task_build
@@ -28,6 +31,8 @@ class LearnerActor(Learner):
         self.task = task_build(cfg)
         self.channel_name = channel_name
         self._channel: Channel | None = None
+        self.key = channel_key(cfg)
+        self._taken: dict[tuple[int, Any], Group] = {}  # the last batch taken, until it is trained
         self._fail_next = 0
 
     @property
@@ -36,13 +41,20 @@ class LearnerActor(Learner):
             self._channel = Channel.connect(self.channel_name)
         return self._channel
 
-    def train_from_channel(self, n_groups: int, timeout_s: float = 60.0) -> dict[str, float]:
-        """Take one batch (weighted by its group count) from the channel and train on it."""
-        items = self.channel.get_batch(target_weight=max(1, n_groups), timeout=timeout_s)
-        groups: list[Any] = []
-        for item in items:
-            groups.extend(_materialize(item))
-        del items
+    def take_batch(self, target_tokens: float, timeout_s: float = 60.0) -> list[Group]:
+        """Take a token-weighted batch from the channel (FIFO: the first group always, then more while their
+        generated tokens fit `target_tokens`) and hold it for `train_taken`. Returns the groups: the driver
+        asks the scheduler's ledger which of them to train, and reports on them."""
+        groups: list[Group] = self.channel.get_batch(target_weight=target_tokens, key=self.key, timeout=timeout_s)
+        self._taken = {(g.group_id, g.meta.get("attempt")): g for g in groups}
+        return groups
+
+    def train_taken(self, keys: list[tuple[int, Any]]) -> dict[str, float]:
+        """One step on these of the taken groups ((group_id, attempt), in this order); the rest are dropped.
+        The taken batch is let go whether the step succeeds or fails."""
+        taken, self._taken = self._taken, {}
+        groups = [taken[(group_id, attempt)] for group_id, attempt in keys]
+        del taken
         if self._fail_next:
             self._fail_next -= 1
             raise InjectedFailure("injected training failure")
@@ -61,14 +73,3 @@ class LearnerActor(Learner):
             "held_out_exact_match": held["exact_match"],
             "held_out_reward": held["reward"],
         }
-
-
-def _materialize(item: Any) -> list[Any]:
-    try:
-        import ray
-
-        if isinstance(item, ray.ObjectRef):
-            return list(ray.get(item))
-    except ImportError:  # pragma: no cover
-        pass
-    return list(item)

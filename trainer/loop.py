@@ -18,7 +18,7 @@ from typing import Any
 from rollout.scheduler import RolloutScheduler
 from trainer import publishing, reports
 from trainer.config import TrainConfig
-from trainer.episodes import Group, GroupTicket
+from trainer.episodes import Group
 from trainer.histograms import run_edges
 from trainer.phases import run_debug_phase
 from trainer.placement import PlacementTimeout
@@ -76,6 +76,7 @@ class TrainingRun:
         self.samples = 0
         self.last_checkpoint: str | None = None
         self.checkpointed_version = -1
+        self.lost_engines: set[str] = set()  # engines that died, to restart between publications (publishing.py)
         self._rt: Runtime | None = None
         self._t0 = time.monotonic()
 
@@ -161,18 +162,19 @@ class TrainingRun:
 
     # --- steps --------------------------------------------------------------------------------------------
     def collect_batch(self) -> list[Group]:
-        """Step 1: generate a batch at the current version (G samples per prompt, filtered, none too stale)."""
+        """Step 1: generate a batch at the current version (G samples per prompt, filtered, none too stale).
+
+        The scheduler returns once the workers have put enough kept groups into the channel; the learner then
+        takes a token-weighted batch of them and the scheduler's ledger claims what it took: too-stale groups go
+        back to the sampler (generated again), a copy no receipt stands for is dropped (trainer/data_path.py)."""
         rt, cfg = self.rt, self.cfg
         t0, started_at = time.monotonic(), time.time()
         prefetch = cfg.max_staleness * cfg.prompts_per_step
         batch = rt.scheduler.generate(self.version, prefetch=prefetch)
-        groups = sorted((r.payload for r in batch.groups), key=lambda g: g.group_id)
-        # Staleness guard: groups older than allowed go back to the sampler and are generated again.
-        floor = self.version - cfg.max_staleness
-        stale = [g for g in groups if g.min_version < floor]
-        if stale:
-            self.sampler.return_groups([GroupTicket(g.group_id, g.epoch, g.prompt_index) for g in stale])
-            groups = [g for g in groups if g.min_version >= floor]
+        taken = rt.take_batch()
+        floor = self.version - cfg.max_staleness  # staleness guard: older groups are generated again
+        verdicts = rt.scheduler.claim([(g.group_id, g.meta.get("attempt"), g.min_version < floor) for g in taken])
+        groups = sorted((g for g, v in zip(taken, verdicts) if v == "train"), key=lambda g: g.group_id)
         aborted_by: dict[str, int] = {}
         if batch.aborted:
             publishing.find_dead_engines(self)
@@ -180,17 +182,28 @@ class TrainingRun:
                 for kind, n in stats.get("aborted_by", {}).items():
                     aborted_by[kind] = aborted_by.get(kind, 0) + n
         seconds = time.monotonic() - t0
+        stale = verdicts.count("stale")
         data = reports.rollout_data(
-            self.version + 1, self.version, groups, batch, len(stale), seconds, aborted_by, started_at=started_at
+            self.version + 1, self.version, groups, batch, stale, seconds, aborted_by, started_at=started_at
         )
+        data["channel"] = {**rt.channel.metrics(), "taken": len(taken), "orphans": verdicts.count("orphan")}
         self.emit("rollout", data)
         self.metrics["filtered_rate"] = reports.batch_filtered_rate(batch)
         return groups
 
     def train_step(self, groups: list[Group]) -> dict[str, Any]:
-        """Step 2: one GRPO step on the trainer; the run's version becomes the trainer's (v + 1)."""
+        """Step 2: one GRPO step on the learner's taken batch (these groups of it); the run's version becomes the
+        trainer's (v + 1)."""
         started_at = time.time()
-        stats = {**self.rt.train_step(groups), "started_at": started_at, "ended_at": time.time()}
+        return self._trained(groups, self.rt.train_taken(groups), started_at)
+
+    def train_given(self, groups: list[Group]) -> dict[str, Any]:
+        """Step 2 on a batch that did not come through the channel (a saved one: `phase: train_only`)."""
+        started_at = time.time()
+        return self._trained(groups, self.rt.trainer_call("train_step", groups), started_at)
+
+    def _trained(self, groups: list[Group], stats: dict[str, Any], started_at: float) -> dict[str, Any]:
+        stats = {**stats, "started_at": started_at, "ended_at": time.time()}
         self.version = stats["version"]
         self.consumed += [(g.group_id, g.epoch) for g in groups]
         self.samples += sum(len(g.rewards) for g in groups)

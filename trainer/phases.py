@@ -5,7 +5,7 @@ They reuse the run's own machinery (scheduler, engines, trainer, publication), s
 `python -m trainer run`: the platform refuses them (`TrainConfig.from_dict(..., allow_debug=False)`, and the
 CLI's `--sandboxed`). The batch file holds plain data only (groups as dicts) and is read with
 `torch.load(weights_only=True)`, so loading one cannot run code. They use only the public steps of
-`TrainingRun` (collect_batch, train_step, publish, report, checkpoint, emit, result).
+`TrainingRun` (collect_batch, train_step, train_given, publish, report, checkpoint, emit, result).
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ def train_only(run: TrainingRun) -> RunResult:
     """Train one step from a saved batch, publish it, report, checkpoint when a directory is given."""
     saved = torch.load(run.cfg.batch_path, weights_only=True)
     groups = groups_from_plain(saved["groups"])
-    stats = run.train_step(groups)
+    stats = run.train_given(groups)
     run.publish()
     run.report(groups, stats)
     if run.checkpoint_dir:

@@ -1,8 +1,9 @@
 """Publishing a weight version to every engine: seal and drain, install the trainer's weights, reopen.
 
 The loop's `publish` and `seal_engines` steps are these functions. Engines that stopped answering are dropped on
-the way (their sessions tombstoned, the run continues on the survivors); a poisoned gate waits for a staff
-reset (trainer/controls.py). They use only the public members of the run.
+the way (their sessions tombstoned, the run continues on the survivors) and restarted between publications, at
+the run's version (`restart_lost_engines`, trainer/engine_restart.py); a poisoned gate waits for a staff reset
+(trainer/controls.py). They use only the public members of the run.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from typing import TYPE_CHECKING
 from rollout.errors import PublicationError
 from trainer import reports
 from trainer.controls import await_gate_reset, gate_poisoned
+from trainer.engine_restart import restart_engine
 
 if TYPE_CHECKING:
     from trainer.loop import TrainingRun
@@ -50,6 +52,7 @@ def publish(run: TrainingRun) -> None:
         },
     )
     run.emit_gate()
+    restart_lost_engines(run)  # the publication is over: a lost engine comes back at this version
 
 
 def seal_engines(run: TrainingRun) -> None:
@@ -67,7 +70,8 @@ def seal_engines(run: TrainingRun) -> None:
 
 
 def find_dead_engines(run: TrainingRun) -> list[str]:
-    """Drop engines that stopped answering: their sessions are tombstoned, the run continues without them."""
+    """Drop engines that stopped answering: their sessions are tombstoned, the run continues without them until
+    each is restarted (at once between publications, else after the publication in progress)."""
     rt = run.rt
     dead = [e for e in list(rt.engines) if not rt.engine_alive(e)]
     for engine_id in dead:
@@ -84,6 +88,34 @@ def find_dead_engines(run: TrainingRun) -> list[str]:
                 "tombstoned_sessions": tombstones,
             },
         )
+        run.lost_engines.add(engine_id)
+    if not rt.publication.prepared:
+        restart_lost_engines(run)
     if dead and not rt.engines:
         raise RuntimeError("every engine died")
     return dead
+
+
+def restart_lost_engines(run: TrainingRun) -> None:
+    """A fresh engine for each lost one, at the run's version, back in the publication and every worker's
+    routing (`worker` event `engine_restarted`); one that cannot start is reported (`engine_restart_failed`)
+    and the run goes on without it. Only between publications."""
+    rt = run.rt
+    for engine_id in sorted(run.lost_engines):
+        run.lost_engines.discard(engine_id)
+        try:
+            snap = restart_engine(rt, engine_id, run.version, timeout_s=run.cfg.publish_deadline_s)
+        except Exception as exc:  # noqa: BLE001 - the run goes on with the engines it has
+            failed = {"event": "engine_restart_failed", "engine": engine_id, "error": str(exc)[:500]}
+            run.emit("worker", {**failed, "engines": sorted(rt.engines)})
+            continue
+        run.emit(
+            "worker",
+            {
+                "event": "engine_restarted",
+                "engine": engine_id,
+                "version": snap["version"],
+                "engines": sorted(rt.engines),
+                "restarts": rt.restarts,
+            },
+        )

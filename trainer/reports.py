@@ -51,7 +51,8 @@ def rollout_spans(batch: RolloutBatch) -> RolloutSpans:
         if not isinstance(start, float) or not isinstance(end, float):
             continue
         names = [(workers, str(meta.get("worker", "worker")))]
-        names += [(engines, str(e)) for e in sorted(set(getattr(result.payload, "engines", [])))]
+        served = meta.get("engines") or getattr(result.payload, "engines", [])  # a receipt names them in meta
+        names += [(engines, str(e)) for e in sorted(set(served))]
         for table, name in names:
             lo_hi = table.setdefault(name, [start, end])
             lo_hi[0], lo_hi[1] = min(lo_hi[0], start), max(lo_hi[1], end)

@@ -1,12 +1,13 @@
 """Checkpoint and restore of a training run: what a checkpoint holds, when it is consistent, how a run resumes.
 
-A checkpoint holds the trainer (policy, optimizer, version), the sampler, the scheduler's ready groups, the
-Python and torch RNG states and the consumed (group_id, epoch) list. It is taken at a step boundary with
-generation quiesced (scheduler paused, in-flight groups finished or aborted and returned to the sampler by
-a deadline, every engine sealed and drained; a quiesce that cannot finish fails the checkpoint, not the run),
-or after a stop with the scheduler closed (every untrained group is then back in the sampler). A resumed run
-starts its engines closed, loads the trainer and scheduler, and publishes the restored weights before anything
-is generated. The directory layout and atomic save/load are `trainer.checkpoint`.
+A checkpoint holds the trainer (policy, optimizer, version), the sampler, the scheduler's counters, the Python
+and torch RNG states and the consumed (group_id, epoch) list. Groups waiting in the channel are not saved: the
+checkpoint lists their tickets as returned to the sampler, and a resumed run generates them again. It is taken
+at a step boundary with generation quiesced (scheduler paused, in-flight groups finished or aborted and returned
+to the sampler by a deadline, every engine sealed and drained; a quiesce that cannot finish fails the checkpoint,
+not the run), or after a stop with the scheduler closed (every untrained group is then back in the sampler). A
+resumed run starts its engines closed, loads the trainer and scheduler, and publishes the restored weights
+before anything is generated. The directory layout and atomic save/load are `trainer.checkpoint`.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ def take_checkpoint(run: TrainingRun, reason: str, *, quiesce: bool = True) -> N
         return
     rt, t0, started_at = run.rt, time.monotonic(), time.time()
     scheduler_state = None
+    in_channel: list[Any] = []  # tickets of the groups waiting in the channel
     quiesced: dict[str, int] = {}
     if quiesce:
         try:
@@ -59,10 +61,14 @@ def take_checkpoint(run: TrainingRun, reason: str, *, quiesce: bool = True) -> N
             )
             return
         run.seal_engines()  # seal + drain every engine: nothing is generating while we save
-        scheduler_state = scheduler_state_to_plain(rt.scheduler.state_dict())
+        ledger = rt.scheduler.state_dict()
+        # The channel is not saved: its groups' tickets are saved as returned, so a resumed run generates
+        # them again (the live run still trains them: it keeps its channel).
+        in_channel = [ticket for _, _, ticket in ledger["ready"]]
+        scheduler_state = scheduler_state_to_plain({**ledger, "ready": []})
     state = {
         "trainer": rt.trainer_call("state_dict"),
-        "sampler": run.sampler.state_dict(),
+        "sampler": run.sampler.state_dict(also_returned=in_channel),
         "scheduler": scheduler_state,
         "python_rng": random.getstate(),
         "torch_rng": torch.get_rng_state(),
@@ -119,7 +125,11 @@ def apply_restore(run: TrainingRun, restored: Restored) -> None:
     run.emit_gate()  # sealed at version 0: nothing is generated before the restored weights are in
     rt.trainer_call("load_state_dict", state["trainer"])
     if state.get("scheduler"):
-        rt.scheduler.load_state_dict(scheduler_state_from_plain(state["scheduler"]))
+        ledger = scheduler_state_from_plain(state["scheduler"])
+        # Ready results of a checkpoint from before the channel data path carried their groups inline; this
+        # run's channel does not have them: their tickets go back to the sampler (generated again).
+        run.sampler.return_groups([ticket for _, _, ticket in ledger["ready"]])
+        rt.scheduler.load_state_dict({**ledger, "ready": []})
     run.gate_closed_at = time.monotonic()
     run.seal_engines()
     run.publish()

@@ -63,15 +63,17 @@ class GroupSampler:
             "consumed_in_epoch": self.position,
         }
 
-    def state_dict(self) -> dict[str, Any]:
+    def state_dict(self, also_returned: list[GroupTicket] | None = None) -> dict[str, Any]:
+        """`also_returned`: tickets to save as returned too (a checkpoint's groups waiting in the channel)."""
         with self._lock:
+            returned = sorted([*self.returned, *(also_returned or [])], key=lambda t: t.group_id)
             return {
                 "group_count": self.group_count,
                 "epoch": self.epoch,
                 "position": self.position,
                 "dataset_size": self.dataset_size,
                 "seed": self.seed,
-                "returned": [(t.group_id, t.epoch, t.prompt_index) for t in self.returned],
+                "returned": [(t.group_id, t.epoch, t.prompt_index) for t in returned],
             }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:

@@ -1,7 +1,8 @@
 """Where the pieces run: in this process ('local') or as Ray actors (engines, rollout workers, trainer, channel).
 
 Either way the driver sees the same `Runtime`: engine handles behind a PublicationController, workers behind a
-RolloutScheduler, a trainer it calls synchronously, and the Channel that carries batches to the trainer. On Ray
+RolloutScheduler, a trainer it calls synchronously, and the Channel the workers put groups into and the trainer
+takes batches from (trainer/data_path.py). On Ray
 every actor runs in its own bundle of the run's placement group (trainer/placement.py), with exactly that
 bundle's resources and as many torch/OpenMP threads as the bundle has whole CPUs.
 """
@@ -19,11 +20,11 @@ from pathlib import Path
 from typing import Any
 
 from rollout.channel import Channel
-from rollout.filters import MinValidAttemptsFilter, ZeroVarianceFilter
 from rollout.invoke import is_ray_actor
 from rollout.publication import PublicationController
 from rollout.scheduler import RolloutScheduler
 from trainer.config import TrainConfig
+from trainer.data_path import GroupTokens, batch_tokens
 from trainer.engine import Engine
 from trainer.learner_actor import LearnerActor
 from trainer.placement import Emit, Placement, driver_bundle, local_placement, pin_threads, reserve
@@ -86,27 +87,16 @@ class Runtime:
             return ray.get(getattr(self.trainer, method).remote(*args), timeout=timeout)
         return getattr(self.trainer, method)(*args)
 
-    def put_batch(self, groups: list[Any]) -> Any:
-        """The object the channel carries for one batch: an object-store ref on Ray, the list itself locally."""
-        if self.uses_ray:
-            import ray
+    def take_batch(self) -> list[Any]:
+        """The learner takes a token-weighted batch from the channel (trainer/data_path.py) and holds it; the
+        groups come back for the ledger's claim and the reports."""
+        taken: list[Any] = self.trainer_call("take_batch", batch_tokens(self.cfg))
+        return taken
 
-            return ray.put(groups)
-        return groups
-
-    def train_step(self, groups: list[Any]) -> dict[str, Any]:
-        """Hand one batch to the trainer through the channel and train. The batch's references die with the
-        step whether it succeeds or fails, so repeated failures do not grow the object store."""
-        item = self.put_batch(groups)
-        try:
-            self.channel.put(item, weight=len(groups))
-            stats: dict[str, Any] = self.trainer_call("train_from_channel", len(groups))
-            return stats
-        finally:
-            # A failed step may leave the item in the channel: take it out so nothing keeps it alive.
-            while not self.channel.empty():
-                self.channel.get_nowait()
-            del item
+    def train_taken(self, groups: list[Any]) -> dict[str, Any]:
+        """One training step on these of the learner's taken groups (the data never passes the driver again)."""
+        stats: dict[str, Any] = self.trainer_call("train_taken", [(g.group_id, g.meta.get("attempt")) for g in groups])
+        return stats
 
     def workers_call(self, method: str, *args: Any) -> list[Any]:
         if self.uses_ray:
@@ -147,15 +137,6 @@ class Runtime:
             self.loop.close()
 
 
-def build_filters(cfg: TrainConfig) -> list[Any]:
-    filters: list[Any] = []
-    if cfg.filter_zero_variance:
-        filters.append(ZeroVarianceFilter())
-    if cfg.min_valid_attempts >= 1:
-        filters.append(MinValidAttemptsFilter(cfg.min_valid_attempts))
-    return filters
-
-
 def build_runtime(
     cfg: TrainConfig,
     sampler: GroupSampler,
@@ -189,8 +170,8 @@ def build_runtime(
             [cfg.worker_capacity] * cfg.num_workers,
             sampler,
             cfg.prompts_per_step,
-            filters=build_filters(cfg),
             poll_interval_s=0.005,
+            claims=True,  # workers filter, put kept groups into the channel and return receipts
         )
     except BaseException:
         placement.remove()  # kills whatever actors already started in it
@@ -221,8 +202,10 @@ def _start_local(
         e: Engine(cfg, e, initially_open=engines_open, threads=driver.threads, gpus=driver.gpus) for e in engine_ids
     }
     # Gates are asyncio objects: build them on the loop that will drive them.
-    workers = [RolloutWorker(cfg, f"worker-{i}", engines, threads=driver.threads) for i in range(cfg.num_workers)]
-    channel = Channel.create(name, local=True)
+    channel = Channel.create(name, local=True, collector=GroupTokens)
+    workers = [
+        RolloutWorker(cfg, f"worker-{i}", engines, channel=name, threads=driver.threads) for i in range(cfg.num_workers)
+    ]
     trainer = LearnerActor(cfg, name, threads=driver.threads, gpus=driver.gpus)
     return engines, workers, trainer, channel, {"device": trainer.info()["device"], "num_gpus": driver.gpus}
 
@@ -244,16 +227,16 @@ def _start_ray_actors(
     engines: dict[str, Any] = {
         e: engine_actor(cfg, name, e, placement, initially_open=engines_open) for e in engine_ids
     }
+    channel = Channel.create(name, collector=GroupTokens, actor_options=options("channel"))
     worker_cls = ray.remote(RolloutWorker)
     workers: list[Any] = []
     for i in range(cfg.num_workers):
         role = f"worker-{i}"
         workers.append(
             worker_cls.options(**options(role), max_concurrency=cfg.worker_capacity + 16).remote(
-                cfg, role, engines, threads=threads(role)
+                cfg, role, engines, channel=name, threads=threads(role)
             )
         )
-    channel = Channel.create(name, actor_options=options("channel"))
     learner = placement.bundle("learner")
     trainer: Any = (
         ray.remote(LearnerActor)

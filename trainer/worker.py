@@ -1,6 +1,8 @@
 """A rollout worker: runs group episodes turn by turn, routing each session to one engine (affinity).
 
-Driven by `rollout.RolloutScheduler` through `generate_group(ticket, batch_id) -> GroupResult`. An engine that
+Driven by `rollout.RolloutScheduler` through `generate_group(ticket, batch_id) -> GroupResult`: the worker's
+filters judge a finished group; a kept one is put into the run's channel (trainer/data_path.py) and the
+scheduler gets a receipt (no payload; `attempt` names this try), a dropped one only a receipt. An engine that
 dies takes its sessions with it: they are tombstoned in the router, the episode is aborted and its ticket goes
 back to the sampler to be run again as a new session. The same happens when an engine evicted the session's
 KV cache (its memory bound) or aborted its request (the engine answers `SessionGoneError`, never a turn computed
@@ -18,6 +20,7 @@ import time
 from collections import Counter
 from typing import Any
 
+from rollout.channel import Channel
 from rollout.errors import (
     AdmissionTimeoutError,
     EpisodeAbortedError,
@@ -25,10 +28,12 @@ from rollout.errors import (
     NoEngineError,
     SessionGoneError,
 )
+from rollout.filters import apply_filters
 from rollout.invoke import call, is_ray_actor
 from rollout.router import SessionAffinityRouter
 from rollout.types import GroupResult
 from trainer.config import TrainConfig
+from trainer.data_path import build_filters, channel_key
 from trainer.episodes import GroupTicket, run_group
 from trainer.problems import VOCAB, task_build
 
@@ -55,7 +60,9 @@ def _not_admitted(exc: BaseException) -> str | None:
 
 
 class RolloutWorker:
-    def __init__(self, cfg: TrainConfig, worker_id: str, engines: dict[str, Any], *, threads: int = 1) -> None:
+    def __init__(
+        self, cfg: TrainConfig, worker_id: str, engines: dict[str, Any], *, channel: str, threads: int = 1
+    ) -> None:
         try:
             import torch
 
@@ -66,6 +73,9 @@ class RolloutWorker:
         self.task = task_build(cfg)
         self.engines = dict(engines)
         self.router = SessionAffinityRouter(sorted(self.engines))
+        self.channel = Channel.connect(channel)  # kept groups go there (the learner takes them)
+        self.key = channel_key(cfg)
+        self.filters = build_filters(cfg)
         self._attempt = itertools.count()
         self.aborted = 0  # episodes aborted (their groups go back to the sampler and run again)
         self.sessions_gone = 0  # of them: the engine no longer had the session's cache
@@ -110,19 +120,27 @@ class RolloutWorker:
             self._live -= 1
             await self._end_session(session_id)
         valid = [all(VOCAB[t].isdigit() for t, turn in zip(row, group.token_turn) if turn >= 0) for row in group.tokens]
-        return GroupResult(
+        group.meta["attempt"] = session_id
+        receipt = GroupResult(
             rewards=group.rewards,
-            payload=group,
             valid=valid,
             attempt_ids=group.sample_ids,
             group_id=ticket.group_id,
+            attempt=session_id,
             meta={
                 "versions": group.versions,
+                "engines": sorted(set(group.engines)),
                 "worker": self.worker_id,
                 "started_at": started_at,
-                "ended_at": time.time(),
             },
         )
+        verdict = apply_filters(self.filters, receipt)
+        if verdict.keep:
+            await self.channel.put_async(group, key=self.key)  # before the receipt: it never names a missing item
+        else:
+            receipt.filtered = verdict.reason
+        receipt.meta["ended_at"] = time.time()
+        return receipt
 
     async def _generate(
         self,

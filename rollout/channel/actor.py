@@ -14,7 +14,7 @@ from rollout.errors import ChannelError
 
 _ACTOR_PREFIX = "rollout-channel:"
 # What the actor reserves unless the caller says otherwise (`actor_options`: resources, a placement-group
-# scheduling strategy): it only relays references between processes, so a small share of one CPU.
+# scheduling strategy): it queues items between processes and runs the collector, so a small share of one CPU.
 DEFAULT_NUM_CPUS = 0.05
 
 
@@ -28,22 +28,24 @@ class ChannelActor:
     async def take(
         self,
         key: str,
-        consumer: str | None,
         target_weight: float | None,
         max_items: int,
         timeout: float | None,
         nowait: bool,
     ) -> tuple[int, list[Any]]:
-        return await ops.take_waiting(self.state, key, consumer, target_weight, max_items, timeout, nowait)
+        return await ops.take_waiting(self.state, key, target_weight, max_items, timeout, nowait)
 
-    async def qsize(self, key: str, consumer: str | None) -> int:
-        return self.state.qsize(key, consumer)
+    async def qsize(self, key: str) -> int:
+        return self.state.qsize(key)
 
     async def maxsize(self) -> int:
         return self.state.maxsize
 
     async def full(self, key: str) -> bool:
         return self.state.full(key)
+
+    async def metrics(self) -> dict[str, float]:
+        return self.state.metrics()
 
     async def describe(self) -> str:
         return self.state.describe()
@@ -63,7 +65,7 @@ def spawn(name: str, kwargs: dict[str, Any], namespace: str | None, actor_option
     options.update(actor_options or {})
     # Any: Ray types a handle's methods as the plain class's, which have no `.remote`.
     actor: Any = ray.remote(ChannelActor).options(**options).remote(name, kwargs)
-    ray.get(actor.qsize.remote(DEFAULT_KEY, None))  # surface hook/config errors now, not on first put
+    ray.get(actor.qsize.remote(DEFAULT_KEY))  # surface hook/config errors now, not on first put
     return actor
 
 

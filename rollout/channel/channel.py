@@ -43,8 +43,6 @@ class Channel:
         maxsize: int = 0,
         local: bool = False,
         collector: Any = None,
-        dispatcher: Any = None,
-        consumers: Iterable[str] = (),
         hook_options: dict[str, Any] | None = None,
         cfg: Any = None,
         namespace: str | None = None,
@@ -59,8 +57,6 @@ class Channel:
         kwargs = {
             "maxsize": maxsize,
             "collector": collector,
-            "dispatcher": dispatcher,
-            "consumers": tuple(consumers),
             "hook_options": hook_options,
             "cfg": cfg,
         }
@@ -176,46 +172,40 @@ class Channel:
         calls.raise_put(code, self.name, key, timeout)
 
     # --- get ----------------------------------------------------------------------------------------------
-    def get(self, key: str = DEFAULT_KEY, consumer: str | None = None, timeout: float | None = None) -> Any:
-        return self._take_sync(key, consumer, None, 1, timeout, False)[0]
+    def get(self, key: str = DEFAULT_KEY, timeout: float | None = None) -> Any:
+        return self._take_sync(key, None, 1, timeout, False)[0]
 
-    def get_nowait(self, key: str = DEFAULT_KEY, consumer: str | None = None) -> Any:
-        return self._take_sync(key, consumer, None, 1, None, True)[0]
+    def get_nowait(self, key: str = DEFAULT_KEY) -> Any:
+        return self._take_sync(key, None, 1, None, True)[0]
 
-    def get_many(
-        self, max_items: int, key: str = DEFAULT_KEY, consumer: str | None = None, timeout: float | None = None
-    ) -> list[Any]:
+    def get_many(self, max_items: int, key: str = DEFAULT_KEY, timeout: float | None = None) -> list[Any]:
         """At least one and at most max_items items, in FIFO order, in one call."""
-        return self._take_sync(key, consumer, None, calls.positive(max_items), timeout, False)
+        return self._take_sync(key, None, calls.positive(max_items), timeout, False)
 
     def get_batch(
         self,
         target_weight: float,
         key: str = DEFAULT_KEY,
-        consumer: str | None = None,
         timeout: float | None = None,
         max_items: int | None = None,
     ) -> list[Any]:
         """Blocks for at least one item; the first always comes, then more while the total <= target_weight."""
-        return self._take_sync(key, consumer, calls.target(target_weight), calls.cap(max_items), timeout, False)
+        return self._take_sync(key, calls.target(target_weight), calls.cap(max_items), timeout, False)
 
-    async def get_async(self, key: str = DEFAULT_KEY, consumer: str | None = None, timeout: float | None = None) -> Any:
-        return (await self._take_async(key, consumer, None, 1, timeout))[0]
+    async def get_async(self, key: str = DEFAULT_KEY, timeout: float | None = None) -> Any:
+        return (await self._take_async(key, None, 1, timeout))[0]
 
-    async def get_many_async(
-        self, max_items: int, key: str = DEFAULT_KEY, consumer: str | None = None, timeout: float | None = None
-    ) -> list[Any]:
-        return await self._take_async(key, consumer, None, calls.positive(max_items), timeout)
+    async def get_many_async(self, max_items: int, key: str = DEFAULT_KEY, timeout: float | None = None) -> list[Any]:
+        return await self._take_async(key, None, calls.positive(max_items), timeout)
 
     async def get_batch_async(
         self,
         target_weight: float,
         key: str = DEFAULT_KEY,
-        consumer: str | None = None,
         timeout: float | None = None,
         max_items: int | None = None,
     ) -> list[Any]:
-        return await self._take_async(key, consumer, calls.target(target_weight), calls.cap(max_items), timeout)
+        return await self._take_async(key, calls.target(target_weight), calls.cap(max_items), timeout)
 
     def _write_behind(self) -> WriteBehind:
         if self._writer is None:
@@ -231,45 +221,43 @@ class Channel:
         return self._writer
 
     def _take_sync(
-        self, key: str, consumer: str | None, target: float | None, max_items: int, timeout: float | None, nowait: bool
+        self, key: str, target: float | None, max_items: int, timeout: float | None, nowait: bool
     ) -> list[Any]:
         self.flush()  # read your own writes
         if self._state is not None:
-            code, items = ops.take_blocking(self._state, key, consumer, target, max_items, timeout, nowait)
+            code, items = ops.take_blocking(self._state, key, target, max_items, timeout, nowait)
         else:
             import ray
 
-            code, items = ray.get(self._actor.take.remote(key, consumer, target, max_items, timeout, nowait))
+            code, items = ray.get(self._actor.take.remote(key, target, max_items, timeout, nowait))
         calls.raise_take(code, self.name, key, timeout)
         return items
 
-    async def _take_async(
-        self, key: str, consumer: str | None, target: float | None, max_items: int, timeout: float | None
-    ) -> list[Any]:
+    async def _take_async(self, key: str, target: float | None, max_items: int, timeout: float | None) -> list[Any]:
         # Cancelling an awaiting get on a Ray channel cannot un-take an item the actor already handed out:
         # prefer a timeout over cancellation there.
         if self._writer is not None:
             await asyncio.get_running_loop().run_in_executor(None, self.flush)
         if self._state is not None:
-            code, items = await ops.take_waiting(self._state, key, consumer, target, max_items, timeout, False)
+            code, items = await ops.take_waiting(self._state, key, target, max_items, timeout, False)
         else:
-            code, items = await self._actor.take.remote(key, consumer, target, max_items, timeout, False)
+            code, items = await self._actor.take.remote(key, target, max_items, timeout, False)
         calls.raise_take(code, self.name, key, timeout)
         return items
 
     # --- sizes --------------------------------------------------------------------------------------------
-    def qsize(self, key: str = DEFAULT_KEY, consumer: str | None = None) -> int:
-        """Items under `key`; with `consumer`, only that consumer's private queue."""
+    def qsize(self, key: str = DEFAULT_KEY) -> int:
+        """Items under `key`."""
         if self._state is not None:
-            return self._state.qsize(key, consumer)
+            return self._state.qsize(key)
         self.flush()
         import ray
 
-        size: int = ray.get(self._actor.qsize.remote(key, consumer))
+        size: int = ray.get(self._actor.qsize.remote(key))
         return size
 
-    def empty(self, key: str = DEFAULT_KEY, consumer: str | None = None) -> bool:
-        return self.qsize(key, consumer) == 0
+    def empty(self, key: str = DEFAULT_KEY) -> bool:
+        return self.qsize(key) == 0
 
     def full(self, key: str = DEFAULT_KEY) -> bool:
         if self._state is not None:
@@ -278,6 +266,15 @@ class Channel:
 
         full: bool = ray.get(self._actor.full.remote(key))
         return full
+
+    def metrics(self) -> dict[str, float]:
+        """Items queued per key and what the collector counted (Collector.metrics): what the run reports."""
+        if self._state is not None:
+            return self._state.metrics()
+        import ray
+
+        metrics: dict[str, float] = ray.get(self._actor.metrics.remote())
+        return metrics
 
     def __repr__(self) -> str:
         if self._state is not None:

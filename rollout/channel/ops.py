@@ -50,7 +50,6 @@ async def put_waiting(state: ChannelState, entries: list[Entry], key: str, timeo
 def take_blocking(
     state: ChannelState,
     key: str,
-    consumer: str | None,
     target_weight: float | None,
     max_items: int,
     timeout: float | None,
@@ -59,7 +58,7 @@ def take_blocking(
     deadline = None if timeout is None else time.monotonic() + timeout
     with state.cond:
         while True:
-            items = state.try_take_locked(key, consumer, target_weight, max_items, rebalance=not nowait)
+            items = state.try_take_locked(key, target_weight, max_items)
             if items:
                 return OK, items
             if nowait:
@@ -76,7 +75,6 @@ def take_blocking(
 async def take_waiting(
     state: ChannelState,
     key: str,
-    consumer: str | None,
     target_weight: float | None,
     max_items: int,
     timeout: float | None,
@@ -86,7 +84,7 @@ async def take_waiting(
         async with asyncio.timeout(timeout):
             while True:
                 with state.cond:
-                    items = state.try_take_locked(key, consumer, target_weight, max_items, rebalance=not nowait)
+                    items = state.try_take_locked(key, target_weight, max_items)
                     seen = state.version
                 if items:
                     return OK, items

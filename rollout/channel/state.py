@@ -1,4 +1,4 @@
-"""The channel's queues: keys, per-consumer private queues, weights, maxsize; non-blocking ops plus wake-ups.
+"""The channel's queues: one FIFO per key, weights, maxsize; non-blocking ops plus wake-ups.
 
 Used directly by a local channel and inside the named Ray actor. Thread-safe; waiters (threads or asyncio
 tasks) are woken on every change. Every take happens in the caller's own call, so a cancelled waiter loses
@@ -35,8 +35,6 @@ class ChannelState:
         *,
         maxsize: int = 0,
         collector: Any = None,
-        dispatcher: Any = None,
-        consumers: tuple[str, ...] = (),
         hook_options: dict[str, Any] | None = None,
         cfg: Any = None,
     ) -> None:
@@ -44,14 +42,10 @@ class ChannelState:
             raise ChannelError("maxsize must be >= 0 (0: unbounded)")
         self.name = name
         self.maxsize = maxsize
-        self.consumers = tuple(consumers)
-        ctx = ChannelContext(name, self.consumers, dict(hook_options or {}), cfg)
-        self.collector = resolve_hook(collector, "collector", ctx)
-        self.dispatcher = resolve_hook(dispatcher, "dispatcher", ctx)
+        ctx = ChannelContext(name, dict(hook_options or {}), cfg)
+        self.collector = resolve_hook(collector, ctx)
         self._passthrough = type(self.collector).collect is Collector.collect
-        self._deals = self.dispatcher.deals
-        self._queues: dict[str, dict[str | None, deque[Entry]]] = {}
-        self._counts: dict[str, int] = {}
+        self._queues: dict[str, deque[Entry]] = {}
         self._lock = threading.Lock()
         self.cond = threading.Condition(self._lock)
         self._version = 0
@@ -82,40 +76,27 @@ class ChannelState:
             for key, _, _ in prepared:
                 need[key] = need.get(key, 0) + 1
             for key, n in need.items():
-                count = self._counts.get(key, 0)
+                count = len(self._queues.get(key, ()))
                 # A batch larger than maxsize is admitted into an empty key instead of waiting forever.
                 if count and count + n > self.maxsize:
                     return False
         for key, item, weight in prepared:
-            consumer = self.dispatcher.route(item, key) if self._deals else None
-            if consumer is not None and consumer not in self.consumers:
-                raise ChannelError(f"dispatcher routed to unknown consumer {consumer!r}")
-            queues = self._queues.get(key)
-            if queues is None:
-                queues = self._queues[key] = {}
-            queue = queues.get(consumer)
+            queue = self._queues.get(key)
             if queue is None:
-                queue = queues[consumer] = deque()
+                queue = self._queues[key] = deque()
             queue.append((item, weight))
-            self._counts[key] = self._counts.get(key, 0) + 1
         if prepared:
             self._changed_locked()
         return True
 
     # --- get ----------------------------------------------------------------------------------------------
-    def try_take_locked(
-        self, key: str, consumer: str | None, target_weight: float | None, max_items: int, rebalance: bool
-    ) -> list[Any] | None:
-        """Up to max_items from one queue; with target_weight, the first item always, then while the total fits."""
+    def try_take_locked(self, key: str, target_weight: float | None, max_items: int) -> list[Any] | None:
+        """Up to max_items from the key's queue; with target_weight, the first item always, then while the total
+        fits."""
         if self.closed:
             raise ChannelError(f"channel {self.name!r} is closed")
-        if consumer is not None and self._deals and consumer not in self.consumers:
-            raise ChannelError(f"unknown consumer {consumer!r}; this channel knows {list(self.consumers)}")
-        queues = self._queues.get(key)
-        if not queues or not self._counts.get(key):
-            return None
-        queue = self._pick_queue_locked(key, queues, consumer, rebalance)
-        if queue is None:
+        queue = self._queues.get(key)
+        if not queue:
             return None
         items: list[Any] = []
         total = 0.0
@@ -125,52 +106,29 @@ class ChannelState:
                 break
             items.append(queue.popleft()[0])
             total += weight
-            if (
-                consumer is not None
-                and rebalance
-                and queue is not queues.get(consumer)
-                and queue is not queues.get(None)
-            ):
-                break  # a steal takes one item only
-        self._counts[key] -= len(items)
         self._changed_locked()
         return items
 
-    def _pick_queue_locked(
-        self, key: str, queues: dict[str | None, deque[Entry]], consumer: str | None, rebalance: bool
-    ) -> deque[Entry] | None:
-        candidates = [consumer, None] if consumer is not None else [None, *self.consumers]
-        for owner in candidates:
-            queue = queues.get(owner)
-            if queue:
-                return queue
-        if consumer is not None and rebalance and self._deals:
-            depths = {c: len(q) for c, q in queues.items() if c is not None}
-            donor = self.dispatcher.rebalance(key, consumer, depths)
-            if donor is not None and queues.get(donor):
-                return queues[donor]
-        return None
-
     # --- sizes --------------------------------------------------------------------------------------------
-    def qsize(self, key: str = DEFAULT_KEY, consumer: str | None = None) -> int:
+    def qsize(self, key: str = DEFAULT_KEY) -> int:
         with self._lock:
-            if consumer is None:
-                return self._counts.get(key, 0)
-            return len(self._queues.get(key, {}).get(consumer, ()))
+            return len(self._queues.get(key, ()))
 
     def full(self, key: str = DEFAULT_KEY) -> bool:
         with self._lock:
-            return bool(self.maxsize) and self._counts.get(key, 0) >= self.maxsize
+            return bool(self.maxsize) and len(self._queues.get(key, ())) >= self.maxsize
+
+    def metrics(self) -> dict[str, float]:
+        """Items queued per key (`<key>/queued`) and the collector's own counts."""
+        with self._lock:
+            queued = {f"{key}/queued": float(len(queue)) for key, queue in self._queues.items()}
+        return {**queued, **self.collector.metrics()}
 
     def describe(self) -> str:
         with self._lock:
-            keys = {k: {(c or "shared"): len(q) for c, q in qs.items() if q} for k, qs in self._queues.items()}
-            keys = {k: v for k, v in keys.items() if v}
+            keys = {k: len(q) for k, q in self._queues.items() if q}
         bound = f"maxsize={self.maxsize}" if self.maxsize else "unbounded"
-        return (
-            f"Channel({self.name!r}, {bound}, collector={type(self.collector).__name__}, "
-            f"dispatcher={type(self.dispatcher).__name__}, queued={keys})"
-        )
+        return f"Channel({self.name!r}, {bound}, collector={type(self.collector).__name__}, queued={keys})"
 
     def close(self) -> None:
         with self._lock:

@@ -5,7 +5,7 @@ import threading
 
 import pytest
 
-from rollout.channel import Channel, Collector, Dispatcher, register_collector
+from rollout.channel import Channel, Collector, register_collector
 from rollout.errors import ChannelError, QueueEmpty, QueueFull
 
 
@@ -112,15 +112,6 @@ class TokenCollector(Collector):
             yield "tok", f"{prompt}-{i}", 1
 
 
-class EvenOdd(Dispatcher):
-    def route(self, item, key):
-        return "c0" if item % 2 == 0 else "c1"
-
-    def rebalance(self, key, starved, depths):
-        donor = max(depths, key=depths.get)
-        return donor if depths[donor] > 1 else None
-
-
 def test_collector_by_registered_name_transforms_splits_filters_rekeys(make_channel):
     ch = make_channel("coll", collector="test-tokens")
     ch.put(("p", 3))
@@ -137,29 +128,33 @@ def test_collector_by_module_path_and_errors(make_channel):
         Channel.create("bad1", local=True, collector="nope")
     with pytest.raises(ChannelError, match="cannot be imported"):
         Channel.create("bad2", local=True, collector="rollout.nothing:Nope")
-    with pytest.raises(ChannelError, match="needs the consumers"):
-        Channel.create("bad3", local=True, dispatcher="round_robin")
+    with pytest.raises(ChannelError, match="is not a Collector"):
+        Channel.create("bad3", local=True, collector=object)
 
 
-def test_dispatcher_routes_to_private_queues_and_rebalances(make_channel):
-    ch = make_channel("disp", dispatcher=EvenOdd, consumers=["c0", "c1"])
-    ch.put_many([0, 2, 4, 1])
-    assert (ch.qsize(consumer="c0"), ch.qsize(consumer="c1"), ch.qsize()) == (3, 1, 4)
-    assert ch.get(consumer="c1") == 1
-    with pytest.raises(QueueEmpty):
-        ch.get_nowait(consumer="c1")  # nowait never steals
-    assert ch.get(consumer="c1", timeout=1) == 0  # blocking get on a starved consumer steals one
-    assert ch.get_many(5, consumer="c0") == [2, 4]
-    with pytest.raises(ChannelError, match="unknown consumer"):
-        ch.get(consumer="c9", timeout=0.01)
+class Counting(Collector):
+    """Weighs an item by its length and counts items per key: what Channel.metrics reports."""
+
+    def setup(self, ctx):
+        super().setup(ctx)
+        self.seen: dict[str, int] = {}
+
+    def collect(self, item, key):
+        self.seen[key] = self.seen.get(key, 0) + 1
+        yield key, item, len(item)
+
+    def metrics(self):
+        return {f"{key}/seen": float(n) for key, n in self.seen.items()}
 
 
-def test_round_robin_deals_evenly_and_repr_is_readable(make_channel):
-    ch = make_channel("rr", dispatcher="round_robin", consumers=["a", "b", "c"], maxsize=10)
-    ch.put_many(range(7))
-    assert [ch.qsize(consumer=c) for c in "abc"] == [3, 2, 2]
+def test_collector_weighs_and_counts_and_metrics_and_repr_report_it(make_channel):
+    ch = make_channel("count", collector=Counting, maxsize=10)
+    ch.put_many(["aa", "bbb", "c"], key="k")
+    ch.put("dd")
+    assert ch.get_batch(5, key="k") == ["aa", "bbb"]  # weights 2 + 3 fit 5, the next would not
+    assert ch.metrics() == {"k/queued": 1.0, "default/queued": 1.0, "k/seen": 3.0, "default/seen": 1.0}
     text = repr(ch)
-    assert "Channel[local]('rr'" in text and "RoundRobinDispatcher" in text and "maxsize=10" in text
+    assert "Channel[local]('count'" in text and "Counting" in text and "maxsize=10" in text
 
 
 def test_connect_finds_local_channel_and_unknown_name_is_clear(make_channel):

@@ -11,6 +11,7 @@ from collections.abc import Callable
 
 import pytest
 
+from rollout.channel import Channel
 from rollout.errors import DrainTimeoutError, GatePoisonedError, SessionGoneError
 from rollout.publication import PublicationController
 from trainer.config import TrainConfig
@@ -21,6 +22,8 @@ from trainer.problems import task_build
 from trainer.sampler import GroupSampler
 from trainer.topology import build_runtime
 from trainer.worker import RolloutWorker
+
+from .test_topology import one_batch
 
 pytestmark = pytest.mark.slow
 
@@ -131,19 +134,29 @@ def test_eviction_aborts_the_episode_never_a_context_less_answer(ray_driver) -> 
     small, big = _engine(ray, max_sessions=3), _engine(ray)
     tickets = [GroupTicket(g, 0, g) for g in range(8)]
 
-    async def run(engine) -> tuple[list, RolloutWorker]:
-        worker = RolloutWorker(CFG, "w0", {"e0": engine})
-        return list(await asyncio.gather(*(worker.generate_group(t) for t in tickets))), worker
+    cfg = CFG.replace(filter_zero_variance=False)  # every finished group goes into the channel
 
-    evicting, worker = asyncio.run(run(small))
-    reference, _ = asyncio.run(run(big))
+    async def run(engine, name: str) -> tuple[list, dict, RolloutWorker]:
+        channel = Channel.create(name, local=True)
+        try:
+            worker = RolloutWorker(cfg, "w0", {"e0": engine}, channel=name)
+            results = list(await asyncio.gather(*(worker.generate_group(t) for t in tickets)))
+            n = channel.qsize(cfg.task)
+            put = {g.group_id: g for g in (channel.get_many(n, key=cfg.task) if n else [])}
+            return results, put, worker
+        finally:
+            channel.close()
+
+    evicting, evicting_groups, worker = asyncio.run(run(small, "evicting"))
+    reference, reference_groups, _ = asyncio.run(run(big, "reference"))
     aborted = [r for r in evicting if r.aborted]
     assert aborted and all("evicted" in r.meta["reason"] for r in aborted)
     assert worker.sessions_gone == worker.aborted == len(aborted)
-    done = [(r, ref) for r, ref in zip(evicting, reference) if not r.aborted]
-    assert done
-    for r, ref in done:
-        assert r.payload.tokens == ref.payload.tokens and r.payload.logprobs == ref.payload.logprobs
+    done = [r.group_id for r in evicting if not r.aborted]
+    assert done and sorted(evicting_groups) == done  # what finished is in the channel, nothing aborted is
+    for group_id in done:
+        g, ref = evicting_groups[group_id], reference_groups[group_id]
+        assert g.tokens == ref.tokens and g.logprobs == ref.logprobs
     snap = ray.get(small.snapshot.remote())
     assert snap["evictions"] >= len(aborted) and snap["max_sessions"] == 3 and snap["state"] == "open"
     assert snap["sessions_gone"] == len(aborted) and snap["failures"] == 0
@@ -166,8 +179,7 @@ def test_a_killed_engine_is_restarted_at_the_current_version_and_serves_again(ra
     task = task_build(cfg)
     rt = build_runtime(cfg, GroupSampler(len(task.train_prompts), cfg.seed))
     try:
-        groups = [r.payload for r in rt.scheduler.generate(0).groups]
-        assert rt.train_step(groups)["version"] == 1
+        assert rt.train_taken(one_batch(rt, 0))["version"] == 1
         rt.loop.run(rt.publication.prepare(timeout_s=30))
         rt.loop.run(rt.publication.publish(1, weights=rt.trainer.weights.remote()))
         old = rt.engines["engine-0"]

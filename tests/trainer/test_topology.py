@@ -1,5 +1,5 @@
 """The training job on a real Ray cluster: sync == async at max_staleness 0, the staleness invariant, a killed
-engine, and batch references released by failed training steps."""
+engine restarted, the channel data path, and failed training steps letting go of their batch."""
 
 from __future__ import annotations
 
@@ -99,52 +99,74 @@ def test_every_consumed_token_is_within_max_staleness_and_tagged(ray_driver) -> 
     assert [d["version"] for d in events.of("version")] == [1, 2, 3, 4, 5]
 
 
-def test_a_killed_engine_tombstones_its_sessions_and_the_run_continues(ray_driver) -> None:
+def test_a_killed_engine_is_restarted_at_the_runs_version_and_serves_again(ray_driver) -> None:
     cfg = TrainConfig.from_dict(
-        {**TINY, "mode": "disaggregated", "max_staleness": 1, "steps": 5, "tool_latency_s": 0.05, "worker_capacity": 6}
+        {**TINY, "mode": "disaggregated", "max_staleness": 1, "steps": 6, "tool_latency_s": 0.05, "worker_capacity": 6}
     )
     tombstones: list[int] = []
+    killed: list = []
 
     def kill(run: TrainingRun, groups: list) -> None:
         if run.version == 2:
-            ray_driver.kill(run.rt.engines["engine-1"])  # generation for the next batches is in flight
+            killed.append(run.rt.engines["engine-1"])
+            ray_driver.kill(killed[0])  # generation for the next batches is in flight
         if run.version >= 3:
             tombstones.append(sum(s["router"]["tombstones"] for s in run.rt.workers_call("stats")))
 
     result, events, _ = _run(cfg, kill)
-    assert result.status == "succeeded" and result.version == 5
+    assert result.status == "succeeded" and result.version == cfg.steps
     lost = [d for d in events.of("worker") if d.get("event") == "engine_lost"]
     assert [d["engine"] for d in lost] == ["engine-1"] and lost[0]["engines"] == ["engine-0"]
     # Sessions bound to the dead engine were tombstoned (never re-routed to another engine).
     assert lost[0]["tombstoned_sessions"] >= 1 and max(tombstones) >= 1
-    after = [d for d in events.of("rollout") if d["step"] >= 4]
-    assert after and all(d["engines"] == ["engine-0"] for d in after)
     assert sum(d["aborted"] for d in events.of("rollout")) >= 1  # their groups were re-run elsewhere
-    assert events.of("gate")[-1]["state"] == "open"
+    # The driver started a new engine-1 at the run's version and routes to it again.
+    (restarted,) = [d for d in events.of("worker") if d.get("event") == "engine_restarted"]
+    assert restarted["engine"] == "engine-1" and restarted["engines"] == ["engine-0", "engine-1"]
+    assert restarted["version"] in (2, 3) and restarted["restarts"] == 1
+    at = events.events.index(next(e for e in events.events if e["data"].get("event") == "engine_restarted"))
+    later = [e["data"] for e in events.events[at:] if e["type"] == "rollout"][1:]  # generated after the restart
+    assert any("engine-1" in d["engines"] for d in later), later  # the new engine served groups that trained
+    gate = events.of("gate")[-1]
+    assert gate["state"] == "open" and sorted(e["engine"] for e in gate["engines"]) == ["engine-0", "engine-1"]
+    assert {e["version"] for e in gate["engines"]} == {cfg.steps}  # the new engine took every publication since
 
 
 def _driver_refs(ray) -> int:
     return len(ray._private.worker.global_worker.core_worker.get_all_reference_counts())
 
 
-def test_failed_training_steps_release_their_batch_references(ray_driver) -> None:
+def one_batch(rt, version: int) -> list:
+    """What the loop's collect_batch does: generate, the learner takes, the ledger claims (none stale here)."""
+    rt.scheduler.generate(version)
+    taken = rt.take_batch()
+    assert rt.scheduler.claim([(g.group_id, g.meta["attempt"], False) for g in taken]) == ["train"] * len(taken)
+    return taken
+
+
+def test_workers_put_groups_into_the_channel_and_a_failed_step_lets_go_of_its_batch(ray_driver) -> None:
     cfg = TrainConfig.from_dict({**TINY, "mode": "colocated", "task": "digits", "prompts_per_step": 8})
     sampler = GroupSampler(len(task_build(cfg).train_prompts), cfg.seed)
     rt = build_runtime(cfg, sampler)
     try:
-        groups = [r.payload for r in rt.scheduler.generate(0).groups]
-        rt.trainer_call("inject_failures", 6)
-        before = _driver_refs(ray_driver)
-        for _ in range(6):
+        rt.trainer_call("inject_failures", 3)
+        refs = []
+        for _ in range(3):
+            groups = one_batch(rt, 0)
+            # Workers put only kept groups, keyed by the task; the learner took a batch of them by tokens.
+            assert len(groups) == cfg.prompts_per_step and all(g.meta["attempt"] for g in groups)
             with pytest.raises(InjectedFailure):
                 try:
-                    rt.train_step(groups)
+                    rt.train_taken(groups)
                 except ray_driver.exceptions.RayTaskError as exc:
                     raise exc.as_instanceof_cause() from exc
-        assert _driver_refs(ray_driver) <= before  # nothing accumulates across failures
-        assert rt.channel.empty()
-        stats = rt.train_step(groups)  # and the next step trains normally
-        assert stats["version"] == 1
+            with pytest.raises(ray_driver.exceptions.RayTaskError, match="KeyError"):
+                rt.train_taken(groups)  # the failed step let go of its batch: nothing is held for a retry
+            refs.append(_driver_refs(ray_driver))
+        assert refs[-1] <= refs[0], refs  # nothing accumulates across failures
+        metrics = rt.channel.metrics()
+        assert metrics["digits/queued"] == 0 and metrics["digits/groups_in"] >= 3 * cfg.prompts_per_step
+        assert rt.train_taken(one_batch(rt, 0))["version"] == 1  # and the next step trains normally
     finally:
         rt.close()
 

@@ -25,7 +25,7 @@ const serving = new ServingPanel();
 const engines = new Map<string, Record<string, any>>();
 const workers = new Map<string, Record<string, any>>(); // per-worker records, when a job reports them
 let topology: Record<string, any> | null = null; // the job's "started" event: workers, mode, resources
-const lifecycle: { ts: number; data: Record<string, any> }[] = []; // worker events: started, engine_lost, ...
+const lifecycle: { ts: number; data: Record<string, any> }[] = []; // worker events: started, engine_lost, engine_restarted, ...
 const checkpoints: { seq: number; ts: number; data: Record<string, any> }[] = [];
 let panelsDirty = true;
 let headerDirty = true;
@@ -66,6 +66,10 @@ function ingest(ev: RunEvent): void {
         if (d.event === "engine_lost" && d.engine !== undefined) {
           const key = String(d.engine);
           engines.set(key, { ...(engines.get(key) ?? { engine: key }), status: "retired", tombstoned_sessions: d.tombstoned_sessions });
+        }
+        if (d.event === "engine_restarted" && d.engine !== undefined) {
+          const key = String(d.engine);
+          engines.set(key, { ...(engines.get(key) ?? { engine: key }), status: "alive", version: d.version });
         }
       }
       if (d.worker !== undefined) workers.set(String(d.worker), { ...(workers.get(String(d.worker)) ?? {}), ...d });

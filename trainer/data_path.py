@@ -1,0 +1,69 @@
+"""The run's data path: rollout workers put finished groups into the channel, the learner takes token-weighted
+batches out of it, and the scheduler's ledger (receipts) says which of the taken groups are trained.
+
+- Key: the task's name (`channel_key`). A worker's filters decide first; only kept groups go in (a dropped one
+  is counted by the scheduler from its receipt, and never shipped).
+- Weight: `GroupTokens`, the channel's collector, gives each group its generated-token count, and counts the
+  groups and tokens that came in per key; `Channel.metrics` returns those counts with the queue depths and the
+  driver puts them in the rollout event (`channel`).
+- Batch: the learner takes `batch_tokens(cfg)` tokens' worth (`Channel.get_batch`, FIFO). Groups of this
+  project's tasks all have the same generated length, so that is `prompts_per_step` groups; longer or shorter
+  groups would make a batch of fewer or more.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable
+from typing import Any
+
+from rollout.channel import ChannelContext, Collector
+from rollout.filters import MinValidAttemptsFilter, ZeroVarianceFilter
+from trainer.config import TrainConfig
+from trainer.problems import task_build
+
+
+def channel_key(cfg: TrainConfig) -> str:
+    """The channel key a run's groups go under: its task's name."""
+    return cfg.task
+
+
+def group_tokens(group: Any) -> int:
+    """Generated tokens of a group (every row's positions that an engine generated): its channel weight."""
+    return len(group.tokens) * sum(1 for turn in group.token_turn if turn >= 0)
+
+
+def batch_tokens(cfg: TrainConfig) -> float:
+    """The learner's token budget per step: `prompts_per_step` groups of the task's generated length."""
+    task = task_build(cfg)
+    return float(cfg.prompts_per_step * cfg.group_size * task.turns * task.turn_len())
+
+
+def build_filters(cfg: TrainConfig) -> list[Any]:
+    """The group filters the config asks for; the rollout workers apply them before anything is put."""
+    filters: list[Any] = []
+    if cfg.filter_zero_variance:
+        filters.append(ZeroVarianceFilter())
+    if cfg.min_valid_attempts >= 1:
+        filters.append(MinValidAttemptsFilter(cfg.min_valid_attempts))
+    return filters
+
+
+class GroupTokens(Collector):
+    """The run's channel collector: weight = generated tokens; per key, the groups and tokens that came in."""
+
+    def setup(self, ctx: ChannelContext) -> None:
+        super().setup(ctx)
+        self.groups: Counter[str] = Counter()
+        self.tokens: Counter[str] = Counter()
+
+    def collect(self, item: Any, key: str) -> Iterable[tuple[Any, ...]]:
+        tokens = group_tokens(item)
+        self.groups[key] += 1
+        self.tokens[key] += tokens
+        yield key, item, float(tokens)
+
+    def metrics(self) -> dict[str, float]:
+        out = {f"{key}/groups_in": float(n) for key, n in self.groups.items()}
+        out.update({f"{key}/tokens_in": float(n) for key, n in self.tokens.items()})
+        return out
