@@ -63,14 +63,15 @@ def allowed_from(status: str) -> list[str]:
     return sorted(previous for previous, targets in TRANSITIONS.items() if status in targets)
 
 
-def stamp(status: str, now: datetime) -> dict[str, datetime | None]:
-    """The timestamp columns a move to `status` sets (besides status, error and last_seq)."""
+def stamp(status: str, now: datetime) -> dict[str, Any]:
+    """The columns a move to `status` sets besides status, error and last_seq: its timestamps and, once the run
+    runs or ends, its pending reason cleared (a `starting` run's `waiting_for_resources` is over)."""
     if status == RunStatus.STARTING:
         return {"granted_at": now, "started_at": None, "heartbeat_at": None}
     if status == RunStatus.RUNNING:
-        return {"started_at": now, "heartbeat_at": now}
+        return {"started_at": now, "heartbeat_at": now, "pending_reason": "", "pending_detail": ""}
     if status in FINISHED_STATUSES:
-        return {"finished_at": now}
+        return {"finished_at": now, "pending_reason": "", "pending_detail": ""}
     if status == RunStatus.QUEUED:
         return {"granted_at": None, "started_at": None, "finished_at": None, "heartbeat_at": None}
     return {}
@@ -104,24 +105,21 @@ def run_status_change(*, run: Run, status: str, error: str | None = None, now: d
 
 def grant_pass(*, reason: str, now: datetime | None = None) -> list[int]:
     """Grant under the lock (already held): runs move to `starting` and are handed to the launcher after commit."""
-    granted = _grant(reason=reason, now=now or timezone.now(), try_lock=False)
-    assert granted is not None  # only a pass that tries the lock can find it taken
-    return granted
+    now = now or timezone.now()
+    moved = run_store().grant(now=now, allowed=allowed_from(RunStatus.STARTING), columns=stamp(RunStatus.STARTING, now))
+    _granted(moved, reason=reason, now=now)
+    return [m.run_id for m in moved]
 
 
-def _grant(*, reason: str, now: datetime, try_lock: bool) -> list[int] | None:
-    moved = run_store().grant(
-        now=now, allowed=allowed_from(RunStatus.STARTING), columns=stamp(RunStatus.STARTING, now), try_lock=try_lock
-    )
-    if moved is None:
-        return None
+def _granted(moved: list[Moved], *, reason: str, now: datetime) -> None:
+    """Granted runs published, handed to the launcher and counted, after the commit (at once when committed)."""
     for m in moved:
         moved_publish(m, ts=now.timestamp())
         task_after_commit(TASK_DISPATCH, m.run_id)
     if moved:
         logger.debug("grant (%s): %s", reason, [m.run_id for m in moved])
-        transaction.on_commit(functools.partial(grants_record, [m.run_id for m in moved], now), robust=True)
-    return [m.run_id for m in moved]
+        waits = [(m.run_class, m.requested_at) for m in moved if m.requested_at is not None]
+        transaction.on_commit(functools.partial(grants_record, waits, now), robust=True)
 
 
 def slots_grant(*, reason: str = "tick") -> list[int]:
@@ -133,27 +131,31 @@ def slots_grant(*, reason: str = "tick") -> list[int]:
 
 def grants_catch_up(*, reason: str = "catch-up", check_first: bool = True) -> list[int]:
     """After a commit (never inside a transaction): grant what releases committed so far have freed, in passes of
-    one locked transaction each, until a check without the lock finds nothing to grant. Stops, too, when
-    another transaction holds the lock: that holder runs this after its own commit, and its check then sees
-    every release committed before (the argument is in docs/slots.md). PostgreSQL; the tick is the fallback."""
+    one locked transaction each (`RunStore.catch_up_pass`: it commits, then checks without the lock), until a
+    check finds nothing to grant. Stops, too, when another transaction holds the lock: that holder runs this
+    after its own commit, and its check then sees every release committed before (the argument is in
+    docs/slots.md). PostgreSQL; the tick is the fallback. `check_first`: check before the first pass."""
     store = run_store()
     granted: list[int] = []
     idle_passes = 0
-    while idle_passes < CATCH_UP_IDLE_PASSES:
-        if check_first and not store.grant_pending():
-            return granted
-        check_first = True
+    pending = not check_first or store.grant_pending()
+    while pending:
+        if idle_passes >= CATCH_UP_IDLE_PASSES:
+            logger.warning("grant catch-up: the check keeps finding grants the locked pass does not make; tick retries")
+            break
+        now = timezone.now()
         try:
-            with transaction.atomic():
-                with slot_store.catching_up():  # left before the commit: on-commit work runs outside it
-                    passed = _grant(reason=reason, now=timezone.now(), try_lock=True)
+            passed = store.catch_up_pass(
+                now=now, allowed=allowed_from(RunStatus.STARTING), columns=stamp(RunStatus.STARTING, now)
+            )
         except InvalidTransition:  # a chosen run was finished meanwhile (without the lock): decide again
-            passed = []
+            passed = [], store.grant_pending()
         if passed is None:
-            return granted
-        granted += passed
-        idle_passes = 0 if passed else idle_passes + 1
-    logger.warning("grant catch-up: the check keeps finding grants the locked pass does not make; the tick retries")
+            break
+        moved, pending = passed
+        _granted(moved, reason=reason, now=now)  # committed: published and handed over at once
+        granted += [m.run_id for m in moved]
+        idle_passes = 0 if moved else idle_passes + 1
     return granted
 
 

@@ -7,22 +7,22 @@ runs.lifecycle, the one owner of the state machine. Also the ORM writer of a sin
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
-from typing import Protocol
+from typing import Any, Protocol
 
 from django.db import connection, transaction
 from django.utils import timezone
 
 from runs.errors import InvalidTransition
 from runs.events import PLATFORM_SOURCE, run_event_to_dict
-from runs.models import Run, RunEvent, RunStatus
+from runs.models import Run, RunEvent, RunStatus, Slot
 from runs.realtime import dashboard_publish, run_event_publish
 from runs.slots import pg as slots_pg
 from runs.slots import store as slot_store
-from runs.slots.grant import grant
+from runs.slots.grant import Decision, Snapshot, grant, plan
 
-Columns = dict[str, datetime | None]
+Columns = dict[str, Any]  # a move's stamped columns (runs.lifecycle.stamp): timestamps, cleared text fields
 
 
 @dataclass(frozen=True)
@@ -37,6 +37,7 @@ class Moved:
     status: str
     previous: str | None
     error: str
+    requested_at: datetime | None = None  # a grant: when its slot was requested (the admission wait metric)
 
     @classmethod
     def of(cls, run: Run, *, status: str, previous: str | None) -> Moved:
@@ -128,15 +129,18 @@ class RunStore(Protocol):
         free right after the release committed (else True)."""
         ...
 
-    def grant(
-        self, *, now: datetime, allowed: list[str], columns: Columns, try_lock: bool = False
-    ) -> list[Moved] | None:
-        """One grant pass: hold the decided slots, move their runs to `starting`. The caller holds the lock, or
-        (`try_lock`) the pass tries to take it first: None when another transaction holds it."""
+    def grant(self, *, now: datetime, allowed: list[str], columns: Columns) -> list[Moved]:
+        """One grant pass under the lock the caller holds: hold the decided slots, move their runs to `starting`."""
         ...
 
     def grant_pending(self) -> bool:
         """Whether a grant pass would grant anything now (read only, no lock)."""
+        ...
+
+    def catch_up_pass(self, *, now: datetime, allowed: list[str], columns: Columns) -> tuple[list[Moved], bool] | None:
+        """A grant pass in a transaction of its own (called outside any): try the lock (None when another
+        transaction holds it: nothing written), grant, commit, then check without the lock. Returns the moves
+        (committed: the caller publishes them) and whether the check found more to grant."""
         ...
 
 
@@ -164,23 +168,28 @@ class OrmStore:
         locked.previous_status = previous
         return locked, True
 
-    def grant(
-        self, *, now: datetime, allowed: list[str], columns: Columns, try_lock: bool = False
-    ) -> list[Moved] | None:
-        if try_lock and not slot_store.slots_try_lock():
-            return None
+    def grant(self, *, now: datetime, allowed: list[str], columns: Columns) -> list[Moved]:
         ids = [d.run_id for d in slot_store.slots_grant_locked(now=now)]
         by_id = Run.objects.select_for_update().in_bulk(ids)
+        requested = dict(Slot.objects.filter(run_id__in=ids).values_list("run_id", "requested_at"))
         moved = []
         for run_id in ids:
             run = by_id[run_id]
             if run.status not in allowed:
                 raise InvalidTransition(f"cannot move run {run_id} from {run.status} to starting", field="status")
-            moved.append(status_write(run=run, status=RunStatus.STARTING, error=None, now=now, columns=columns))
+            m = status_write(run=run, status=RunStatus.STARTING, error=None, now=now, columns=columns)
+            moved.append(replace(m, requested_at=requested.get(run_id)))
         return moved
 
     def grant_pending(self) -> bool:
         return bool(grant(slot_store.snapshot_load(slot_store.policy_load(fresh=True)), timezone.now()))
+
+    def catch_up_pass(self, *, now: datetime, allowed: list[str], columns: Columns) -> tuple[list[Moved], bool] | None:
+        with transaction.atomic():
+            if not slot_store.slots_try_lock():
+                return None
+            moved = self.grant(now=now, allowed=allowed, columns=columns)
+        return moved, self.grant_pending()
 
 
 class PgStore:
@@ -208,13 +217,26 @@ class PgStore:
             probe=probe,
         )
 
-    def grant(
-        self, *, now: datetime, allowed: list[str], columns: Columns, try_lock: bool = False
-    ) -> list[Moved] | None:
-        snapshot = slots_pg.snapshot_fetch_try_lock() if try_lock else slots_pg.snapshot_fetch()
+    def grant(self, *, now: datetime, allowed: list[str], columns: Columns) -> list[Moved]:
+        return self._apply(_decide(slots_pg.snapshot_fetch(window=0), now), now=now, allowed=allowed, columns=columns)
+
+    def grant_pending(self) -> bool:
+        return bool(_decide(slots_pg.snapshot_fetch(window=0), timezone.now()))
+
+    def catch_up_pass(self, *, now: datetime, allowed: list[str], columns: Columns) -> tuple[list[Moved], bool] | None:
+        # Three round trips: BEGIN + lock try + snapshot; the grants; COMMIT + the check's snapshot.
+        snapshot = slots_pg.pass_begin()
         if snapshot is None:
             return None
-        decisions = grant(snapshot, now)
+        try:
+            moved = self._apply(_decide(snapshot, now), now=now, allowed=allowed, columns=columns)
+        except BaseException:
+            slots_pg.pass_rollback()
+            raise
+        return moved, bool(_decide(slots_pg.pass_commit_check(), timezone.now()))
+
+    @staticmethod
+    def _apply(decisions: list[Decision], *, now: datetime, allowed: list[str], columns: Columns) -> list[Moved]:
         if not decisions:
             return []
         rows = slots_pg.grants_apply(
@@ -235,12 +257,20 @@ class PgStore:
                 status=RunStatus.STARTING,
                 previous=r["previous"],
                 error=r["error"],
+                requested_at=r["requested_at"],
             )
             for r in rows
         ]
 
-    def grant_pending(self) -> bool:
-        return bool(grant(slots_pg.snapshot_fetch(), timezone.now()))
+
+def _decide(snapshot: Snapshot, now: datetime) -> list[Decision]:
+    """The grants for a snapshot loaded without the backfill window (the heads a pass could take). When the pass
+    passed over a run that did not fit, later runs may be backfilled: decide again on a snapshot with the window
+    (`Plan.passed_over` says why the first answer is otherwise the same)."""
+    result = plan(snapshot, now)
+    if result.passed_over:
+        result = plan(slots_pg.snapshot_fetch(), now)
+    return result.decisions
 
 
 ORM_STORE = OrmStore()

@@ -1,77 +1,34 @@
 """PostgreSQL fast path of releases and grants: a release in one statement (no grant lock), and under the grant
-lock the snapshot in one statement and the grants applied (slots held, runs `starting`, status events) in
-another. SQL only loads and writes: which moves are allowed and which columns a move stamps are parameters from
+lock the snapshot in one statement (runs/slots/pg_snapshot.py) and the grants applied (slots held, runs
+`starting`, status events) in another. A catch-up pass runs its own transaction so that BEGIN travels with the
+lock try and the snapshot, and COMMIT with the check's snapshot: three round trips a pass. SQL only loads and
+writes: which moves are allowed and which columns a move stamps are parameters from
 runs.lifecycle (through runs/stores.py), and which runs get a slot is decided by the pure
 `runs.slots.grant.grant` on the snapshot these queries return.
 """
 
 from __future__ import annotations
 
+import functools
 import json
-import threading
 from datetime import datetime
 from typing import Any
 
-from django.conf import settings
 from django.db import connection
-from django.utils.dateparse import parse_datetime
 
 from runs.errors import InvalidTransition
 from runs.models import Run
-from runs.slots import store
-from runs.slots.grant import BACKFILL_WINDOW, Decision, Snapshot, WaitingSlot
-from runs.slots.policy import CLASSES, Policy, policy_effective
-
-# Grants read the policy under the lock, but re-compute it only when the settings row changed: its version
-# (row id, xmin, updated_at) comes back with every snapshot, so a new limit still applies to the next grant.
-_lock = threading.Lock()
-_grant_policy: tuple[str | None, tuple[int, int | None], Policy] | None = None
-
-_VERSION_SQL = (
-    "(SELECT xmin::text || ':' || id::text || ':' || updated_at::text FROM runs_concurrencysettings "
-    "ORDER BY id LIMIT 1)"
-)
-
-# Held counts and, per class, the FIFO heads one pass could take: LIMIT mirrors Snapshot.head_budget
-# (min(free slots, class headroom)), so every part is an index seek and the cost does not grow with the queue.
-# %(run)s is excluded (0: none): the snapshot as it would be once that run is released.
-_SNAPSHOT_CTES = """
-held_rows AS (SELECT run_id, run_class, granted_at, time_limit_seconds, demand, placement FROM runs_slot
-              WHERE state = 'held' AND run_id <> %(run)s),
-held AS (SELECT run_class, count(*)::int AS n FROM held_rows GROUP BY run_class),
-budget AS (SELECT c.run_class,
-                  GREATEST(0, LEAST(%(max_total)s::int - (SELECT coalesce(sum(n), 0) FROM held)::int,
-                                    c.lim - coalesce(h.n, 0)))::int AS b
-           FROM unnest(%(classes)s::text[], %(limits)s::int[]) AS c(run_class, lim)
-           LEFT JOIN held h ON h.run_class = c.run_class),
-heads AS (SELECT w.* FROM budget CROSS JOIN LATERAL (
-            SELECT s.run_class, s.run_id, s.requested_at, s.demand, s.strategy, s.time_limit_seconds FROM runs_slot s
-            WHERE s.state = 'waiting' AND s.run_class = budget.run_class AND s.run_id <> %(run)s
-            ORDER BY s.requested_at, s.run_id
-            LIMIT CASE WHEN budget.b > 0 THEN budget.b + %(window)s ELSE 0 END) w)"""
-
-# Also loaded with every snapshot: each held slot (bundles, placement, latest end) and the alive nodes' totals.
-_SNAPSHOT_COLUMNS = f"""
-(SELECT array_agg(run_class ORDER BY run_class) FROM held) AS held_classes,
-(SELECT array_agg(n ORDER BY run_class) FROM held) AS held_counts,
-(SELECT jsonb_agg(jsonb_build_array(run_id, run_class, granted_at, time_limit_seconds, demand, placement)
-                  ORDER BY run_id) FROM held_rows) AS held_slots,
-(SELECT jsonb_agg(jsonb_build_array(node_id, total) ORDER BY node_id) FROM runs_clusternode WHERE alive)
-  AS capacity,
-(SELECT array_agg(run_class ORDER BY requested_at, run_id) FROM heads) AS head_classes,
-(SELECT array_agg(run_id ORDER BY requested_at, run_id) FROM heads) AS head_ids,
-(SELECT array_agg(requested_at ORDER BY requested_at, run_id) FROM heads) AS head_times,
-(SELECT jsonb_agg(jsonb_build_array(demand, strategy, time_limit_seconds) ORDER BY requested_at, run_id)
-   FROM heads) AS head_demands,
-{_VERSION_SQL} AS policy_version"""
+from runs.slots import pg_snapshot, prepared, store
+from runs.slots.grant import BACKFILL_WINDOW, Decision, Snapshot
 
 # A release: one statement, no global lock. The run row lock (FOR UPDATE) and the allowed-from check serialize
 # moves of one run; the slot row is deleted in the same statement, so the release commits as one small write.
+# {returning} names the run's columns (`r.*` would change a prepared statement's result type under a migration).
 _RELEASE_SQL = """WITH
 cur AS (SELECT id, status FROM runs_run WHERE id = %(run)s FOR UPDATE),
 upd AS (UPDATE runs_run r SET status = %(status)s, {columns}, error = %(error)s, last_seq = r.last_seq + 1
         FROM cur WHERE r.id = cur.id AND cur.status = ANY(%(allowed)s::text[])
-        RETURNING r.*, cur.status AS previous_status),
+        RETURNING {returning}, cur.status AS previous_status),
 ev AS (INSERT INTO runs_runevent (run_id, seq, source, ts, type, data)
        SELECT id, last_seq, %(source)s, %(now)s, 'status',
               jsonb_build_object('status', %(status)s::text, 'previous', previous_status, 'error', %(error)s::text)
@@ -79,12 +36,10 @@ ev AS (INSERT INTO runs_runevent (run_id, seq, source, ts, type, data)
 rel AS (DELETE FROM runs_slot WHERE run_id IN (SELECT id FROM upd) RETURNING 1)
 SELECT upd.*, (SELECT count(*) FROM ev) AS events_added FROM upd"""
 
-_SNAPSHOT_SQL = f"WITH {_SNAPSHOT_CTES}\nSELECT {_SNAPSHOT_COLUMNS}"
-
 _APPLY_SQL = """WITH
 s AS (UPDATE runs_slot x SET state = 'held', granted_at = %(now)s, placement = p.placement
       FROM unnest(%(ids)s::bigint[], %(placements)s::jsonb[]) AS p(run_id, placement)
-      WHERE x.state = 'waiting' AND x.run_id = p.run_id RETURNING x.run_id),
+      WHERE x.state = 'waiting' AND x.run_id = p.run_id RETURNING x.run_id, x.requested_at),
 cur AS (SELECT id, status FROM runs_run WHERE id = ANY(%(ids)s::bigint[]) FOR UPDATE),
 r AS (UPDATE runs_run x SET status = %(status)s, {columns}, last_seq = x.last_seq + 1
       FROM cur WHERE x.id = cur.id AND cur.status = ANY(%(allowed)s::text[])
@@ -94,13 +49,15 @@ e AS (INSERT INTO runs_runevent (run_id, seq, source, ts, type, data)
              jsonb_build_object('status', %(status)s::text, 'previous', previous, 'error', error)
       FROM r RETURNING 1)
 SELECT (SELECT count(*) FROM s), (SELECT count(*) FROM e), r.id, r.last_seq, r.owner_id, r.name, r.run_class, r.error,
-       r.previous
-FROM (SELECT 1) AS one LEFT JOIN r ON true"""
+       r.previous, s.requested_at
+FROM (SELECT 1) AS one LEFT JOIN (r JOIN s ON s.run_id = r.id) ON true"""
 
-_RUN_COLUMNS = frozenset({"granted_at", "started_at", "finished_at", "heartbeat_at"})
+_RUN_COLUMNS = frozenset(
+    {"granted_at", "started_at", "finished_at", "heartbeat_at", "pending_reason", "pending_detail"}
+)
 
 
-def _set_columns(columns: dict[str, datetime | None], params: dict[str, Any]) -> str:
+def _set_columns(columns: dict[str, Any], params: dict[str, Any]) -> str:
     """The SET list for a move's stamped columns (names from runs.lifecycle.stamp, values as parameters)."""
     if not columns or not set(columns) <= _RUN_COLUMNS:
         raise ValueError(f"unexpected run columns {sorted(columns)}")
@@ -109,97 +66,46 @@ def _set_columns(columns: dict[str, datetime | None], params: dict[str, Any]) ->
     return ", ".join(f"{name} = %(col_{name})s" for name in sorted(columns))
 
 
-def _policy_params(policy: Policy) -> dict[str, Any]:
-    return {
-        "max_total": policy.max_total,
-        "classes": list(CLASSES),
-        "limits": [policy.classes[c].limit for c in CLASSES],
-        "window": BACKFILL_WINDOW,
-    }
-
-
-def _cached_policy() -> tuple[str | None, Policy] | None:
-    with _lock:
-        cached = _grant_policy
-    if cached is None or cached[1] != (settings.SLOTS_DEFAULT_MAX_TOTAL, settings.SLOTS_DEFAULT_INTERACTIVE_RESERVE):
-        return None
-    return cached[0], cached[2]
-
-
-def policy_for_grant_reload() -> tuple[str | None, Policy]:
-    """Read the settings row (under the grant lock) and remember the policy with the row's version."""
-    global _grant_policy
-    with connection.cursor() as cursor:
-        cursor.execute(f"SELECT {_VERSION_SQL}, (SELECT raw::text FROM runs_concurrencysettings ORDER BY id LIMIT 1)")
-        version, raw_text = cursor.fetchone()
-    raw = json.loads(raw_text) if raw_text else {}
-    defaults = (settings.SLOTS_DEFAULT_MAX_TOTAL, settings.SLOTS_DEFAULT_INTERACTIVE_RESERVE)
-    policy = policy_effective(
-        raw if isinstance(raw, dict) else {}, default_max_total=defaults[0], default_reserve=defaults[1]
-    )
-    with _lock:
-        _grant_policy = (version, defaults, policy)
-    return version, policy
-
-
-def _snapshot_from(row: dict[str, Any], policy: Policy) -> Snapshot:
-    held = {k: 0 for k in CLASSES}
-    for run_class, n in zip(row["held_classes"] or [], row["held_counts"] or []):
-        held[run_class] = n
-    running = tuple(
-        store.held_slot(run_id, run_class, parse_datetime(at) if at else None, limit, demand, placement)
-        for run_id, run_class, at, limit, demand, placement in _json(row["held_slots"])
-    )
-    waiting: dict[str, list[WaitingSlot]] = {}
-    for run_class, run_id, requested_at, (demand, strategy, limit) in zip(
-        row["head_classes"] or [], row["head_ids"] or [], row["head_times"] or [], _json(row["head_demands"])
-    ):
-        waiting.setdefault(run_class, []).append(store.waiting_slot(run_id, requested_at, demand, strategy, limit))
-    capacity = store.capacity_of(_json(row["capacity"]))
-    return Snapshot(policy=policy, held=held, waiting=waiting, capacity=capacity, running=running)
-
-
-def _json(value: Any) -> list:
-    """A jsonb aggregate as Python (psycopg decodes jsonb; a NULL aggregate is an empty list)."""
-    if isinstance(value, str):
-        value = json.loads(value)
-    return value if isinstance(value, list) else []
-
-
-def snapshot_fetch(*, exclude_run: int = 0) -> Snapshot:
-    """The grant snapshot in one round trip: the caller holds the grant lock (else it is a read-only check)."""
-    snapshot = _fetch(exclude_run=exclude_run, try_lock=False)
+def snapshot_fetch(*, exclude_run: int = 0, window: int = BACKFILL_WINDOW) -> Snapshot:
+    """The grant snapshot in one round trip: the caller holds the grant lock (else it is a read-only check).
+    `window`: how many waiting runs per class beyond the class budget (0: only the heads a pass could take)."""
+    snapshot = pg_snapshot.fetch(exclude_run=exclude_run, window=window)
     assert snapshot is not None
     return snapshot
 
 
-def snapshot_fetch_try_lock() -> Snapshot | None:
-    """Try to take the grant lock and, when taken, fetch the snapshot, in one round trip: two statements in one
-    message (client-side binding), so the snapshot statement starts after the lock is taken and sees every
-    grant committed under it before. None when another transaction holds the lock."""
-    return _fetch(exclude_run=0, try_lock=True)
+def pass_begin() -> Snapshot | None:
+    """A grant pass of its own (autocommit, no Django transaction): BEGIN, try the grant lock and fetch the
+    snapshot (window 0) in one message. None when another transaction holds the lock (this one is then rolled
+    back). Else the caller holds the lock until `pass_commit_check` or `pass_rollback`."""
+    if connection.in_atomic_block or not connection.get_autocommit():
+        raise RuntimeError("pass_begin() opens its own transaction: call it outside transaction.atomic()")
+    try:
+        snapshot = pg_snapshot.fetch(window=0, before=("BEGIN",), lock=True)
+    except BaseException:
+        pass_rollback()
+        raise
+    if snapshot is None:
+        pass_rollback()
+    return snapshot
 
 
-def _fetch(*, exclude_run: int, try_lock: bool) -> Snapshot | None:
-    cached = _cached_policy() or policy_for_grant_reload()
-    for attempt in range(2):
-        version, policy = cached
-        params = {"run": exclude_run, "lock": store.GRANT_LOCK_KEY, **_policy_params(policy)}
-        with connection.cursor() as cursor:
-            if try_lock and attempt == 0:
-                cursor.execute("SELECT pg_try_advisory_xact_lock(%(lock)s);\n" + _SNAPSHOT_SQL, params)
-                if not cursor.fetchone()[0]:
-                    return None
-                store.lock_taken()
-                cursor.nextset()
-            else:
-                cursor.execute(_SNAPSHOT_SQL, params)
-            names = [c.name for c in cursor.description]
-            row = dict(zip(names, cursor.fetchone()))
-        if row["policy_version"] == version:
-            return _snapshot_from(row, policy)
-        cached = policy_for_grant_reload()  # settings changed since cached: load it and fetch again
-    raise RuntimeError("concurrency settings changed while holding the grant lock")
+def pass_commit_check() -> Snapshot:
+    """COMMIT the pass (the lock goes with it) and, in the same message, fetch the snapshot again without the
+    lock (window 0): what the check after the commit decides on."""
+    snapshot = pg_snapshot.fetch(window=0, before=("COMMIT",))
+    assert snapshot is not None
+    return snapshot
+
+
+def pass_rollback() -> None:
+    with connection.cursor() as cursor:
+        cursor.execute("ROLLBACK")
+
+
+@functools.cache
+def _returning() -> str:
+    return ", ".join(f'r."{f.column}"' for f in Run._meta.concrete_fields)
 
 
 def _run_from_row(names: list[str], values: tuple) -> Run:
@@ -226,7 +132,7 @@ def release(
     allowed_from: list[str],
     source: str,
     now: datetime,
-    columns: dict[str, datetime | None],
+    columns: dict[str, Any],
     probe: bool = False,
 ) -> tuple[Run | None, bool]:
     """Finish a run (status, finished_at, error, numbered `status` event, slot deleted) in one statement, without
@@ -247,7 +153,8 @@ def release(
         "now": now,
         "lock": store.GRANT_LOCK_KEY,
     }
-    sql = _RELEASE_SQL.format(columns=_set_columns(columns, params))
+    text = _RELEASE_SQL.format(columns=_set_columns(columns, params), returning=_returning())
+    sql = prepared.statement(text).sql()
     if probe:
         # One simple-query message runs as one implicit transaction up to the COMMIT; the probe runs after it.
         sql += ";\nCOMMIT;\nSELECT pg_try_advisory_xact_lock(%(lock)s)"
@@ -274,7 +181,7 @@ def grants_apply(
     source: str,
     status: str,
     allowed_from: list[str],
-    columns: dict[str, datetime | None],
+    columns: dict[str, Any],
 ) -> list[dict[str, Any]]:
     """Mark the decided slots held and move their runs to `status` (`starting`) with a numbered `status` event
     each, in one statement. Returns one dict per moved run."""
@@ -288,7 +195,7 @@ def grants_apply(
         "allowed": allowed_from,
     }
     with connection.cursor() as cursor:
-        cursor.execute(_APPLY_SQL.format(columns=_set_columns(columns, params)), params)
+        cursor.execute(prepared.statement(_APPLY_SQL.format(columns=_set_columns(columns, params))).sql(), params)
         rows = cursor.fetchall()
     slots_held, events = (rows[0][0], rows[0][1]) if rows else (0, 0)
     moved = [
@@ -300,6 +207,7 @@ def grants_apply(
             "run_class": r[6],
             "error": r[7],
             "previous": r[8],
+            "requested_at": r[9],
         }
         for r in rows
         if r[2] is not None
@@ -313,4 +221,4 @@ def grants_apply(
     return moved
 
 
-__all__ = ["grants_apply", "policy_for_grant_reload", "release", "snapshot_fetch", "snapshot_fetch_try_lock"]
+__all__ = ["grants_apply", "pass_begin", "pass_commit_check", "pass_rollback", "release", "snapshot_fetch"]
