@@ -27,7 +27,7 @@ from runs.errors import InvalidInput, InvalidTransition
 from runs.metrics.hooks import grants_record
 from runs.models import FINISHED_STATUSES, Run, RunStatus
 from runs.slots import store as slot_store
-from runs.stores import Moved, moved_publish, run_store, status_write
+from runs.stores import Moved, RunStore, moved_publish, run_store, status_write
 
 STATES: tuple[str, ...] = tuple(RunStatus.values)
 # Allowed moves; anything else is a bug in the caller and raises InvalidTransition.
@@ -111,15 +111,20 @@ def grant_pass(*, reason: str, now: datetime | None = None) -> list[int]:
     return [m.run_id for m in moved]
 
 
-def _granted(moved: list[Moved], *, reason: str, now: datetime) -> None:
-    """Granted runs published, handed to the launcher and counted, after the commit (at once when committed)."""
+def _granted(moved: list[Moved], *, reason: str, now: datetime, waits: list[tuple[str, float]] | None = None) -> None:
+    """Granted runs published, handed to the launcher and counted, after the commit (at once when committed).
+    `waits`: add their admission waits there (the caller records them) instead of recording them here."""
     for m in moved:
         moved_publish(m, ts=now.timestamp())
         task_after_commit(TASK_DISPATCH, m.run_id)
-    if moved:
-        logger.debug("grant (%s): %s", reason, [m.run_id for m in moved])
-        waits = [(m.run_class, m.requested_at) for m in moved if m.requested_at is not None]
-        transaction.on_commit(functools.partial(grants_record, waits, now), robust=True)
+    if not moved:
+        return
+    logger.debug("grant (%s): %s", reason, [m.run_id for m in moved])
+    mine = [(m.run_class, (now - m.requested_at).total_seconds()) for m in moved if m.requested_at is not None]
+    if waits is not None:
+        waits.extend(mine)
+    else:
+        transaction.on_commit(functools.partial(grants_record, mine), robust=True)
 
 
 def slots_grant(*, reason: str = "tick") -> list[int]:
@@ -137,12 +142,21 @@ def grants_catch_up(*, reason: str = "catch-up", check_first: bool = True) -> li
     docs/slots.md). PostgreSQL; the tick is the fallback. `check_first`: check before the first pass."""
     store = run_store()
     granted: list[int] = []
+    waits: list[tuple[str, float]] = []
+    try:
+        _catch_up(store, reason=reason, check_first=check_first, granted=granted, waits=waits)
+    finally:
+        grants_record(waits)  # one metrics write for all passes (committed ones only)
+    return granted
+
+
+def _catch_up(store: RunStore, *, reason: str, check_first: bool, granted: list[int], waits: list) -> None:
     idle_passes = 0
     pending = not check_first or store.grant_pending()
     while pending:
         if idle_passes >= CATCH_UP_IDLE_PASSES:
             logger.warning("grant catch-up: the check keeps finding grants the locked pass does not make; tick retries")
-            break
+            return
         now = timezone.now()
         try:
             passed = store.catch_up_pass(
@@ -151,12 +165,11 @@ def grants_catch_up(*, reason: str = "catch-up", check_first: bool = True) -> li
         except InvalidTransition:  # a chosen run was finished meanwhile (without the lock): decide again
             passed = [], store.grant_pending()
         if passed is None:
-            break
+            return
         moved, pending = passed
-        _granted(moved, reason=reason, now=now)  # committed: published and handed over at once
+        _granted(moved, reason=reason, now=now, waits=waits)  # committed: published and handed over at once
         granted += [m.run_id for m in moved]
         idle_passes = 0 if moved else idle_passes + 1
-    return granted
 
 
 slot_store.after_unlock_register(grants_catch_up)
