@@ -224,16 +224,25 @@ class PgStore:
         return bool(_decide(slots_pg.snapshot_fetch(window=0), timezone.now()))
 
     def catch_up_pass(self, *, now: datetime, allowed: list[str], columns: Columns) -> tuple[list[Moved], bool] | None:
-        # Three round trips: BEGIN + lock try + snapshot; the grants; COMMIT + the check's snapshot.
+        # Two round trips: the lock try (session level) with the snapshot; the grants committed, the lock released
+        # and the check's snapshot.
         snapshot = slots_pg.pass_begin()
         if snapshot is None:
             return None
         try:
-            moved = self._apply(_decide(snapshot, now), now=now, allowed=allowed, columns=columns)
+            decisions = _decide(snapshot, now)
         except BaseException:
-            slots_pg.pass_rollback()
+            slots_pg.pass_abort()
             raise
-        return moved, bool(_decide(slots_pg.pass_commit_check(), timezone.now()))
+        rows, check = slots_pg.pass_finish(
+            decisions=decisions,
+            now=now,
+            source=PLATFORM_SOURCE,
+            status=RunStatus.STARTING,
+            allowed_from=allowed,
+            columns=columns,
+        )
+        return [_moved(r) for r in rows], bool(_decide(check, timezone.now()))
 
     @staticmethod
     def _apply(decisions: list[Decision], *, now: datetime, allowed: list[str], columns: Columns) -> list[Moved]:
@@ -247,20 +256,21 @@ class PgStore:
             allowed_from=allowed,
             columns=columns,
         )
-        return [
-            Moved(
-                run_id=r["id"],
-                seq=r["last_seq"],
-                owner_id=r["owner_id"],
-                name=r["name"],
-                run_class=r["run_class"],
-                status=RunStatus.STARTING,
-                previous=r["previous"],
-                error=r["error"],
-                requested_at=r["requested_at"],
-            )
-            for r in rows
-        ]
+        return [_moved(r) for r in rows]
+
+
+def _moved(row: dict[str, Any]) -> Moved:
+    return Moved(
+        run_id=row["id"],
+        seq=row["last_seq"],
+        owner_id=row["owner_id"],
+        name=row["name"],
+        run_class=row["run_class"],
+        status=RunStatus.STARTING,
+        previous=row["previous"],
+        error=row["error"],
+        requested_at=row["requested_at"],
+    )
 
 
 def _decide(snapshot: Snapshot, now: datetime) -> list[Decision]:

@@ -11,15 +11,19 @@ from __future__ import annotations
 
 import functools
 import json
+import logging
 from datetime import datetime
 from typing import Any
 
 from django.db import connection
+from psycopg.pq import TransactionStatus
 
 from runs.errors import InvalidTransition
 from runs.models import Run
 from runs.slots import pg_snapshot, prepared, store
 from runs.slots.grant import BACKFILL_WINDOW, Decision, Snapshot
+
+logger = logging.getLogger(__name__)
 
 # A release: one statement, no global lock. The run row lock (FOR UPDATE) and the allowed-from check serialize
 # moves of one run; the slot row is deleted in the same statement, so the release commits as one small write.
@@ -36,13 +40,19 @@ ev AS (INSERT INTO runs_runevent (run_id, seq, source, ts, type, data)
 rel AS (DELETE FROM runs_slot WHERE run_id IN (SELECT id FROM upd) RETURNING 1)
 SELECT upd.*, (SELECT count(*) FROM ev) AS events_added FROM upd"""
 
+# The grants of a pass, all or none: every chosen slot still waiting and every chosen run in a state that may
+# move to `starting` (rows locked), else nothing is written and the counts say so. So a message may COMMIT
+# right after it (a catch-up pass) without a look at the result first.
 _APPLY_SQL = """WITH
+cur AS (SELECT id, status FROM runs_run WHERE id = ANY(%(ids)s::bigint[]) ORDER BY id FOR UPDATE),
+waiting AS (SELECT run_id FROM runs_slot WHERE run_id = ANY(%(ids)s::bigint[]) AND state = 'waiting' FOR UPDATE),
+ok AS (SELECT (SELECT count(*) FROM cur WHERE status = ANY(%(allowed)s::text[])) = %(n)s
+              AND (SELECT count(*) FROM waiting) = %(n)s AS yes),
 s AS (UPDATE runs_slot x SET state = 'held', granted_at = %(now)s, placement = p.placement
-      FROM unnest(%(ids)s::bigint[], %(placements)s::jsonb[]) AS p(run_id, placement)
-      WHERE x.state = 'waiting' AND x.run_id = p.run_id RETURNING x.run_id, x.requested_at),
-cur AS (SELECT id, status FROM runs_run WHERE id = ANY(%(ids)s::bigint[]) FOR UPDATE),
+      FROM unnest(%(ids)s::bigint[], %(placements)s::jsonb[]) AS p(run_id, placement), ok
+      WHERE ok.yes AND x.state = 'waiting' AND x.run_id = p.run_id RETURNING x.run_id, x.requested_at),
 r AS (UPDATE runs_run x SET status = %(status)s, {columns}, last_seq = x.last_seq + 1
-      FROM cur WHERE x.id = cur.id AND cur.status = ANY(%(allowed)s::text[])
+      FROM cur, ok WHERE ok.yes AND x.id = cur.id
       RETURNING x.id, x.last_seq, x.owner_id, x.name, x.run_class, x.error, cur.status AS previous),
 e AS (INSERT INTO runs_runevent (run_id, seq, source, ts, type, data)
       SELECT id, last_seq, %(source)s, %(now)s, 'status',
@@ -57,7 +67,10 @@ _RUN_COLUMNS = frozenset(
 )
 
 
-def _set_columns(columns: dict[str, Any], params: dict[str, Any]) -> str:
+Columns = dict[str, Any]  # a move's stamped columns (runs.lifecycle.stamp)
+
+
+def _set_columns(columns: Columns, params: dict[str, Any]) -> str:
     """The SET list for a move's stamped columns (names from runs.lifecycle.stamp, values as parameters)."""
     if not columns or not set(columns) <= _RUN_COLUMNS:
         raise ValueError(f"unexpected run columns {sorted(columns)}")
@@ -69,38 +82,83 @@ def _set_columns(columns: dict[str, Any], params: dict[str, Any]) -> str:
 def snapshot_fetch(*, exclude_run: int = 0, window: int = BACKFILL_WINDOW) -> Snapshot:
     """The grant snapshot in one round trip: the caller holds the grant lock (else it is a read-only check).
     `window`: how many waiting runs per class beyond the class budget (0: only the heads a pass could take)."""
-    snapshot = pg_snapshot.fetch(exclude_run=exclude_run, window=window)
-    assert snapshot is not None
-    return snapshot
+    return pg_snapshot.fetch(exclude_run=exclude_run, window=window)
+
+
+def _require_idle() -> None:
+    if connection.in_atomic_block or connection.connection.info.transaction_status != TransactionStatus.IDLE:
+        raise RuntimeError("a catch-up pass runs its own statements: call it outside any transaction")
 
 
 def pass_begin() -> Snapshot | None:
-    """A grant pass of its own (autocommit, no Django transaction): BEGIN, try the grant lock and fetch the
-    snapshot (window 0) in one message. None when another transaction holds the lock (this one is then rolled
-    back). Else the caller holds the lock until `pass_commit_check` or `pass_rollback`."""
-    if connection.in_atomic_block or not connection.get_autocommit():
-        raise RuntimeError("pass_begin() opens its own transaction: call it outside transaction.atomic()")
+    """Start a catch-up pass (autocommit, outside any transaction): try the grant lock at session level and
+    fetch the snapshot (window 0) in one message; the snapshot statement starts after the lock is taken, so it
+    sees every grant committed under the lock before. None: another session or transaction holds the lock
+    (nothing to undo). Else the caller holds the lock until `pass_finish` (or `pass_abort`) releases it."""
+    connection.ensure_connection()
+    _require_idle()
+    sql, params, parse = pg_snapshot.query(window=0)
     try:
-        snapshot = pg_snapshot.fetch(window=0, before=("BEGIN",), lock=True)
+        with connection.cursor() as cursor:
+            cursor.execute(f"SELECT pg_try_advisory_lock(%(lock)s);\n{sql}", {**params, "lock": store.GRANT_LOCK_KEY})
+            if not cursor.fetchone()[0]:
+                return None
+            cursor.nextset()
+            return parse(cursor.fetchall()) or _fetch_again()
     except BaseException:
-        pass_rollback()
+        pass_abort()
         raise
-    if snapshot is None:
-        pass_rollback()
-    return snapshot
 
 
-def pass_commit_check() -> Snapshot:
-    """COMMIT the pass (the lock goes with it) and, in the same message, fetch the snapshot again without the
-    lock (window 0): what the check after the commit decides on."""
-    snapshot = pg_snapshot.fetch(window=0, before=("COMMIT",))
-    assert snapshot is not None
-    return snapshot
+def pass_finish(
+    *, decisions: list[Decision], now: datetime, source: str, status: str, allowed_from: list[str], columns: Columns
+) -> tuple[list[dict[str, Any]], Snapshot]:
+    """End a catch-up pass in one message: its grants in a transaction of their own (`BEGIN; grants; COMMIT`),
+    the lock released, and the snapshot again without the lock (window 0): what the check after the commit
+    decides on. Returns the moved runs (as `grants_apply`) and that snapshot."""
+    sql, params, parse = pg_snapshot.query(window=0)
+    params["lock"] = store.GRANT_LOCK_KEY
+    parts = ["SELECT pg_advisory_unlock(%(lock)s)", sql]
+    if decisions:
+        apply_sql, apply_params = _apply_statement(decisions, now, source, status, allowed_from, columns)
+        params.update(apply_params)
+        parts = ["BEGIN", apply_sql, "COMMIT", *parts]
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute(";\n".join(parts), params)
+            rows: list[tuple] = []
+            if decisions:
+                cursor.nextset()
+                rows = cursor.fetchall()
+                cursor.nextset()
+                cursor.nextset()
+            if not cursor.fetchone()[0]:
+                raise RuntimeError("a catch-up pass ended without holding the grant lock")
+            cursor.nextset()
+            check = parse(cursor.fetchall()) or _fetch_again()
+    except BaseException:
+        pass_abort()
+        raise
+    moved = _moved(rows, [d.run_id for d in decisions], status, allowed_from) if decisions else []
+    return moved, check
 
 
-def pass_rollback() -> None:
-    with connection.cursor() as cursor:
-        cursor.execute("ROLLBACK")
+def pass_abort() -> None:
+    """A catch-up pass failed: roll back what is open and release the lock. If that fails too, the session is
+    closed: PostgreSQL releases a session's locks when it ends, so the lock is never left held."""
+    try:
+        with connection.cursor() as cursor:
+            if connection.connection.info.transaction_status != TransactionStatus.IDLE:
+                cursor.execute("ROLLBACK")
+            cursor.execute("SELECT pg_advisory_unlock(%s)", [store.GRANT_LOCK_KEY])
+    except Exception:  # noqa: BLE001 - the caller raises its own error; this one must not hide it
+        logger.warning("grant pass: releasing the lock failed; closing the session", exc_info=True)
+        connection.close()
+
+
+def _fetch_again() -> Snapshot:
+    pg_snapshot.policy_for_grant_reload()  # the settings changed since the cached policy
+    return pg_snapshot.fetch(window=0)
 
 
 @functools.cache
@@ -174,29 +232,24 @@ def release(
     return _run_from_row(names, values), lock_free
 
 
-def grants_apply(
-    *,
-    decisions: list[Decision],
-    now: datetime,
-    source: str,
-    status: str,
-    allowed_from: list[str],
-    columns: dict[str, Any],
-) -> list[dict[str, Any]]:
-    """Mark the decided slots held and move their runs to `status` (`starting`) with a numbered `status` event
-    each, in one statement. Returns one dict per moved run."""
+def _apply_statement(
+    decisions: list[Decision], now: datetime, source: str, status: str, allowed_from: list[str], columns: Columns
+) -> tuple[str, dict[str, Any]]:
     ids = [d.run_id for d in decisions]
     params: dict[str, Any] = {
         "placements": [json.dumps(list(d.placement)) for d in decisions],
         "now": now,
         "ids": ids,
+        "n": len(ids),
         "source": source,
         "status": status,
         "allowed": allowed_from,
     }
-    with connection.cursor() as cursor:
-        cursor.execute(prepared.statement(_APPLY_SQL.format(columns=_set_columns(columns, params))).sql(), params)
-        rows = cursor.fetchall()
+    return prepared.statement(_APPLY_SQL.format(columns=_set_columns(columns, params))).sql(), params
+
+
+def _moved(rows: list[tuple], ids: list[int], status: str, allowed_from: list[str]) -> list[dict[str, Any]]:
+    """One dict per moved run from the grant statement's rows; InvalidTransition when it wrote nothing."""
     slots_held, events = (rows[0][0], rows[0][1]) if rows else (0, 0)
     moved = [
         {
@@ -221,4 +274,23 @@ def grants_apply(
     return moved
 
 
-__all__ = ["grants_apply", "pass_begin", "pass_commit_check", "pass_rollback", "release", "snapshot_fetch"]
+def grants_apply(
+    *,
+    decisions: list[Decision],
+    now: datetime,
+    source: str,
+    status: str,
+    allowed_from: list[str],
+    columns: Columns,
+) -> list[dict[str, Any]]:
+    """Mark the decided slots held and move their runs to `status` (`starting`) with a numbered `status` event
+    each, in one statement, in the caller's transaction (which holds the grant lock). Returns one dict per
+    moved run; InvalidTransition (nothing written) when a slot is no longer waiting or a run may not move."""
+    sql, params = _apply_statement(decisions, now, source, status, allowed_from, columns)
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        rows = cursor.fetchall()
+    return _moved(rows, [d.run_id for d in decisions], status, allowed_from)
+
+
+__all__ = ["grants_apply", "pass_abort", "pass_begin", "pass_finish", "release", "snapshot_fetch"]

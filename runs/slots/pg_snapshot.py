@@ -13,6 +13,7 @@ from __future__ import annotations
 import functools
 import json
 import threading
+from collections.abc import Callable
 from typing import Any
 
 from django.conf import settings
@@ -54,8 +55,6 @@ SELECT 0, run_id, run_class::text, granted_at, time_limit_seconds, demand::text,
 UNION ALL SELECT 1, run_id, run_class, requested_at, time_limit_seconds, demand::text, strategy FROM heads
 UNION ALL SELECT 2, NULL, node_id, NULL, NULL, total::text, NULL FROM runs_clusternode WHERE alive
 UNION ALL SELECT 3, NULL, {VERSION_SQL}, NULL, NULL, NULL, NULL"""
-
-LOCK_SQL = "SELECT pg_try_advisory_xact_lock(%(lock)s)"
 
 
 def policy_params(policy: Policy, *, window: int) -> dict[str, Any]:
@@ -132,30 +131,31 @@ def _snapshot_from(rows: list[tuple], policy: Policy) -> tuple[Snapshot, str | N
     return Snapshot(policy=policy, held=held, waiting=waiting, capacity=capacity, running=tuple(running)), version
 
 
-def fetch(*, exclude_run: int = 0, window: int, before: tuple[str, ...] = (), lock: bool = False) -> Snapshot | None:
-    """The snapshot in one round trip, after the statements `before` (BEGIN, COMMIT: sent in the same message)
-    and, with `lock`, a try of the grant lock (the snapshot statement starts after it, so it sees every grant
-    committed under the lock before). None when the try failed: the caller ends its transaction."""
-    cached = _cached_policy() or policy_for_grant_reload()
+def query(*, exclude_run: int = 0, window: int) -> tuple[str, dict[str, Any], Callable[[list[tuple]], Snapshot | None]]:
+    """The snapshot statement, its parameters, and what turns its rows into the Snapshot: None when the settings
+    changed since the cached policy (then `policy_for_grant_reload` and `fetch`). For callers that send it in
+    one message with other statements."""
+    version, policy = _cached_policy() or policy_for_grant_reload()
+    params = {"run": exclude_run, **policy_params(policy, window=window)}
+
+    def parse(rows: list[tuple]) -> Snapshot | None:
+        snapshot, seen = _snapshot_from(rows, policy)
+        return snapshot if seen == version else None
+
+    return prepared.statement(SNAPSHOT_SQL).sql(), params, parse
+
+
+def fetch(*, exclude_run: int = 0, window: int) -> Snapshot:
+    """The snapshot in one round trip (fetched again when the settings changed since the cached policy)."""
     for _ in range(2):
-        version, policy = cached
-        params = {"run": exclude_run, "lock": store.GRANT_LOCK_KEY, **policy_params(policy, window=window)}
-        lead = (*before, LOCK_SQL) if lock else before
-        query = prepared.statement(SNAPSHOT_SQL).sql()
+        sql, params, parse = query(exclude_run=exclude_run, window=window)
         with connection.cursor() as cursor:
-            cursor.execute(";\n".join((*lead, query)), params)
-            for _ in before:
-                cursor.nextset()
-            if lock:
-                if not cursor.fetchone()[0]:
-                    return None
-                cursor.nextset()
-            snapshot, seen = _snapshot_from(cursor.fetchall(), policy)
-        if seen == version:
+            cursor.execute(sql, params)
+            snapshot = parse(cursor.fetchall())
+        if snapshot is not None:
             return snapshot
-        before, lock = (), False  # the lock (if any) is held now; only the snapshot is fetched again
-        cached = policy_for_grant_reload()  # settings changed since cached: load it and fetch again
+        policy_for_grant_reload()
     raise RuntimeError("concurrency settings changed while holding the grant lock")
 
 
-__all__ = ["fetch", "policy_for_grant_reload", "policy_params"]
+__all__ = ["fetch", "policy_for_grant_reload", "policy_params", "query"]
