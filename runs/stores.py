@@ -122,11 +122,12 @@ class RunStore(Protocol):
         allowed: list[str],
         columns: Columns,
         probe: bool = False,
-    ) -> tuple[Run | None, bool]:
+    ) -> tuple[Run | None, Snapshot | None]:
         """Move the run to a finished `status` if it is in `allowed` and release its slot (taking the grant lock
         first unless `releases_unlocked`). Returns the run (carrying `previous_status`; None when the move is
-        refused: nothing written) and, with `probe` (releases_unlocked, autocommit), whether the grant lock was
-        free right after the release committed (else True)."""
+        refused: nothing written) and, with `probe` (releases_unlocked, autocommit), the grant snapshot when this
+        session took the grant lock right after the release committed: the caller must then run a catch-up pass
+        on it (`catch_up_pass(first=...)`, which releases the lock); else None."""
         ...
 
     def grant(self, *, now: datetime, allowed: list[str], columns: Columns) -> list[Moved]:
@@ -137,10 +138,13 @@ class RunStore(Protocol):
         """Whether a grant pass would grant anything now (read only, no lock)."""
         ...
 
-    def catch_up_pass(self, *, now: datetime, allowed: list[str], columns: Columns) -> tuple[list[Moved], bool] | None:
-        """A grant pass in a transaction of its own (called outside any): try the lock (None when another
-        transaction holds it: nothing written), grant, commit, then check without the lock. Returns the moves
-        (committed: the caller publishes them) and whether the check found more to grant."""
+    def catch_up_pass(
+        self, *, now: datetime, allowed: list[str], columns: Columns, first: Snapshot | None = None
+    ) -> tuple[list[Moved], bool] | None:
+        """A grant pass of its own (called outside any transaction): try the lock (None when another transaction
+        holds it: nothing written), grant, commit, then check without the lock. `first`: the lock is held
+        already, with this snapshot (`finish` with `probe`). Returns the moves (committed: the caller publishes
+        them) and whether the check found more to grant."""
         ...
 
 
@@ -157,16 +161,16 @@ class OrmStore:
         allowed: list[str],
         columns: Columns,
         probe: bool = False,
-    ) -> tuple[Run | None, bool]:
+    ) -> tuple[Run | None, Snapshot | None]:
         slot_store.slots_lock()
         locked = Run.objects.select_for_update().get(pk=run_id)
         if locked.status not in allowed:
-            return None, True
+            return None, None
         previous = locked.status
         status_write(run=locked, status=status, error=error, now=now, columns=columns)
         slot_store.slot_release(run_id=run_id)
         locked.previous_status = previous
-        return locked, True
+        return locked, None
 
     def grant(self, *, now: datetime, allowed: list[str], columns: Columns) -> list[Moved]:
         ids = [d.run_id for d in slot_store.slots_grant_locked(now=now)]
@@ -184,7 +188,10 @@ class OrmStore:
     def grant_pending(self) -> bool:
         return bool(grant(slot_store.snapshot_load(slot_store.policy_load(fresh=True)), timezone.now()))
 
-    def catch_up_pass(self, *, now: datetime, allowed: list[str], columns: Columns) -> tuple[list[Moved], bool] | None:
+    def catch_up_pass(
+        self, *, now: datetime, allowed: list[str], columns: Columns, first: Snapshot | None = None
+    ) -> tuple[list[Moved], bool] | None:
+        assert first is None  # finish() never hands over a held lock here
         with transaction.atomic():
             if not slot_store.slots_try_lock():
                 return None
@@ -205,7 +212,7 @@ class PgStore:
         allowed: list[str],
         columns: Columns,
         probe: bool = False,
-    ) -> tuple[Run | None, bool]:
+    ) -> tuple[Run | None, Snapshot | None]:
         return slots_pg.release(
             run_id=run_id,
             status=status,
@@ -223,10 +230,12 @@ class PgStore:
     def grant_pending(self) -> bool:
         return bool(_decide(slots_pg.snapshot_fetch(window=0), timezone.now()))
 
-    def catch_up_pass(self, *, now: datetime, allowed: list[str], columns: Columns) -> tuple[list[Moved], bool] | None:
-        # Two round trips: the lock try (session level) with the snapshot; the grants committed, the lock released
-        # and the check's snapshot.
-        snapshot = slots_pg.pass_begin()
+    def catch_up_pass(
+        self, *, now: datetime, allowed: list[str], columns: Columns, first: Snapshot | None = None
+    ) -> tuple[list[Moved], bool] | None:
+        # Two round trips (one with `first`, which came with the release): the lock try (session level) with the
+        # snapshot; the grants committed, the lock released and the check's snapshot.
+        snapshot = first if first is not None else slots_pg.pass_begin()
         if snapshot is None:
             return None
         try:

@@ -1,10 +1,10 @@
 """PostgreSQL fast path of releases and grants: a release in one statement (no grant lock), and under the grant
-lock the snapshot in one statement (runs/slots/pg_snapshot.py) and the grants applied (slots held, runs
-`starting`, status events) in another. A catch-up pass runs its own transaction so that BEGIN travels with the
-lock try and the snapshot, and COMMIT with the check's snapshot: three round trips a pass. SQL only loads and
-writes: which moves are allowed and which columns a move stamps are parameters from
-runs.lifecycle (through runs/stores.py), and which runs get a slot is decided by the pure
-`runs.slots.grant.grant` on the snapshot these queries return.
+lock the snapshot in one statement (runs/slots/pg_snapshot.py) and the grants (slots held, runs `starting`,
+status events) in another. A catch-up pass holds the lock at session level, outside any transaction: its lock
+try travels with the snapshot (for a release's first pass, in the release's own message), and its grants with
+BEGIN, COMMIT, the unlock and the check's snapshot. SQL only loads and writes: which moves are allowed and which
+columns a move stamps are parameters from runs.lifecycle (through runs/stores.py), and which runs get a slot is
+decided by the pure `runs.slots.grant.grant` on the snapshot these queries return.
 """
 
 from __future__ import annotations
@@ -190,18 +190,18 @@ def release(
     allowed_from: list[str],
     source: str,
     now: datetime,
-    columns: dict[str, Any],
+    columns: Columns,
     probe: bool = False,
-) -> tuple[Run | None, bool]:
+) -> tuple[Run | None, Snapshot | None]:
     """Finish a run (status, finished_at, error, numbered `status` event, slot deleted) in one statement, without
     the grant lock: granting the freed capacity is a separate step (runs.lifecycle.grants_catch_up). The Run
     (None when the run's status does not allow the move: the caller decides, no-op or error) carries
     `previous_status`.
 
-    `probe` (autocommit only): the same message then commits and asks whether the grant lock is free right
-    after that commit (`pg_try_advisory_xact_lock` in a transaction of its own, which ends with the message).
-    False: a holder had it then, and that holder's check after its own commit sees this release. Without
-    `probe`, the bool is True."""
+    `probe` (autocommit only): the same message then commits, tries the grant lock at session level and fetches
+    the snapshot (window 0), as `pass_begin` does. A snapshot back: this session holds the lock, and the caller
+    must run the pass on it (`pass_finish` or `pass_abort` release the lock). None: a holder had the lock then,
+    and that holder's check after it released the lock sees this release."""
     params: dict[str, Any] = {
         "run": run_id,
         "status": status,
@@ -213,23 +213,35 @@ def release(
     }
     text = _RELEASE_SQL.format(columns=_set_columns(columns, params), returning=_returning())
     sql = prepared.statement(text).sql()
+    parse = None
     if probe:
-        # One simple-query message runs as one implicit transaction up to the COMMIT; the probe runs after it.
-        sql += ";\nCOMMIT;\nSELECT pg_try_advisory_xact_lock(%(lock)s)"
-    with connection.cursor() as cursor:
-        cursor.execute(sql, params)
-        names = [c.name for c in cursor.description]
-        values = cursor.fetchone()
-        lock_free = True
-        if probe:
-            cursor.nextset()  # the COMMIT
-            cursor.nextset()
-            lock_free = bool(cursor.fetchone()[0])
-    if values is None:
-        return None, lock_free
-    if dict(zip(names, values))["events_added"] != 1:
-        raise RuntimeError(f"run {run_id}: status event not stored")
-    return _run_from_row(names, values), lock_free
+        # One simple-query message runs as one implicit transaction up to the COMMIT; the lock try runs after it.
+        snapshot_sql, snapshot_params, parse = pg_snapshot.query(window=0)
+        params.update(snapshot_params)
+        sql += f";\nCOMMIT;\nSELECT pg_try_advisory_lock(%(lock)s);\n{snapshot_sql}"
+    held = False
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute(sql, params)
+            names = [c.name for c in cursor.description]
+            values = cursor.fetchone()
+            snapshot = None
+            if parse is not None:
+                cursor.nextset()  # the COMMIT
+                cursor.nextset()
+                held = bool(cursor.fetchone()[0])
+                cursor.nextset()
+                if held:
+                    snapshot = parse(cursor.fetchall()) or _fetch_again()
+        if values is None:
+            return None, snapshot
+        if dict(zip(names, values))["events_added"] != 1:
+            raise RuntimeError(f"run {run_id}: status event not stored")
+        return _run_from_row(names, values), snapshot
+    except BaseException:
+        if held:
+            pass_abort()
+        raise
 
 
 def _apply_statement(

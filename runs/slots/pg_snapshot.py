@@ -35,11 +35,11 @@ VERSION_SQL = (
 )
 
 # Parts (first column): 0 a held slot, 1 a waiting head, 2 an alive node, 3 the settings version. Held slots
-# and counts exclude %(run)s (0: none): the snapshot as it would be once that run is released. LIMIT mirrors
+# and counts exclude %(excluded)s (0: none): the snapshot as it would be once that run is released. LIMIT mirrors
 # Snapshot.head_budget (min(free slots, class headroom)) plus %(window)s later runs for backfill.
 SNAPSHOT_SQL = f"""WITH
 held_rows AS (SELECT run_id, run_class, granted_at, time_limit_seconds, demand, placement FROM runs_slot
-              WHERE state = 'held' AND run_id <> %(run)s),
+              WHERE state = 'held' AND run_id <> %(excluded)s),
 held AS (SELECT run_class, count(*)::int AS n FROM held_rows GROUP BY run_class),
 budget AS (SELECT c.run_class,
                   GREATEST(0, LEAST(%(max_total)s::int - (SELECT coalesce(sum(n), 0) FROM held)::int,
@@ -48,7 +48,7 @@ budget AS (SELECT c.run_class,
            LEFT JOIN held h ON h.run_class = c.run_class),
 heads AS (SELECT w.* FROM budget CROSS JOIN LATERAL (
             SELECT s.run_class, s.run_id, s.requested_at, s.demand, s.strategy, s.time_limit_seconds FROM runs_slot s
-            WHERE s.state = 'waiting' AND s.run_class = budget.run_class AND s.run_id <> %(run)s
+            WHERE s.state = 'waiting' AND s.run_class = budget.run_class AND s.run_id <> %(excluded)s
             ORDER BY s.requested_at, s.run_id
             LIMIT CASE WHEN budget.b > 0 THEN budget.b + %(window)s ELSE 0 END) w)
 SELECT 0, run_id, run_class::text, granted_at, time_limit_seconds, demand::text, placement::text FROM held_rows
@@ -136,7 +136,7 @@ def query(*, exclude_run: int = 0, window: int) -> tuple[str, dict[str, Any], Ca
     changed since the cached policy (then `policy_for_grant_reload` and `fetch`). For callers that send it in
     one message with other statements."""
     version, policy = _cached_policy() or policy_for_grant_reload()
-    params = {"run": exclude_run, **policy_params(policy, window=window)}
+    params = {"excluded": exclude_run, **policy_params(policy, window=window)}
 
     def parse(rows: list[tuple]) -> Snapshot | None:
         snapshot, seen = _snapshot_from(rows, policy)

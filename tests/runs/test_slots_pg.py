@@ -295,3 +295,22 @@ def test_a_catch_up_pass_leaves_when_the_lock_is_held(user, handoffs):
         done.set()
         thread.join(15)
     assert Run.objects.get(pk=second.pk).status == RunStatus.STARTING  # the holder's check granted it
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_release_that_takes_the_lock_always_releases_it(user, handoffs, monkeypatch):
+    """Outside a transaction the release's message takes the grant lock (session level) with the snapshot when it
+    is free; the pass on that snapshot releases it, even when publishing the finish fails or the move was a no-op."""
+    services.settings_update(changes={"max_total": 1}, partial=True, by=None)
+    first, second, third = submit(user, name="a"), submit(user, name="b"), submit(user, name="c")
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("publish failed")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(lifecycle, "moved_publish", broken)
+        with pytest.raises(RuntimeError, match="publish failed"):
+            services.run_finish(run=first, status=RunStatus.SUCCEEDED)
+    assert _idle_and_lock_free() and Run.objects.get(pk=second.pk).status == RunStatus.STARTING
+    assert services.run_finish(run=first, status=RunStatus.FAILED).status == RunStatus.SUCCEEDED  # a no-op
+    assert _idle_and_lock_free() and Run.objects.get(pk=third.pk).status == RunStatus.QUEUED
