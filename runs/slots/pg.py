@@ -260,23 +260,13 @@ def _apply_statement(
     return prepared.statement(_APPLY_SQL.format(columns=_set_columns(columns, params))).sql(), params
 
 
+_MOVED = ("id", "last_seq", "owner_id", "name", "run_class", "error", "previous", "requested_at")  # r.id onwards
+
+
 def _moved(rows: list[tuple], ids: list[int], status: str, allowed_from: list[str]) -> list[dict[str, Any]]:
     """One dict per moved run from the grant statement's rows; InvalidTransition when it wrote nothing."""
     slots_held, events = (rows[0][0], rows[0][1]) if rows else (0, 0)
-    moved = [
-        {
-            "id": r[2],
-            "last_seq": r[3],
-            "owner_id": r[4],
-            "name": r[5],
-            "run_class": r[6],
-            "error": r[7],
-            "previous": r[8],
-            "requested_at": r[9],
-        }
-        for r in rows
-        if r[2] is not None
-    ]
+    moved = [dict(zip(_MOVED, r[2:])) for r in rows if r[2] is not None]
     if slots_held != len(ids) or len(moved) != len(ids) or events != len(ids):
         raise InvalidTransition(
             f"cannot move runs {ids} to {status}: found {slots_held} waiting slots and "
