@@ -205,8 +205,7 @@ def _started(run: Run, *, placement: list[Any] | None) -> str:
         locked = Run.objects.select_for_update().get(pk=run.pk)
         if locked.status != RunStatus.STARTING:
             return locked.status
-        lifecycle.run_status_change(run=locked, status=RunStatus.RUNNING)
-        Run.objects.filter(pk=run.pk).update(pending_reason="", pending_detail="")
+        lifecycle.run_status_change(run=locked, status=RunStatus.RUNNING)  # clears the pending reason too
         if placement and all(isinstance(n, str) for n in placement):
             Slot.objects.filter(run_id=run.pk).update(placement=placement)
     return RunStatus.RUNNING

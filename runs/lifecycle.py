@@ -27,7 +27,8 @@ from runs.errors import InvalidInput, InvalidTransition
 from runs.metrics.hooks import grants_record
 from runs.models import FINISHED_STATUSES, Run, RunStatus
 from runs.slots import store as slot_store
-from runs.stores import Moved, moved_publish, run_store, status_write
+from runs.slots.grant import Snapshot
+from runs.stores import Moved, RunStore, moved_publish, run_store, status_write
 
 STATES: tuple[str, ...] = tuple(RunStatus.values)
 # Allowed moves; anything else is a bug in the caller and raises InvalidTransition.
@@ -63,14 +64,15 @@ def allowed_from(status: str) -> list[str]:
     return sorted(previous for previous, targets in TRANSITIONS.items() if status in targets)
 
 
-def stamp(status: str, now: datetime) -> dict[str, datetime | None]:
-    """The timestamp columns a move to `status` sets (besides status, error and last_seq)."""
+def stamp(status: str, now: datetime) -> dict[str, Any]:
+    """The columns a move to `status` sets besides status, error and last_seq: its timestamps and, once the run
+    runs or ends, its pending reason cleared (a `starting` run's `waiting_for_resources` is over)."""
     if status == RunStatus.STARTING:
         return {"granted_at": now, "started_at": None, "heartbeat_at": None}
     if status == RunStatus.RUNNING:
-        return {"started_at": now, "heartbeat_at": now}
+        return {"started_at": now, "heartbeat_at": now, "pending_reason": "", "pending_detail": ""}
     if status in FINISHED_STATUSES:
-        return {"finished_at": now}
+        return {"finished_at": now, "pending_reason": "", "pending_detail": ""}
     if status == RunStatus.QUEUED:
         return {"granted_at": None, "started_at": None, "finished_at": None, "heartbeat_at": None}
     return {}
@@ -104,24 +106,26 @@ def run_status_change(*, run: Run, status: str, error: str | None = None, now: d
 
 def grant_pass(*, reason: str, now: datetime | None = None) -> list[int]:
     """Grant under the lock (already held): runs move to `starting` and are handed to the launcher after commit."""
-    granted = _grant(reason=reason, now=now or timezone.now(), try_lock=False)
-    assert granted is not None  # only a pass that tries the lock can find it taken
-    return granted
+    now = now or timezone.now()
+    moved = run_store().grant(now=now, allowed=allowed_from(RunStatus.STARTING), columns=stamp(RunStatus.STARTING, now))
+    _granted(moved, reason=reason, now=now)
+    return [m.run_id for m in moved]
 
 
-def _grant(*, reason: str, now: datetime, try_lock: bool) -> list[int] | None:
-    moved = run_store().grant(
-        now=now, allowed=allowed_from(RunStatus.STARTING), columns=stamp(RunStatus.STARTING, now), try_lock=try_lock
-    )
-    if moved is None:
-        return None
+def _granted(moved: list[Moved], *, reason: str, now: datetime, waits: list[tuple[str, float]] | None = None) -> None:
+    """Granted runs published, handed to the launcher and counted, after the commit (at once when committed).
+    `waits`: add their admission waits there (the caller records them) instead of recording them here."""
     for m in moved:
         moved_publish(m, ts=now.timestamp())
         task_after_commit(TASK_DISPATCH, m.run_id)
-    if moved:
-        logger.debug("grant (%s): %s", reason, [m.run_id for m in moved])
-        transaction.on_commit(functools.partial(grants_record, [m.run_id for m in moved], now), robust=True)
-    return [m.run_id for m in moved]
+    if not moved:
+        return
+    logger.debug("grant (%s): %s", reason, [m.run_id for m in moved])
+    mine = [(m.run_class, (now - m.requested_at).total_seconds()) for m in moved if m.requested_at is not None]
+    if waits is not None:
+        waits.extend(mine)
+    else:
+        transaction.on_commit(functools.partial(grants_record, mine), robust=True)
 
 
 def slots_grant(*, reason: str = "tick") -> list[int]:
@@ -131,30 +135,46 @@ def slots_grant(*, reason: str = "tick") -> list[int]:
         return grant_pass(reason=reason)
 
 
-def grants_catch_up(*, reason: str = "catch-up", check_first: bool = True) -> list[int]:
+def grants_catch_up(*, reason: str = "catch-up", check_first: bool = True, first: Snapshot | None = None) -> list[int]:
     """After a commit (never inside a transaction): grant what releases committed so far have freed, in passes of
-    one locked transaction each, until a check without the lock finds nothing to grant. Stops, too, when
-    another transaction holds the lock: that holder runs this after its own commit, and its check then sees
-    every release committed before (the argument is in docs/slots.md). PostgreSQL; the tick is the fallback."""
+    one locked transaction each (`RunStore.catch_up_pass`: it commits, then checks without the lock), until a
+    check finds nothing to grant. Stops, too, when another transaction holds the lock: that holder runs this
+    after its own commit, and its check then sees every release committed before (the argument is in
+    docs/slots.md). PostgreSQL; the tick is the fallback. `check_first`: check before the first pass. `first`:
+    this session holds the lock already with this snapshot (a release's probe): the first pass runs on it."""
     store = run_store()
     granted: list[int] = []
-    idle_passes = 0
-    while idle_passes < CATCH_UP_IDLE_PASSES:
-        if check_first and not store.grant_pending():
-            return granted
-        check_first = True
-        try:
-            with transaction.atomic():
-                with slot_store.catching_up():  # left before the commit: on-commit work runs outside it
-                    passed = _grant(reason=reason, now=timezone.now(), try_lock=True)
-        except InvalidTransition:  # a chosen run was finished meanwhile (without the lock): decide again
-            passed = []
-        if passed is None:
-            return granted
-        granted += passed
-        idle_passes = 0 if passed else idle_passes + 1
-    logger.warning("grant catch-up: the check keeps finding grants the locked pass does not make; the tick retries")
+    waits: list[tuple[str, float]] = []
+    try:
+        _catch_up(store, reason=reason, check_first=check_first, first=first, granted=granted, waits=waits)
+    finally:
+        grants_record(waits)  # one metrics write for all passes (committed ones only)
     return granted
+
+
+def _catch_up(
+    store: RunStore, *, reason: str, check_first: bool, first: Snapshot | None, granted: list[int], waits: list
+) -> None:
+    idle_passes = 0
+    pending = first is not None or not check_first or store.grant_pending()
+    while pending:
+        if idle_passes >= CATCH_UP_IDLE_PASSES:
+            logger.warning("grant catch-up: the check keeps finding grants the locked pass does not make; tick retries")
+            return
+        now = timezone.now()
+        try:
+            held, first = first, None
+            passed = store.catch_up_pass(
+                now=now, allowed=allowed_from(RunStatus.STARTING), columns=stamp(RunStatus.STARTING, now), first=held
+            )
+        except InvalidTransition:  # a chosen run was finished meanwhile (without the lock): decide again
+            passed = [], store.grant_pending()
+        if passed is None:
+            return
+        moved, pending = passed
+        _granted(moved, reason=reason, now=now, waits=waits)  # committed: published and handed over at once
+        granted += [m.run_id for m in moved]
+        idle_passes = 0 if moved else idle_passes + 1
 
 
 slot_store.after_unlock_register(grants_catch_up)
@@ -204,7 +224,7 @@ def run_finish(*, run: Run, status: str, error: str = "", stop_job: bool = False
     now = timezone.now()
     store = run_store()
 
-    def release(probe: bool) -> tuple[Run | None, bool]:
+    def release(probe: bool) -> tuple[Run | None, Snapshot | None]:
         allowed, columns = allowed_from(status), stamp(status, now)
         return store.finish(
             run_id=run.pk, status=status, error=error, now=now, allowed=allowed, columns=columns, probe=probe
@@ -212,11 +232,14 @@ def run_finish(*, run: Run, status: str, error: str = "", stop_job: bool = False
 
     if store.releases_unlocked and not connection.in_atomic_block:
         # PostgreSQL, no caller's transaction: the release is one statement, committed on its own (autocommit),
-        # then, in the same round trip, a probe of the grant lock: taken, its holder grants for this release.
-        finished, lock_free = release(probe=True)
+        # then, in the same round trip, a try of the grant lock with the snapshot: taken by another, its holder
+        # grants for this release; taken here (`held`), the first pass runs on that snapshot and releases it.
+        finished, held = release(probe=True)
         if finished is not None:
-            _finished(finished, now=now, stop_job=stop_job, grant="after" if lock_free else "holder")
+            _finished(finished, now=now, stop_job=stop_job, grant="after" if held is not None else "holder", held=held)
             return finished
+        if held is not None:
+            _grant_after_release(run, held)  # nothing was freed, but the lock must go: the pass releases it
         return _refused(run, status)
     # No savepoint when nested (the release is one statement on PostgreSQL). A refused move writes nothing and is
     # raised after the block, so the caller's transaction stays usable.
@@ -229,24 +252,30 @@ def run_finish(*, run: Run, status: str, error: str = "", stop_job: bool = False
     return _refused(run, status)
 
 
-def _finished(run: Run, *, now: datetime, stop_job: bool, grant: str) -> None:
+def _finished(run: Run, *, now: datetime, stop_job: bool, grant: str, held: Snapshot | None = None) -> None:
     """What follows a release: its publishing, the grant (`now`: this transaction holds the lock; `after`: the
-    release is committed; `on_commit`; `holder`: committed, and the lock's holder then grants for it), the
-    follow-ups and the job's stop (after commit)."""
-    moved_publish(Moved.of(run, status=run.status, previous=run.previous_status), ts=now.timestamp())
+    release is committed, and `held` the snapshot read under the lock its probe took; `on_commit`; `holder`:
+    committed, and the lock's holder then grants for it), the follow-ups and the job's stop (after commit)."""
+    try:
+        moved_publish(Moved.of(run, status=run.status, previous=run.previous_status), ts=now.timestamp())
+    finally:
+        if grant == "after":  # even when publishing failed: a held lock must be released
+            _grant_after_release(run, held)
     if grant == "now":
         grant_pass(reason="release", now=now)
-    elif grant == "after":
-        try:
-            grants_catch_up(reason="release", check_first=False)
-        except Exception:  # noqa: BLE001 - the release is committed: it must not look failed; the tick grants
-            logger.exception("run %s: granting after its release failed", run.pk)
     elif grant == "on_commit":
         catch_up = functools.partial(grants_catch_up, reason="release", check_first=False)
         transaction.on_commit(catch_up, robust=True)
     _followups_schedule(run)
     if stop_job:
         task_after_commit(TASK_STOP, run.pk)
+
+
+def _grant_after_release(run: Run, held: Snapshot | None) -> None:
+    try:
+        grants_catch_up(reason="release", check_first=False, first=held)
+    except Exception:  # noqa: BLE001 - the release is committed: it must not look failed; the tick grants
+        logger.exception("run %s: granting after its release failed", run.pk)
 
 
 def _refused(run: Run, status: str) -> Run:

@@ -7,22 +7,22 @@ runs.lifecycle, the one owner of the state machine. Also the ORM writer of a sin
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
-from typing import Protocol
+from typing import Any, Protocol
 
 from django.db import connection, transaction
 from django.utils import timezone
 
 from runs.errors import InvalidTransition
 from runs.events import PLATFORM_SOURCE, run_event_to_dict
-from runs.models import Run, RunEvent, RunStatus
+from runs.models import Run, RunEvent, RunStatus, Slot
 from runs.realtime import dashboard_publish, run_event_publish
 from runs.slots import pg as slots_pg
 from runs.slots import store as slot_store
-from runs.slots.grant import grant
+from runs.slots.grant import Decision, Snapshot, grant, plan
 
-Columns = dict[str, datetime | None]
+Columns = dict[str, Any]  # a move's stamped columns (runs.lifecycle.stamp): timestamps, cleared text fields
 
 
 @dataclass(frozen=True)
@@ -37,6 +37,7 @@ class Moved:
     status: str
     previous: str | None
     error: str
+    requested_at: datetime | None = None  # a grant: when its slot was requested (the admission wait metric)
 
     @classmethod
     def of(cls, run: Run, *, status: str, previous: str | None) -> Moved:
@@ -121,22 +122,29 @@ class RunStore(Protocol):
         allowed: list[str],
         columns: Columns,
         probe: bool = False,
-    ) -> tuple[Run | None, bool]:
+    ) -> tuple[Run | None, Snapshot | None]:
         """Move the run to a finished `status` if it is in `allowed` and release its slot (taking the grant lock
         first unless `releases_unlocked`). Returns the run (carrying `previous_status`; None when the move is
-        refused: nothing written) and, with `probe` (releases_unlocked, autocommit), whether the grant lock was
-        free right after the release committed (else True)."""
+        refused: nothing written) and, with `probe` (releases_unlocked, autocommit), the grant snapshot when this
+        session took the grant lock right after the release committed: the caller must then run a catch-up pass
+        on it (`catch_up_pass(first=...)`, which releases the lock); else None."""
         ...
 
-    def grant(
-        self, *, now: datetime, allowed: list[str], columns: Columns, try_lock: bool = False
-    ) -> list[Moved] | None:
-        """One grant pass: hold the decided slots, move their runs to `starting`. The caller holds the lock, or
-        (`try_lock`) the pass tries to take it first: None when another transaction holds it."""
+    def grant(self, *, now: datetime, allowed: list[str], columns: Columns) -> list[Moved]:
+        """One grant pass under the lock the caller holds: hold the decided slots, move their runs to `starting`."""
         ...
 
     def grant_pending(self) -> bool:
         """Whether a grant pass would grant anything now (read only, no lock)."""
+        ...
+
+    def catch_up_pass(
+        self, *, now: datetime, allowed: list[str], columns: Columns, first: Snapshot | None = None
+    ) -> tuple[list[Moved], bool] | None:
+        """A grant pass of its own (called outside any transaction): try the lock (None when another transaction
+        holds it: nothing written), grant, commit, then check without the lock. `first`: the lock is held
+        already, with this snapshot (`finish` with `probe`). Returns the moves (committed: the caller publishes
+        them) and whether the check found more to grant."""
         ...
 
 
@@ -153,34 +161,42 @@ class OrmStore:
         allowed: list[str],
         columns: Columns,
         probe: bool = False,
-    ) -> tuple[Run | None, bool]:
+    ) -> tuple[Run | None, Snapshot | None]:
         slot_store.slots_lock()
         locked = Run.objects.select_for_update().get(pk=run_id)
         if locked.status not in allowed:
-            return None, True
+            return None, None
         previous = locked.status
         status_write(run=locked, status=status, error=error, now=now, columns=columns)
         slot_store.slot_release(run_id=run_id)
         locked.previous_status = previous
-        return locked, True
+        return locked, None
 
-    def grant(
-        self, *, now: datetime, allowed: list[str], columns: Columns, try_lock: bool = False
-    ) -> list[Moved] | None:
-        if try_lock and not slot_store.slots_try_lock():
-            return None
+    def grant(self, *, now: datetime, allowed: list[str], columns: Columns) -> list[Moved]:
         ids = [d.run_id for d in slot_store.slots_grant_locked(now=now)]
         by_id = Run.objects.select_for_update().in_bulk(ids)
+        requested = dict(Slot.objects.filter(run_id__in=ids).values_list("run_id", "requested_at"))
         moved = []
         for run_id in ids:
             run = by_id[run_id]
             if run.status not in allowed:
                 raise InvalidTransition(f"cannot move run {run_id} from {run.status} to starting", field="status")
-            moved.append(status_write(run=run, status=RunStatus.STARTING, error=None, now=now, columns=columns))
+            m = status_write(run=run, status=RunStatus.STARTING, error=None, now=now, columns=columns)
+            moved.append(replace(m, requested_at=requested.get(run_id)))
         return moved
 
     def grant_pending(self) -> bool:
         return bool(grant(slot_store.snapshot_load(slot_store.policy_load(fresh=True)), timezone.now()))
+
+    def catch_up_pass(
+        self, *, now: datetime, allowed: list[str], columns: Columns, first: Snapshot | None = None
+    ) -> tuple[list[Moved], bool] | None:
+        assert first is None  # finish() never hands over a held lock here
+        with transaction.atomic():
+            if not slot_store.slots_try_lock():
+                return None
+            moved = self.grant(now=now, allowed=allowed, columns=columns)
+        return moved, self.grant_pending()
 
 
 class PgStore:
@@ -196,7 +212,7 @@ class PgStore:
         allowed: list[str],
         columns: Columns,
         probe: bool = False,
-    ) -> tuple[Run | None, bool]:
+    ) -> tuple[Run | None, Snapshot | None]:
         return slots_pg.release(
             run_id=run_id,
             status=status,
@@ -208,13 +224,37 @@ class PgStore:
             probe=probe,
         )
 
-    def grant(
-        self, *, now: datetime, allowed: list[str], columns: Columns, try_lock: bool = False
-    ) -> list[Moved] | None:
-        snapshot = slots_pg.snapshot_fetch_try_lock() if try_lock else slots_pg.snapshot_fetch()
+    def grant(self, *, now: datetime, allowed: list[str], columns: Columns) -> list[Moved]:
+        return self._apply(_decide(slots_pg.snapshot_fetch(window=0), now), now=now, allowed=allowed, columns=columns)
+
+    def grant_pending(self) -> bool:
+        return bool(_decide(slots_pg.snapshot_fetch(window=0), timezone.now()))
+
+    def catch_up_pass(
+        self, *, now: datetime, allowed: list[str], columns: Columns, first: Snapshot | None = None
+    ) -> tuple[list[Moved], bool] | None:
+        # Two round trips (one with `first`, which came with the release): the lock try (session level) with the
+        # snapshot; the grants committed, the lock released and the check's snapshot.
+        snapshot = first if first is not None else slots_pg.pass_begin()
         if snapshot is None:
             return None
-        decisions = grant(snapshot, now)
+        try:
+            decisions = _decide(snapshot, now)
+        except BaseException:
+            slots_pg.pass_abort()
+            raise
+        rows, check = slots_pg.pass_finish(
+            decisions=decisions,
+            now=now,
+            source=PLATFORM_SOURCE,
+            status=RunStatus.STARTING,
+            allowed_from=allowed,
+            columns=columns,
+        )
+        return [_moved(r) for r in rows], bool(_decide(check, timezone.now()))
+
+    @staticmethod
+    def _apply(decisions: list[Decision], *, now: datetime, allowed: list[str], columns: Columns) -> list[Moved]:
         if not decisions:
             return []
         rows = slots_pg.grants_apply(
@@ -225,22 +265,31 @@ class PgStore:
             allowed_from=allowed,
             columns=columns,
         )
-        return [
-            Moved(
-                run_id=r["id"],
-                seq=r["last_seq"],
-                owner_id=r["owner_id"],
-                name=r["name"],
-                run_class=r["run_class"],
-                status=RunStatus.STARTING,
-                previous=r["previous"],
-                error=r["error"],
-            )
-            for r in rows
-        ]
+        return [_moved(r) for r in rows]
 
-    def grant_pending(self) -> bool:
-        return bool(grant(slots_pg.snapshot_fetch(), timezone.now()))
+
+def _moved(row: dict[str, Any]) -> Moved:
+    return Moved(
+        run_id=row["id"],
+        seq=row["last_seq"],
+        owner_id=row["owner_id"],
+        name=row["name"],
+        run_class=row["run_class"],
+        status=RunStatus.STARTING,
+        previous=row["previous"],
+        error=row["error"],
+        requested_at=row["requested_at"],
+    )
+
+
+def _decide(snapshot: Snapshot, now: datetime) -> list[Decision]:
+    """The grants for a snapshot loaded without the backfill window (the heads a pass could take). When the pass
+    passed over a run that did not fit, later runs may be backfilled: decide again on a snapshot with the window
+    (`Plan.passed_over` says why the first answer is otherwise the same)."""
+    result = plan(snapshot, now)
+    if result.passed_over:
+        result = plan(slots_pg.snapshot_fetch(), now)
+    return result.decisions
 
 
 ORM_STORE = OrmStore()

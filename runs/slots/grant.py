@@ -124,6 +124,10 @@ class Plan:
     decisions: list[Decision]
     reserved: int | None = None  # the reserved head's run id
     shadow: datetime | None = None  # when it could start at the latest (None: not known)
+    # Candidates taken in grant order but not granted (did not fit, or not backfillable). 0: the pass took only
+    # runs it granted, so it used no waiting run beyond each class's `head_budget`: a snapshot without the
+    # backfill window (loaders' window 0) gives the same decisions.
+    passed_over: int = 0
 
 
 def blocking_reason(policy: Policy, held: dict[str, int], run_class: str) -> str | None:
@@ -178,6 +182,7 @@ def plan(snapshot: Snapshot, now: datetime) -> Plan:
     queues = {k: snapshot.waiting.get(k, []) for k in CLASSES}
     reserved: tuple[int, datetime | None] | None = None
     decisions: list[Decision] = []
+    passed_over = 0
     while sum(held.values()) < policy.max_total:
         best: tuple[int, datetime, int] | None = None
         best_class = ""
@@ -199,10 +204,12 @@ def plan(snapshot: Snapshot, now: datetime) -> Plan:
         end = latest_end(now, run.time_limit_seconds)
         if reserved is not None:  # backfill: fits now and is gone by the head's shadow time
             if placement is None or reserved[1] is None or end is None or end > reserved[1]:
+                passed_over += 1
                 continue
         elif placement is None:
             if pack(run.demand, snapshot.capacity, run.strategy) is not None:
                 reserved = (run.run_id, shadow_time(run.demand, run.strategy, free, endings, now))
+            passed_over += 1
             continue
         for bundle, node in zip(run.demand, placement):
             free[node] = free[node] - bundle
@@ -219,8 +226,8 @@ def plan(snapshot: Snapshot, now: datetime) -> Plan:
             )
         )
     if reserved is None:
-        return Plan(decisions)
-    return Plan(decisions, reserved=reserved[0], shadow=reserved[1])
+        return Plan(decisions, passed_over=passed_over)
+    return Plan(decisions, reserved=reserved[0], shadow=reserved[1], passed_over=passed_over)
 
 
 def grant(snapshot: Snapshot, now: datetime) -> list[Decision]:

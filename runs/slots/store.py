@@ -11,8 +11,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
@@ -32,7 +31,6 @@ _cache_lock = threading.Lock()
 _cached: tuple[float, Policy] | None = None
 
 _after_unlock: Callable[[], object] | None = None
-_local = threading.local()  # .catching_up: this thread's catch-up loop holds the lock and checks by itself
 
 
 def after_unlock_register(hook: Callable[[], object]) -> None:
@@ -58,19 +56,7 @@ def lock_held() -> bool:
     SQLite: any transaction holds the write lock (BEGIN IMMEDIATE)."""
     if connection.vendor != "postgresql":
         return connection.in_atomic_block
-    if getattr(_local, "catching_up", False):
-        return True
     return any(hook[1] is _after_commit for hook in connection.run_on_commit)
-
-
-@contextmanager
-def catching_up() -> Iterator[None]:
-    """The catch-up loop's locked pass: it checks again after its commit itself, so no hook is registered."""
-    _local.catching_up = True
-    try:
-        yield
-    finally:
-        _local.catching_up = False
 
 
 def slots_lock() -> None:
@@ -103,8 +89,7 @@ def slots_try_lock() -> bool:
 
 def lock_taken() -> None:
     """The current transaction just took the grant lock (PostgreSQL): catch up after its commit."""
-    if not getattr(_local, "catching_up", False):
-        _holding()
+    _holding()
 
 
 def policy_stored_raw() -> dict:
@@ -167,25 +152,31 @@ def demand_of(bundles: Any) -> tuple[Res, ...]:
     return tuple(out)
 
 
+def placement_of(placement: Any) -> tuple[str, ...]:
+    """Stored placement JSON (Slot.placement) -> the node id of each bundle; a damaged entry is no node."""
+    return tuple(p if isinstance(p, str) else "" for p in (placement if isinstance(placement, list) else []))
+
+
 def held_slot(run_id: int, run_class: str, granted_at: Any, limit: int | None, demand: Any, placement: Any) -> HeldSlot:
-    """A held slot from its stored columns (both loaders: the ORM here, the SQL in pg.py)."""
-    nodes = tuple(p if isinstance(p, str) else "" for p in (placement if isinstance(placement, list) else []))
-    return HeldSlot(run_id, run_class, granted_at, limit, demand_of(demand), nodes)
+    """A held slot from its stored columns (the ORM loader; pg_snapshot.py parses the same columns the same way)."""
+    return HeldSlot(run_id, run_class, granted_at, limit, demand_of(demand), placement_of(placement))
 
 
 def waiting_slot(run_id: int, requested_at: datetime, demand: Any, strategy: str, limit: int | None) -> WaitingSlot:
     return WaitingSlot(run_id, requested_at, demand_of(demand), strategy or "PACK", limit)
 
 
+def node_total_of(node_total: Any) -> Res:
+    """A node's stored total JSON (ClusterNode.total) -> its capacity (a damaged total counts as empty)."""
+    try:
+        return Res.from_json(node_total if isinstance(node_total, dict) else {})
+    except ValueError:
+        return Res()
+
+
 def capacity_of(rows: Any) -> dict[str, Res]:
-    """(node_id, total JSON) of alive nodes -> capacity per node (a damaged total counts as empty)."""
-    out = {}
-    for node_id, node_total in rows:
-        try:
-            out[node_id] = Res.from_json(node_total if isinstance(node_total, dict) else {})
-        except ValueError:
-            out[node_id] = Res()
-    return out
+    """(node_id, total JSON) of alive nodes -> capacity per node."""
+    return {node_id: node_total_of(node_total) for node_id, node_total in rows}
 
 
 def capacity_load() -> dict[str, Res]:
@@ -289,7 +280,6 @@ __all__ = [
     "GRANT_LOCK_KEY",
     "after_unlock_register",
     "capacity_load",
-    "catching_up",
     "held_load",
     "lock_held",
     "lock_taken",

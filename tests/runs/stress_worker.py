@@ -169,7 +169,7 @@ def finishers(ops: int) -> None:
     from runs.slots import pg
 
     busy = 0
-    try_lock = pg.snapshot_fetch_try_lock
+    try_lock = pg.pass_begin
 
     def counted() -> object:
         nonlocal busy
@@ -177,7 +177,7 @@ def finishers(ops: int) -> None:
         busy += snapshot is None
         return snapshot
 
-    pg.snapshot_fetch_try_lock = counted
+    pg.pass_begin = counted
     done, starved_since = 0, None
     while done < ops:
         with transaction.atomic():

@@ -20,7 +20,17 @@ from runs.stores import ORM_STORE, PG_STORE
 pytestmark = pytest.mark.django_db
 
 STATES = lifecycle.STATES
-FIELDS = ("status", "error", "granted_at", "started_at", "finished_at", "heartbeat_at", "last_seq")
+FIELDS = (
+    "status",
+    "error",
+    "granted_at",
+    "started_at",
+    "finished_at",
+    "heartbeat_at",
+    "last_seq",
+    "pending_reason",
+    "pending_detail",
+)
 
 
 @pytest.fixture(autouse=True)
@@ -40,6 +50,8 @@ def _run_in(user, status: str, slot: str, then) -> Run:
         granted_at=then,
         started_at=then,
         heartbeat_at=then,
+        pending_reason="waiting_for_resources",
+        pending_detail="PACK group pending",
     )
     Slot.objects.create(
         run_id=run.pk,
@@ -75,6 +87,8 @@ def test_finish_moves_agree(user, previous, status):
             assert (finished is not None) == lifecycle.move_allowed(previous, status), (store, previous, status)
             values, event, slot = _outcome(run.pk)
             results.append((finished is not None, values, event and event["data"], slot))
+            if finished is not None:  # a finished run waits for nothing
+                assert values[FIELDS.index("pending_reason")] == values[FIELDS.index("pending_detail")] == ""
             transaction.set_rollback(True)
     assert results[0] == results[1]
 

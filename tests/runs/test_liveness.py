@@ -11,7 +11,7 @@ import pytest
 from django.test import Client
 from django.utils import timezone
 
-from runs import services
+from runs import selectors, services
 from runs.execution import capacity, liveness
 from runs.models import ClusterNode, ClusterStatus, Run, RunEvent, RunStatus, Slot, SlotState
 from tests.runs.helpers import TEST_JOB_KIND
@@ -73,6 +73,15 @@ def test_waiting_then_ready_moves_the_run_to_running_with_its_placement(user, ha
     assert Slot.objects.get(run=run).placement == ["na", "nb", "nb"]
     # A late `ready` (retried post) changes nothing.
     assert post(run, [resources(3, "ready", nodes=["x"])])["status"] == RunStatus.RUNNING
+
+
+def test_a_run_that_ends_while_waiting_for_resources_loses_its_pending_reason(user, handoffs):
+    run = submit(user)
+    post(run, [resources(1, "waiting", waited_s=0.0, detail="PACK group of 2 bundles pending")])
+    services.run_finish(run=run, status=RunStatus.FAILED, error="job lost")
+    run.refresh_from_db()
+    assert (run.status, run.pending_reason, run.pending_detail) == (RunStatus.FAILED, "", "")
+    assert selectors.runs_json([run])[0]["pending_reason"] is None
 
 
 def test_a_run_without_a_placement_group_runs_at_its_first_post(user, handoffs):

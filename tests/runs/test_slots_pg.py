@@ -9,11 +9,14 @@ import threading
 import pytest
 from django.db import close_old_connections, connection, transaction
 from django.utils import timezone
+from psycopg.pq import TransactionStatus
 
-from runs import services
+from runs import lifecycle, services, stores
 from runs.errors import InvalidTransition
 from runs.models import ClusterNode, ConcurrencySettings, Run, RunEvent, RunStatus, Slot, SlotState
 from runs.slots import pg, store
+from runs.slots.grant import Decision
+from runs.stores import PG_STORE
 from tests.runs.helpers import TEST_KIND
 from tests.runs.test_admission_db import nodes
 from tests.runs.test_admission_db import submit as res_submit
@@ -199,3 +202,115 @@ def test_two_concurrent_grants_cannot_both_take_the_last_cpu(user, handoffs):
     statuses = sorted(Run.objects.filter(pk__in=ids).values_list("status", flat=True))
     assert statuses == [RunStatus.QUEUED, RunStatus.STARTING]
     assert Slot.objects.filter(state=SlotState.HELD).count() == 1
+
+
+def _starting_args() -> dict:
+    now = timezone.now()
+    return {
+        "now": now,
+        "allowed": lifecycle.allowed_from(RunStatus.STARTING),
+        "columns": lifecycle.stamp("starting", now),
+    }
+
+
+def test_a_refused_grant_writes_nothing(user, handoffs):
+    """The grant statement is all or none: one chosen run that may no longer move leaves the others waiting."""
+    services.settings_update(changes={"max_total": 1}, partial=True, by=None)
+    submit(user, name="f")
+    a, b = submit(user, name="a"), submit(user, name="b")
+    Run.objects.filter(pk=b.pk).update(status=RunStatus.CANCELLED)
+    args = _starting_args()
+    with pytest.raises(InvalidTransition):
+        pg.grants_apply(
+            decisions=[Decision(a.pk, "api", args["now"]), Decision(b.pk, "api", args["now"])],
+            now=args["now"],
+            source="platform",
+            status=RunStatus.STARTING,
+            allowed_from=args["allowed"],
+            columns=args["columns"],
+        )
+    assert Run.objects.get(pk=a.pk).status == RunStatus.QUEUED and Slot.objects.get(run=a).state == SlotState.WAITING
+    assert not RunEvent.objects.filter(run=a, data__status="starting").exists()
+
+
+def _idle_and_lock_free() -> bool:
+    return connection.connection.info.transaction_status == TransactionStatus.IDLE and _lock_free_elsewhere()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_failed_catch_up_pass_leaves_the_lock_free(user, handoffs, monkeypatch):
+    services.settings_update(changes={"max_total": 1}, partial=True, by=None)
+    first, second = submit(user, name="a"), submit(user, name="b")
+    Slot.objects.filter(run=first).delete()  # capacity freed without a grant: the pass below has work
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("decision failed")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(stores, "plan", broken)
+        with pytest.raises(RuntimeError, match="decision failed"):
+            PG_STORE.catch_up_pass(**_starting_args())
+    assert _idle_and_lock_free()
+
+    begin = pg.pass_begin
+
+    def finished_meanwhile():  # the chosen run ends between the snapshot and the grant statement
+        snapshot = begin()
+        Run.objects.filter(pk=second.pk).update(status=RunStatus.CANCELLED)
+        return snapshot
+
+    with monkeypatch.context() as patched:
+        patched.setattr(pg, "pass_begin", finished_meanwhile)
+        with pytest.raises(InvalidTransition):
+            PG_STORE.catch_up_pass(**_starting_args())
+    assert _idle_and_lock_free() and Slot.objects.get(run=second).state == SlotState.WAITING
+    Run.objects.filter(pk=second.pk).update(status=RunStatus.QUEUED)
+    moved, pending = PG_STORE.catch_up_pass(**_starting_args())
+    assert [m.run_id for m in moved] == [second.pk] and not pending and _idle_and_lock_free()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_catch_up_pass_leaves_when_the_lock_is_held(user, handoffs):
+    services.settings_update(changes={"max_total": 1}, partial=True, by=None)
+    first, second = submit(user, name="a"), submit(user, name="b")
+    Slot.objects.filter(run=first).delete()
+    holding, done = threading.Event(), threading.Event()
+
+    def holder() -> None:
+        try:
+            with transaction.atomic():
+                store.slots_lock()
+                holding.set()
+                assert done.wait(15)
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=holder)
+    thread.start()
+    assert holding.wait(15)
+    try:
+        assert PG_STORE.catch_up_pass(**_starting_args()) is None
+        assert connection.connection.info.transaction_status == TransactionStatus.IDLE
+    finally:
+        done.set()
+        thread.join(15)
+    assert Run.objects.get(pk=second.pk).status == RunStatus.STARTING  # the holder's check granted it
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_release_that_takes_the_lock_always_releases_it(user, handoffs, monkeypatch):
+    """Outside a transaction the release's message takes the grant lock (session level) with the snapshot when it
+    is free; the pass on that snapshot releases it, even when publishing the finish fails or the move was a no-op."""
+    services.settings_update(changes={"max_total": 1}, partial=True, by=None)
+    first, second, third = submit(user, name="a"), submit(user, name="b"), submit(user, name="c")
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("publish failed")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(lifecycle, "moved_publish", broken)
+        with pytest.raises(RuntimeError, match="publish failed"):
+            services.run_finish(run=first, status=RunStatus.SUCCEEDED)
+    assert _idle_and_lock_free() and Run.objects.get(pk=second.pk).status == RunStatus.STARTING
+    assert services.run_finish(run=first, status=RunStatus.FAILED).status == RunStatus.SUCCEEDED  # a no-op
+    assert _idle_and_lock_free() and Run.objects.get(pk=third.pk).status == RunStatus.QUEUED
