@@ -1,4 +1,5 @@
-"""Stopping the server processes tests start: each runs in its own process group (start_new_session=True)."""
+"""The server processes tests start: the database they share with the test, and stopping them (each runs in its
+own process group, start_new_session=True)."""
 
 from __future__ import annotations
 
@@ -34,3 +35,13 @@ def stop_process_group(proc: subprocess.Popen | None, *, sig: int = signal.SIGTE
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(timeout=10)
+
+
+def committed_database_url(needs: str) -> str:
+    """The test database as a URL for the server processes a test starts (they see what it has committed).
+    `needs` names the tests in the failure when the suite does not run on PostgreSQL."""
+    from django.db import connection
+
+    assert connection.vendor == "postgresql", f"{needs} need PostgreSQL (set DATABASE_URL)"
+    db = connection.settings_dict
+    return f"postgres://{db['USER']}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}"

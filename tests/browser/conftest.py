@@ -9,10 +9,10 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
-from django.db import connection
 from playwright.sync_api import Browser, BrowserContext, Page, expect, sync_playwright
 
 from tests.browser.stack import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS, Emitter, Server, free_port, server_start
+from tests.processes import committed_database_url
 
 PASSWORD = "pw-browser"
 expect.set_options(timeout=10_000)
@@ -47,9 +47,7 @@ def server(django_db_setup, django_db_blocker, redis_url: str) -> Iterator[Serve
     flushed after it). Celery runs eagerly inside the server and Ray is unreachable, so a granted run stays
     `starting` (the launcher leaves it for the tick) until the test drives it like a job would."""
     with django_db_blocker.unblock():
-        db = connection.settings_dict
-        assert connection.vendor == "postgresql", "browser tests run on PostgreSQL (set DATABASE_URL)"
-        database_url = f"postgres://{db['USER']}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}"
+        database_url = committed_database_url("browser tests")
     srv = server_start(
         database_url=database_url,
         redis_url=redis_url,

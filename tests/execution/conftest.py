@@ -15,10 +15,9 @@ from typing import Any
 
 import pytest
 import requests
-from django.db import connection
 
 from tests.conftest import REPO_ROOT, VENV_BIN, RayCluster, free_port
-from tests.processes import stop_process_group
+from tests.processes import committed_database_url, stop_process_group
 
 # Tiny training run: a few steps of the digits task so a run takes well under a minute on two cores.
 TINY_TRAIN_CONFIG: dict[str, Any] = {
@@ -178,9 +177,7 @@ def platform(
     transactional_db, ray_jobs_ready: RayCluster, redis_url: str, tmp_path: Path, submission_prefix: str
 ) -> Iterator[Platform]:
     """Web started; workers are started by the test (it decides which to kill). Everything on the test DB."""
-    db = connection.settings_dict
-    database_url = f"postgres://{db['USER']}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}"
-    assert connection.vendor == "postgresql", "execution tests need PostgreSQL (set DATABASE_URL)"
+    database_url = committed_database_url("execution tests")
     web_url = f"http://127.0.0.1:{free_port()}"
     env = dict(os.environ)
     ray_cluster = ray_jobs_ready

@@ -19,13 +19,12 @@ from pathlib import Path
 
 import pytest
 import requests
-from django.db import connection
 
 from runs.dashboard import cluster_snapshot
 from runs.models import ClusterStatus, Run, RunStatus
 from tests.conftest import REPO_ROOT, VENV_BIN, free_port, head_command
 from tests.execution.conftest import TINY_TRAIN_CONFIG, Api, Platform, wait_for
-from tests.processes import die_with_parent, stop_process_group
+from tests.processes import committed_database_url, die_with_parent, stop_process_group
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow, pytest.mark.outage]
 
@@ -91,9 +90,7 @@ def own_head() -> Iterator[OwnHead]:
 
 @pytest.fixture
 def own_platform(transactional_db, own_head: OwnHead, redis_url: str, tmp_path: Path) -> Iterator[Platform]:
-    db = connection.settings_dict
-    assert connection.vendor == "postgresql", "the outage test needs PostgreSQL (set DATABASE_URL)"
-    database_url = f"postgres://{db['USER']}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}"
+    database_url = committed_database_url("the outage test")
     web_url = f"http://127.0.0.1:{free_port()}"
     prefix = f"outage{os.getpid()}"
     env = {

@@ -13,10 +13,10 @@ import uuid
 
 import pytest
 import requests
-from django.db import connection
 
 from runs import services
 from runs.models import Run, RunEvent, Slot, SlotState
+from tests.processes import committed_database_url
 from tests.realtime.conftest import run_async, run_make, train, user_make
 from tests.realtime.servers import CeleryWorker, Daphne, RedisServer, StreamClient, free_port, server_env
 from tests.wait import wait_until
@@ -32,8 +32,7 @@ def redis_server():
 
 
 def env_for(redis: RedisServer, **extra: str) -> dict[str, str]:
-    db = connection.settings_dict
-    url = f"postgres://{db['USER']}@{db['HOST']}:{db['PORT']}/{db['NAME']}"  # the committed test database
+    url = committed_database_url("the end-to-end real-time tests")
     return server_env(database_url=url, redis_url=redis.url, prefix=f"e2e{uuid.uuid4().hex[:6]}", **extra)
 
 

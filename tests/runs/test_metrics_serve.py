@@ -11,10 +11,9 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from django.db import connection
 
 from runs.models import RunStatus
-from tests.processes import die_with_parent
+from tests.processes import committed_database_url, die_with_parent
 from tests.realtime.servers import REPO_ROOT, free_port, server_env, stop, wait_port
 from tests.runs.test_metrics import TOKEN, metrics_env, pending_of, promtool_check, samples  # noqa: F401 (fixture)
 from tests.runs.test_services import submit
@@ -22,9 +21,7 @@ from tests.runs.test_services import submit
 
 @pytest.fixture
 def metrics_port(transactional_db, redis_url, metrics_env):
-    db = connection.settings_dict
-    assert connection.vendor == "postgresql", "metrics_serve is tested on PostgreSQL (set DATABASE_URL)"
-    database_url = f"postgres://{db['USER']}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}"
+    database_url = committed_database_url("the metrics_serve tests")
     env = server_env(
         database_url=database_url,
         redis_url=redis_url,

@@ -128,26 +128,34 @@ def test_release_commits_without_the_lock_and_grants_after_its_commit(user, hand
     assert Run.objects.get(pk=fifth.pk).status == RunStatus.STARTING
 
 
-@pytest.mark.django_db(transaction=True)
-def test_a_release_blocked_by_the_lock_is_granted_by_its_holder(user, handoffs):
-    """The lost-wakeup race, step by step: a holder has the lock when a release commits, so the releaser's
-    try-lock fails and it leaves; the holder's check after its own commit grants for it."""
-    services.settings_update(changes={"max_total": 1}, partial=True, by=None)
-    first, second = submit(user, name="a"), submit(user, name="b")
-    holding, release_done = threading.Event(), threading.Event()
+def hold_grant_lock(*, until: threading.Event) -> threading.Thread:
+    """A thread that takes the grant lock in a transaction and commits once `until` is set; returned once it
+    holds the lock."""
+    holding = threading.Event()
 
     def holder() -> None:
         try:
             with transaction.atomic():
                 store.slots_lock()
                 holding.set()
-                assert release_done.wait(15)
+                assert until.wait(15)
         finally:
             connection.close()
 
     thread = threading.Thread(target=holder)
     thread.start()
     assert holding.wait(15)
+    return thread
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_release_blocked_by_the_lock_is_granted_by_its_holder(user, handoffs):
+    """The lost-wakeup race, step by step: a holder has the lock when a release commits, so the releaser's
+    try-lock fails and it leaves; the holder's check after its own commit grants for it."""
+    services.settings_update(changes={"max_total": 1}, partial=True, by=None)
+    first, second = submit(user, name="a"), submit(user, name="b")
+    release_done = threading.Event()
+    thread = hold_grant_lock(until=release_done)
     services.run_finish(run=first, status=RunStatus.SUCCEEDED)  # commits; its try-lock fails; returns
     assert Run.objects.get(pk=second.pk).status == RunStatus.QUEUED
     release_done.set()
@@ -274,20 +282,8 @@ def test_a_catch_up_pass_leaves_when_the_lock_is_held(user, handoffs):
     services.settings_update(changes={"max_total": 1}, partial=True, by=None)
     first, second = submit(user, name="a"), submit(user, name="b")
     Slot.objects.filter(run=first).delete()
-    holding, done = threading.Event(), threading.Event()
-
-    def holder() -> None:
-        try:
-            with transaction.atomic():
-                store.slots_lock()
-                holding.set()
-                assert done.wait(15)
-        finally:
-            connection.close()
-
-    thread = threading.Thread(target=holder)
-    thread.start()
-    assert holding.wait(15)
+    done = threading.Event()
+    thread = hold_grant_lock(until=done)
     try:
         assert PG_STORE.catch_up_pass(**_starting_args()) is None
         assert connection.connection.info.transaction_status == TransactionStatus.IDLE
