@@ -2,7 +2,7 @@
 release-to-grant latency seen from another process (it polls for granted runs), and per-grant cost vs queue
 depth.
 
-Writes bench/results/slots.json. Uses its own database `bench_slots` (dropped and re-created).
+Writes bench/results/slots.json. Uses a database of its own, `bench_slots_<pid>`, dropped when it ends.
 Usage: DATABASE_URL=postgres://postgres@127.0.0.1:5432/postgres python bench/slots.py [--quick]
 Browser fan-out, the Celery hand-off (`dispatch_run.delay`) and the follow-ups task are stubbed in the bench
 processes: they run after commit, outside the grant lock, and are measured elsewhere; what is measured here is
@@ -27,7 +27,7 @@ from urllib.parse import urlsplit, urlunsplit
 os.environ.setdefault("DJANGO_SECRET_KEY", secrets.token_urlsafe(50))
 
 ROOT = Path(__file__).resolve().parent.parent
-DB_NAME = "bench_slots"
+DB_NAME = f"bench_slots_{os.getpid()}"  # per invocation: two benches never share (or drop) one database
 BENCH_KIND = "bench"
 
 
@@ -76,6 +76,13 @@ def recreate_database(base: str) -> None:
     with psycopg.connect(base, autocommit=True) as conn:
         conn.execute(f'DROP DATABASE IF EXISTS "{DB_NAME}" WITH (FORCE)')
         conn.execute(f'CREATE DATABASE "{DB_NAME}"')
+
+
+def drop_database(base: str) -> None:
+    import psycopg
+
+    with psycopg.connect(base, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{DB_NAME}" WITH (FORCE)')
 
 
 def fill_queue(*, owner_id: int, count: int, classes: tuple[str, ...]) -> None:
@@ -272,8 +279,15 @@ def main() -> None:
     base = os.environ.get("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/postgres")
     if not base.startswith("postgres"):
         sys.exit("bench/slots.py needs PostgreSQL (DATABASE_URL=postgres://...)")
-    seconds = 4.0 if args.quick else 15.0
     recreate_database(base)
+    try:
+        measure(base, quick=args.quick)
+    finally:
+        drop_database(base)  # WITH (FORCE): the bench's own connections are ended with it
+
+
+def measure(base: str, *, quick: bool) -> None:
+    seconds = 4.0 if quick else 15.0
     url = bench_url(base)
     django_setup(url)
     from django.contrib.auth import get_user_model
@@ -289,7 +303,7 @@ def main() -> None:
     result: dict = {"finishers": {}, "latency_ms": {}, "depth_ms_per_grant": {}}
 
     # Per-grant cost against queue depth: one process, 16 held, release+grant cycles timed one by one.
-    cycles = 100 if args.quick else 400
+    cycles = 100 if quick else 400
     filled = 0
     set_policy(4)
     for depth in (100, 10_000, 100_000):
