@@ -161,6 +161,7 @@ class DashboardPublisher:
         self._joined: list[Move] = []
         self._left: list[Move] = []
         self._resync_at: float | None = None
+        self._sending = False
         threading.Thread(target=self._loop, name="realtime-dashboard", daemon=True).start()
 
     def offer(
@@ -181,7 +182,22 @@ class DashboardPublisher:
             for key in keys:
                 if key not in self._due:
                     self._due[key] = max(time.monotonic(), self._last.get(key, 0.0) + self.interval)
-            self._cond.notify()
+            self._cond.notify_all()
+
+    def discard(self, timeout: float = 10.0) -> bool:
+        """Drop what is offered and not yet sent, and wait (up to `timeout`) for a send in progress to end: the
+        publisher then touches the database no more until the next offer. Test teardown uses it, so that no send
+        of one test reads the database while the next one runs. False: a send outlived the timeout."""
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            self._due.clear()
+            self._joined, self._left, self._resync_at = [], [], None
+            while self._sending:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self._cond.wait(left)
+            return True
 
     def _take_due(self) -> tuple[list[int], tuple[list[Move], list[Move], float | None] | None]:
         with self._cond:
@@ -192,6 +208,7 @@ class DashboardPublisher:
                     for key in ready:
                         del self._due[key]
                         self._last[key] = now
+                    self._sending = True
                     queue = None
                     if SLOTS in ready:
                         queue = (self._joined, self._left, self._resync_at)
@@ -213,6 +230,9 @@ class DashboardPublisher:
                 logger.warning("dashboard publish failed", exc_info=True)
             finally:
                 connection.close()  # hold no idle connection between bursts (and none at test teardown)
+                with self._cond:
+                    self._sending = False
+                    self._cond.notify_all()
 
 
 _publisher: DashboardPublisher | None = None
@@ -227,6 +247,13 @@ def dashboard_publisher() -> DashboardPublisher:
 
             _publisher = DashboardPublisher(float(getattr(settings, "REALTIME_COALESCE_SECONDS", 0.1)))
         return _publisher
+
+
+def dashboard_publisher_discard() -> bool:
+    """`DashboardPublisher.discard` on this process's publisher, if it has one (test teardown)."""
+    with _publisher_lock:
+        publisher = _publisher if _publisher is not None and _publisher.pid == os.getpid() else None
+    return publisher.discard() if publisher is not None else True
 
 
 def runs_update_send(run_ids: Any) -> None:

@@ -188,3 +188,8 @@ def cluster_capacity(request: pytest.FixtureRequest):
         defaults={"address": "127.0.0.1", "alive": True, "total": TEST_NODE_TOTAL, "seen_at": timezone.now()},
     )
     yield node
+    # The dashboard publisher (a daemon thread) sends after commits, reading the database as it sends: what the
+    # test left offered is dropped, and a send in progress ends before the database is torn down.
+    from runs.realtime import dashboard_publisher_discard
+
+    assert dashboard_publisher_discard(), "a dashboard send outlived the test by 10 s"

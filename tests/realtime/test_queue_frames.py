@@ -243,3 +243,24 @@ def test_a_policy_change_older_than_the_snapshot_does_not_swallow_later_moves(ha
     assert [k["requested_at"] for k in moves(got, "joined")] == [t.timestamp() for t in requested]
     # A policy change after the snapshot still starts the board over.
     assert [m for m in again if m["type"] == "snapshot"][-1]["slots"]["policy"]["max_total"] == 2
+
+
+def test_discard_drops_what_is_offered_and_waits_for_a_send_in_progress(monkeypatch):
+    # Test teardown relies on it: after discard, the publisher reads nothing more until the next offer.
+    sending, finish, sent = threading.Event(), threading.Event(), []
+
+    def send(run_ids):
+        sent.append(list(run_ids))
+        sending.set()
+        finish.wait(5)
+
+    monkeypatch.setattr(realtime, "runs_update_send", send)
+    publisher = realtime.DashboardPublisher(interval=60.0)
+    publisher.offer(runs=[1])  # due now: sent at once, and held in `send`
+    assert sending.wait(5)
+    publisher.offer(runs=[1, 2])  # run 1 is due again only 60 s after its send; run 2 now: a second send waits
+    assert not publisher.discard(timeout=0.2)  # the first send is still in progress
+    threading.Timer(0.2, finish.set).start()
+    assert publisher.discard(timeout=5)
+    time.sleep(0.3)
+    assert sent == [[1]]  # what was offered after the first send was dropped, not sent
