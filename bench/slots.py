@@ -1,4 +1,5 @@
-"""Slot benchmark on PostgreSQL: release-to-next-grant cycles/s vs a same-concurrency commit floor,
+"""Slot benchmark on PostgreSQL: release-to-next-grant cycles/s vs a same-concurrency commit floor (and vs the
+release alone, granting nothing: the bound on any grant design),
 release-to-grant latency seen from another process (it polls for granted runs), and per-grant cost vs queue
 depth.
 
@@ -171,6 +172,39 @@ def finish_one(index: int = 0, finishers: int = 1) -> bool:
     return True
 
 
+def release_one(index: int, finishers: int) -> bool:
+    """The release alone, as a bound on any grant design: cancel one waiting run of this finisher's share with
+    the release statement `run_finish` uses (run row, numbered status event, slot deleted; autocommit), and
+    grant nothing. A cycle can be no faster than this pick plus this release."""
+    from django.db import connection
+    from django.utils import timezone
+
+    from runs.lifecycle import allowed_from, stamp
+    from runs.models import RunStatus
+    from runs.slots import pg as slots_pg
+    from runs.stores import PLATFORM_SOURCE
+
+    with connection.cursor() as cur:
+        cur.execute(
+            "SELECT run_id FROM runs_slot WHERE state = 'waiting' AND abs(hashint8(run_id)) %% %s = %s LIMIT 1",
+            [finishers, index],
+        )
+        row = cur.fetchone()
+    if row is None:
+        return False
+    now, status = timezone.now(), RunStatus.CANCELLED
+    run, _ = slots_pg.release(
+        run_id=row[0],
+        status=status,
+        error="",
+        allowed_from=allowed_from(status),
+        source=PLATFORM_SOURCE,
+        now=now,
+        columns=stamp(status, now),
+    )
+    return run is not None
+
+
 def finisher_proc(
     url: str, mode: str, index: int, count: int, ready: mp.Queue, start: mp.Event, seconds: float, out: mp.Queue
 ) -> None:
@@ -182,6 +216,8 @@ def finisher_proc(
             with connection.cursor() as cur:  # autocommit: one committed single-row UPDATE per iteration
                 cur.execute("UPDATE bench_floor SET n = n + 1 WHERE id = %s", [index])
             return True
+        if mode == "release":
+            return release_one(index, count)
         return finish_one(index, count)
 
     if mode == "floor":
@@ -331,10 +367,14 @@ def measure(base: str, *, quick: bool) -> None:
     for concurrency in (1, 4, 16):
         cycles_per_s, _ = run_parallel(url, "cycle", concurrency, seconds)
         floor_per_s, _ = run_parallel(url, "floor", concurrency, seconds)
+        release_per_s, _ = run_parallel(url, "release", concurrency, seconds)
         result["finishers"][str(concurrency)] = {
             "cycles_per_s": round(cycles_per_s, 1),
             "floor_per_s": round(floor_per_s, 1),
             "ratio": round(cycles_per_s / floor_per_s, 3) if floor_per_s else 0.0,
+            # The pick and the release alone (no grant): the most any grant design could reach, and its ratio.
+            "release_only_per_s": round(release_per_s, 1),
+            "release_only_ratio": round(release_per_s / floor_per_s, 3) if floor_per_s else 0.0,
         }
         print(f"{concurrency} finishers: {result['finishers'][str(concurrency)]}", flush=True)
     result["latency_ms"] = measure_latency(url, 4, seconds)
