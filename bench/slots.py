@@ -1,7 +1,7 @@
 """Slot benchmark on PostgreSQL: release-to-next-grant cycles/s vs a same-concurrency commit floor (and vs the
-release alone, granting nothing: the bound on any grant design),
-release-to-grant latency seen from another process (it polls for granted runs), and per-grant cost vs queue
-depth.
+release alone, granting nothing: the bound on any grant design), release-to-grant latency seen from another
+process (it polls for granted runs), and per-grant cost vs queue depth. The processes' bodies are in
+bench/slots_procs.py.
 
 Writes bench/results/slots.json. Uses a database of its own, `bench_slots_<pid>`, dropped when it ends.
 Usage: DATABASE_URL=postgres://postgres@127.0.0.1:5432/postgres python bench/slots.py [--quick]
@@ -16,59 +16,19 @@ import argparse
 import json
 import multiprocessing as mp
 import os
-import secrets
 import statistics
 import sys
 import time
-from datetime import timedelta
-from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
-# Settings refuse the built-in SECRET_KEY with DEBUG off; a bench run (and every process it starts) uses its own.
-os.environ.setdefault("DJANGO_SECRET_KEY", secrets.token_urlsafe(50))
+from slots_procs import BENCH_KIND, ROOT, django_setup, finish_one, finisher_proc, poller_proc
 
-ROOT = Path(__file__).resolve().parent.parent
 DB_NAME = f"bench_slots_{os.getpid()}"  # per invocation: two benches never share (or drop) one database
-BENCH_KIND = "bench"
 
 
 def bench_url(base: str) -> str:
     parts = urlsplit(base)
     return urlunsplit((parts.scheme, parts.netloc, f"/{DB_NAME}", parts.query, ""))
-
-
-def django_setup(url: str) -> None:
-    """Point this process at the bench database and make it a slot client without fan-out or a broker."""
-    sys.path.insert(0, str(ROOT))
-    os.environ["DATABASE_URL"] = url
-    os.environ["CELERY_TASK_ALWAYS_EAGER"] = "1"
-    os.environ.setdefault("LOG_LEVEL", "WARNING")
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
-    import django
-
-    django.setup()
-    import runs.concurrency
-    import runs.enqueue
-    import runs.lifecycle
-    import runs.realtime
-    import runs.stores
-    import runs.tasks
-    from runs.execution.kinds import KINDS, RunKind, rl_train_demand
-
-    noop = lambda *a, **k: None  # noqa: E731
-    runs.realtime.run_event_publish = runs.realtime.dashboard_publish = noop
-    runs.stores.dashboard_publish = runs.stores.run_event_publish = noop
-    runs.enqueue.dashboard_publish = runs.concurrency.dashboard_publish = noop
-    # The after-commit hand-off to Celery is a broker publish in production; eager mode would run the worker's
-    # task body inside the finisher instead, which is no part of the release -> grant path measured here.
-    runs.tasks.dispatch_run.delay = noop
-    # Follow-ups (evaluation, auto-resume) run after the finish's commit, in the finisher; a bench run has none.
-    runs.lifecycle._followups_run = noop
-    # Bench runs ask for what a default training run asks for (its six bundles), so every grant decision packs a
-    # real demand against the cluster's free resources, as production grants do.
-    KINDS[BENCH_KIND] = RunKind(
-        name=BENCH_KIND, validate_config=lambda c: c, json_schema=dict, demand=lambda c: rl_train_demand({})
-    )
 
 
 def recreate_database(base: str) -> None:
@@ -147,121 +107,6 @@ def set_policy(total: int) -> None:
     services.settings_update(
         changes={"max_total": total, "interactive_reserve": 0, "classes": limits}, partial=False, by=None
     )
-
-
-def finish_one(index: int = 0, finishers: int = 1) -> bool:
-    """Finish one held run of this finisher's share (a hash of the run id modulo the number of finishers, so no
-    two pick the same run; not the id itself: runs are queued round-robin over the classes) by calling
-    run_finish outside any transaction, as its production callers do (the ingest of a job's final event, the
-    launcher, reconcile). The next grant follows the release's commit. False: none held."""
-    from django.db import connection
-
-    from runs import services
-    from runs.models import Run
-
-    with connection.cursor() as cur:
-        cur.execute(
-            "SELECT run_id FROM runs_slot WHERE state = 'held' AND abs(hashint8(run_id)) %% %s = %s LIMIT 1",
-            [finishers, index],
-        )
-        row = cur.fetchone()
-    if row is None:
-        time.sleep(0.0005)  # every held run of this share is finished; the next grants may land in it
-        return False
-    services.run_finish(run=Run(pk=row[0]), status="succeeded")
-    return True
-
-
-def release_one(index: int, finishers: int) -> bool:
-    """The release alone, as a bound on any grant design: cancel one waiting run of this finisher's share with
-    the release statement `run_finish` uses (run row, numbered status event, slot deleted; autocommit), and
-    grant nothing. A cycle can be no faster than this pick plus this release."""
-    from django.db import connection
-    from django.utils import timezone
-
-    from runs.lifecycle import allowed_from, stamp
-    from runs.models import RunStatus
-    from runs.slots import pg as slots_pg
-    from runs.stores import PLATFORM_SOURCE
-
-    with connection.cursor() as cur:
-        cur.execute(
-            "SELECT run_id FROM runs_slot WHERE state = 'waiting' AND abs(hashint8(run_id)) %% %s = %s LIMIT 1",
-            [finishers, index],
-        )
-        row = cur.fetchone()
-    if row is None:
-        return False
-    now, status = timezone.now(), RunStatus.CANCELLED
-    run, _ = slots_pg.release(
-        run_id=row[0],
-        status=status,
-        error="",
-        allowed_from=allowed_from(status),
-        source=PLATFORM_SOURCE,
-        now=now,
-        columns=stamp(status, now),
-    )
-    return run is not None
-
-
-def finisher_proc(
-    url: str, mode: str, index: int, count: int, ready: mp.Queue, start: mp.Event, seconds: float, out: mp.Queue
-) -> None:
-    django_setup(url)
-    from django.db import connection
-
-    def step() -> bool:
-        if mode == "floor":
-            with connection.cursor() as cur:  # autocommit: one committed single-row UPDATE per iteration
-                cur.execute("UPDATE bench_floor SET n = n + 1 WHERE id = %s", [index])
-            return True
-        if mode == "release":
-            return release_one(index, count)
-        return finish_one(index, count)
-
-    if mode == "floor":
-        with connection.cursor() as cur:
-            cur.execute("INSERT INTO bench_floor (id, n) VALUES (%s, 0) ON CONFLICT (id) DO NOTHING", [index])
-    for _ in range(3):  # warm: connection open, imports done, plans and caches filled
-        step()
-    ready.put(index)
-    start.wait()
-    done, starts, deadline = 0, [], time.perf_counter() + seconds
-    while time.perf_counter() < deadline:
-        started = time.time()
-        if step():
-            done += 1
-            starts.append(started)
-    out.put((done, starts if mode == "latency" else []))
-
-
-def poller_proc(url: str, ready: mp.Event, stop: mp.Event, out: mp.Queue) -> None:
-    """Another process watching for grants: polls for newly granted runs (about every 0.5 ms) and records when
-    it first saw each. Grants are serialized under the lock, so granted_at hardly ever goes back across commits:
-    each poll reads from 50 ms before the latest granted_at seen."""
-    django_setup(url)
-    from django.db import connection
-
-    seen: set[int] = set()
-    seen_at: list[float] = []
-    margin = timedelta(milliseconds=50)
-    with connection.cursor() as cur:
-        cur.execute("SELECT max(granted_at) FROM runs_run")
-        since = cur.fetchone()[0]
-        cur.execute("SELECT id FROM runs_run WHERE granted_at >= %s", [since - margin])
-        seen.update(r[0] for r in cur.fetchall())
-        ready.set()
-        while not stop.is_set():
-            cur.execute("SELECT id, granted_at FROM runs_run WHERE granted_at >= %s", [since - margin])
-            now = time.time()
-            for run_id, granted_at in cur.fetchall():
-                if run_id not in seen:
-                    seen.add(run_id)
-                    seen_at.append(now)
-                    since = max(since, granted_at)
-            time.sleep(0.0005)
-    out.put(seen_at)
 
 
 def run_parallel(url: str, mode: str, concurrency: int, seconds: float) -> tuple[float, list[float]]:
