@@ -17,7 +17,8 @@ class PublicationController:
     """Drives the gates of a set of engines through a publication; any failure leaves all of them closed.
 
     Engine handles expose `seal()`, `drain(timeout_s)`, `install_version(version, **kw)`, `reopen()`,
-    `reset(reason)` and `snapshot()`, sync, async or as Ray actor methods. A RequestGate is such a handle.
+    `reset(reason)` and `snapshot()`, sync, async or as Ray actor methods (and `stage_version(version, **kw)`
+    where `stage` is used). A RequestGate is such a handle.
     """
 
     def __init__(self, engines: dict[str, Any] | None = None) -> None:
@@ -56,6 +57,15 @@ class PublicationController:
         # Seal everything before draining anything: no engine admits new work while another drains.
         await self._timed("seal", self._on_all(frozen, "seal", deadline))
         await self._timed("drain", self._on_all(frozen, "drain", deadline, remaining_arg=True))
+
+    async def stage(self, version: int, timeout_s: float = 60.0, **stage_kwargs: Any) -> None:
+        """Send every engine what installing `version` needs (its weights) before the gates close, so that the
+        closed window holds only the swap. Gates are not touched; a failure raises PublicationError, and the
+        caller then installs with the weights in full."""
+        ids = self.engine_ids
+        if not ids:
+            raise PublicationError(None, "stage", "no engine registered")
+        await self._on_all(ids, "stage_version", time.monotonic() + timeout_s, version, **stage_kwargs)
 
     async def publish(self, version: int, timeout_s: float = 60.0, **install_kwargs: Any) -> None:
         """Install `version` on every frozen engine, then reopen them all; nothing reopens unless all installed."""

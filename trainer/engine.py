@@ -25,7 +25,7 @@ from rollout.gate import RequestGate, SettlementReceipt
 from trainer.batching import Batcher, SessionTable
 from trainer.config import TrainConfig
 from trainer.engine_sizing import EngineSizing, engine_sizing
-from trainer.engine_step import GenRequest, draw_uniforms, request_result, run_step
+from trainer.engine_step import GenRequest, draw_uniforms, invalid_request, request_result, run_step
 from trainer.kvpool import KVPool
 from trainer.learner import pick_device
 from trainer.policy import build_policy
@@ -60,6 +60,7 @@ class Engine:
         self.gate = RequestGate(name=engine_id, version=0, initially_open=initially_open)
         self._executor = cf.ThreadPoolExecutor(1, thread_name_prefix=f"{engine_id}-step")
         self._stepper: asyncio.Task[None] | None = None
+        self._staged: tuple[int, dict[str, torch.Tensor]] | None = None  # weights sent ahead (stage_version)
         self._sessions_in_flight: set[str] = set()
         self._step_delay_s = 0.0
         self._to_clear: list[int] = []
@@ -115,7 +116,7 @@ class Engine:
         pending = sess.pending if sess is not None and sess.pending is not None else None
         feed = [([pending[i]] if pending else []) + list(row) for i, row in enumerate(rows)]
         cached = sess.length if sess is not None else 0
-        reason = _invalid(feed, n, cached, self.model.block_size, self.model.tok.num_embeddings)
+        reason = invalid_request(feed, n, cached, self.model.block_size, self.model.tok.num_embeddings)
         if reason:
             self.rejections += 1
             raise RejectedBeforeGeneration(f"request {lease.request_id!r}: {reason}")
@@ -235,7 +236,20 @@ class Engine:
         if request.session is None:  # never placed: it holds no rows
             self.batcher.drop_waiting(lambda r: r is request)
 
-    async def install_version(self, version: int, weights: dict[str, torch.Tensor] | None = None) -> None:
+    async def stage_version(self, version: int, weights: dict[str, torch.Tensor]) -> None:
+        """Keep `version`'s weights for its install: sent while the gate is open, so the transfer is not in the
+        closed window. The gate is not touched; the next install takes them (or drops them)."""
+        self._staged = (version, weights)
+
+    async def install_version(
+        self, version: int, weights: dict[str, torch.Tensor] | None = None, staged: bool = False
+    ) -> None:
+        """Install `version` (its `weights`, or with `staged` the ones stage_version kept for it)."""
+        kept, self._staged = self._staged, None
+        if staged:
+            if kept is None or kept[0] != version:
+                raise ValueError(f"engine {self.engine_id}: v{version} was not staged")  # the gate is untouched
+            weights = kept[1]
         self.gate.install_version(version)  # refuses unless sealed and drained (so nothing is in the batch)
         if weights is not None:
             if self._stepper is not None and not self._stepper.done():
@@ -276,22 +290,6 @@ class Engine:
 
     def ping(self) -> str:
         return self.engine_id
-
-
-def _invalid(feed: list[list[int]], n: int, cached: int, block_size: int, vocab: int) -> str:
-    """Why a request must be refused before generation ('' if it can run)."""
-    if not feed or not feed[0]:
-        return "no rows or no tokens to feed"
-    if len({len(r) for r in feed}) != 1:
-        return "rows of different lengths"
-    if n < 1:
-        return f"n must be at least 1, got {n}"
-    if min(map(min, feed)) < 0 or max(map(max, feed)) >= vocab:
-        return "token outside the vocabulary"
-    need = cached + len(feed[0]) + n - 1  # the last sampled token stays pending, outside the cache
-    if need > block_size:
-        return f"context of {need} tokens exceeds the model's {block_size}"
-    return ""
 
 
 def _size(cfg: TrainConfig, block_size: int, device: torch.device, gpus: float) -> EngineSizing:

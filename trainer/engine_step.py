@@ -143,3 +143,19 @@ def request_result(request: GenRequest, engine_id: str, inflight: int) -> dict[s
         "engine": engine_id,
         "inflight": inflight,  # the engine's load as it answered: routers balance new sessions on it
     }
+
+
+def invalid_request(feed: list[list[int]], n: int, cached: int, block_size: int, vocab: int) -> str:
+    """Why a request must be refused before generation ('' if it can run)."""
+    if not feed or not feed[0]:
+        return "no rows or no tokens to feed"
+    if len({len(r) for r in feed}) != 1:
+        return "rows of different lengths"
+    if n < 1:
+        return f"n must be at least 1, got {n}"
+    if min(map(min, feed)) < 0 or max(map(max, feed)) >= vocab:
+        return "token outside the vocabulary"
+    need = cached + len(feed[0]) + n - 1  # the last sampled token stays pending, outside the cache
+    if need > block_size:
+        return f"context of {need} tokens exceeds the model's {block_size}"
+    return ""

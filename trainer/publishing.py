@@ -23,13 +23,18 @@ if TYPE_CHECKING:
 def publish(run: TrainingRun) -> None:
     """Seal and drain every engine (unless already sealed), install the trainer's weights, reopen."""
     rt = run.rt
+    weights = rt.trainer.weights.remote() if rt.uses_ray else rt.trainer.weights()
+    # Open gates (disaggregated): the weights go to the engines first, while they serve; the install under the
+    # closed gates is then a swap (measured: the install phase was ~17 ms of a ~30 ms pause, the load 0.5 ms of
+    # it, the rest the transfer). Closed already (colocated) or in-process engines: sent with the install.
+    staged = rt.uses_ray and not rt.publication.prepared and stage_weights(run, weights)
     if not rt.publication.prepared:
         run.gate_closed_at = time.monotonic()
         run.seal_engines()
     for attempt in range(3):
-        weights = rt.trainer.weights.remote() if rt.uses_ray else rt.trainer.weights()
+        install = {"staged": True} if staged and attempt == 0 else {"weights": weights}
         try:
-            rt.loop.run(rt.publication.publish(run.version, timeout_s=run.cfg.publish_deadline_s, weights=weights))
+            rt.loop.run(rt.publication.publish(run.version, timeout_s=run.cfg.publish_deadline_s, **install))
             break
         except PublicationError as exc:
             if find_dead_engines(run) and attempt < 2:
@@ -53,6 +58,16 @@ def publish(run: TrainingRun) -> None:
     )
     run.emit_gate()
     restart_lost_engines(run)  # the publication is over: a lost engine comes back at this version
+
+
+def stage_weights(run: TrainingRun, weights: object) -> bool:
+    """Send `weights` (the next version's) to every engine ahead of its install. False: some engine did not take
+    them (one may have died: sealing finds it), and the install sends them in full."""
+    try:
+        run.rt.loop.run(run.rt.publication.stage(run.version, timeout_s=run.cfg.publish_deadline_s, weights=weights))
+    except PublicationError:
+        return False
+    return True
 
 
 def seal_engines(run: TrainingRun) -> None:

@@ -199,3 +199,39 @@ def test_a_killed_engine_is_restarted_at_the_current_version_and_serves_again(ra
         assert rt.loop.run(rt.publication.snapshot())["state"] == "open"
     finally:
         rt.close()
+
+
+def test_weights_staged_while_serving_are_what_the_install_swaps_in(ray_driver) -> None:
+    # A publication sends the next version's weights while the gate is open (trainer/publishing.py); the install
+    # under the closed gate then takes them. All-zero weights make every next token equally likely: log(1/V).
+    import math
+
+    import torch
+
+    from trainer.policy import build_policy
+
+    ray = ray_driver
+    engine = _engine(ray)
+    task = task_build(CFG)
+    zeros = {
+        k: torch.zeros_like(v) for k, v in build_policy(CFG, task.vocab_size, task.block_size()).state_dict().items()
+    }
+    ray.get(engine.throttle.remote(0.05))
+    serving = engine.generate.remote("s", ROWS, 4, 0, "s/t0")
+    _wait_for(lambda: _active(ray, engine) == 1)
+    ray.get(engine.stage_version.remote(1, zeros))  # the gate stays open: the request in flight goes on
+    assert ray.get(engine.snapshot.remote())["state"] == "open"
+    assert ray.get(serving, timeout=30)["version"] == 0
+    ray.get(engine.throttle.remote(0.0))
+    ray.get(engine.seal.remote())
+    ray.get(engine.drain.remote(5.0))
+    with pytest.raises(ValueError, match="v2 was not staged"):  # refused before the gate is touched...
+        ray.get(engine.install_version.remote(2, staged=True))
+    assert ray.get(engine.snapshot.remote())["version"] == 0
+    ray.get(engine.stage_version.remote(1, zeros))  # (the refused install dropped what was staged)
+    ray.get(engine.install_version.remote(1, staged=True))  # ...and this one swaps the staged weights in
+    ray.get(engine.reopen.remote())
+    got = ray.get(engine.generate.remote("s2", ROWS, 3, 0, "s2/t0"))
+    assert got["version"] == 1
+    uniform = -math.log(task.vocab_size)
+    assert all(abs(lp - uniform) < 1e-5 for row in got["logprobs"] for lp in row), got["logprobs"]
