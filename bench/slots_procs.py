@@ -53,22 +53,27 @@ def django_setup(url: str) -> None:
     )
 
 
-def finish_one(index: int = 0, finishers: int = 1) -> bool:
-    """Finish one held run of this finisher's share (a hash of the run id modulo the number of finishers, so no
-    two pick the same run; not the id itself: runs are queued round-robin over the classes) by calling
-    run_finish outside any transaction, as its production callers do (the ingest of a job's final event, the
-    launcher, reconcile). The next grant follows the release's commit. False: none held."""
+def pick(state: str, index: int, finishers: int) -> tuple[int] | None:
+    """One run of this finisher's share whose slot is in `state` (a hash of the run id modulo the number of
+    finishers, so no two pick the same run; not the id itself: runs are queued round-robin over the classes)."""
     from django.db import connection
-
-    from runs import services
-    from runs.models import Run
 
     with connection.cursor() as cur:
         cur.execute(
-            "SELECT run_id FROM runs_slot WHERE state = 'held' AND abs(hashint8(run_id)) %% %s = %s LIMIT 1",
-            [finishers, index],
+            "SELECT run_id FROM runs_slot WHERE state = %s AND abs(hashint8(run_id)) %% %s = %s LIMIT 1",
+            [state, finishers, index],
         )
-        row = cur.fetchone()
+        return cur.fetchone()
+
+
+def finish_one(index: int = 0, finishers: int = 1) -> bool:
+    """Finish one held run of this finisher's share (`pick`) by calling run_finish outside any transaction, as its
+    production callers do (the ingest of a job's final event, the launcher, reconcile). The next grant follows
+    the release's commit. False: none held."""
+    from runs import services
+    from runs.models import Run
+
+    row = pick("held", index, finishers)
     if row is None:
         time.sleep(0.0005)  # every held run of this share is finished; the next grants may land in it
         return False
@@ -80,7 +85,6 @@ def release_one(index: int, finishers: int) -> bool:
     """The release alone, as a bound on any grant design: cancel one waiting run of this finisher's share with
     the release statement `run_finish` uses (run row, numbered status event, slot deleted; autocommit), and
     grant nothing. A cycle can be no faster than this pick plus this release."""
-    from django.db import connection
     from django.utils import timezone
 
     from runs.lifecycle import allowed_from, stamp
@@ -88,12 +92,7 @@ def release_one(index: int, finishers: int) -> bool:
     from runs.slots import pg as slots_pg
     from runs.stores import PLATFORM_SOURCE
 
-    with connection.cursor() as cur:
-        cur.execute(
-            "SELECT run_id FROM runs_slot WHERE state = 'waiting' AND abs(hashint8(run_id)) %% %s = %s LIMIT 1",
-            [finishers, index],
-        )
-        row = cur.fetchone()
+    row = pick("waiting", index, finishers)
     if row is None:
         return False
     now, status = timezone.now(), RunStatus.CANCELLED
