@@ -89,21 +89,14 @@ def release_one(index: int, finishers: int) -> bool:
 
     from runs.lifecycle import allowed_from, stamp
     from runs.models import RunStatus
-    from runs.slots import pg as slots_pg
-    from runs.stores import PLATFORM_SOURCE
+    from runs.stores import PG_STORE
 
     row = pick("waiting", index, finishers)
     if row is None:
         return False
     now, status = timezone.now(), RunStatus.CANCELLED
-    run, _ = slots_pg.release(
-        run_id=row[0],
-        status=status,
-        error="",
-        allowed_from=allowed_from(status),
-        source=PLATFORM_SOURCE,
-        now=now,
-        columns=stamp(status, now),
+    run, _ = PG_STORE.finish(  # the store call run_finish makes, without its probe (so: no grant)
+        run_id=row[0], status=status, error="", now=now, allowed=allowed_from(status), columns=stamp(status, now)
     )
     return run is not None
 
