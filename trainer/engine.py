@@ -81,13 +81,16 @@ class Engine:
         request_id: str,
         greedy: bool = False,
         continues: bool = False,
+        last: bool = False,
     ) -> dict[str, Any]:
         """Feed this turn's new tokens after the session's cache and sample `n` tokens per row.
 
         `continues`: a later turn of a session this engine should hold; without its cache the request gets
-        SessionGoneError, never an answer computed without its context."""
+        SessionGoneError, never an answer computed without its context. `last`: the episode's final turn: once
+        it is answered the session ends here (its rows are freed), so the caller sends no `end_session`."""
         async with self.gate.lease(session_id, request_id=request_id, timeout=self.cfg.publish_deadline_s * 4) as lease:
             request = self._request(lease, session_id, new_tokens, n, seed, greedy, continues)
+            request.last = last
             self._sessions_in_flight.add(session_id)
             self.batcher.submit(request)
             self._kick()
@@ -199,6 +202,8 @@ class Engine:
             sess.length, sess.version = request.length, request.version
             sess.pending = [int(t) for t in request.tokens[-1].view(-1).tolist()]
             self.table.finished(request.session_id)
+            if request.last:  # the episode's final turn: no end_session follows, its rows are free now
+                self.table.end(request.session_id)
             request.future.set_result(request_result(request, self.engine_id, self.batcher.inflight))
         for request in self.batcher.drop_waiting(lambda r: r.future.done()):
             if request.session is not None:

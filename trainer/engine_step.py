@@ -41,6 +41,7 @@ class GenRequest:
     tokens: list[torch.Tensor] = field(default_factory=list)  # per step (G, 1)
     logps: list[torch.Tensor] = field(default_factory=list)  # per step (G, 1)
     abort_reason: str = ""
+    last: bool = False  # the episode's final turn: the session ends when it is answered
 
     @property
     def done(self) -> bool:
@@ -142,6 +143,7 @@ def request_result(request: GenRequest, engine_id: str, inflight: int) -> dict[s
         "request_id": request.request_id,
         "engine": engine_id,
         "inflight": inflight,  # the engine's load as it answered: routers balance new sessions on it
+        "ended": request.last,  # the session ended with this answer (its final turn): no end_session needed
     }
 
 

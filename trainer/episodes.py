@@ -10,8 +10,8 @@ from typing import Any
 
 from trainer.problems import Prompt, SequenceTask
 
-# generate(session_id, new_tokens (G rows), n, seed, request_id, greedy, continues)
-#   -> {"tokens", "logprobs", "version", "engine", ...}
+# generate(session_id, new_tokens (G rows), n, seed, request_id, greedy, continues, last)
+#   -> {"tokens", "logprobs", "version", "engine", ...}; `last`: the final turn (the engine then ends the session)
 GenerateFn = Callable[..., Awaitable[dict[str, Any]]]
 
 
@@ -83,7 +83,8 @@ async def run_group(
         request_id = f"{session_id}/t{turn}"
         seed_t = generation_seed(seed, ticket.group_id, turn)
         # turn > 0 continues the session: an engine without its cache answers SessionGoneError
-        out = await generate(session_id, new_tokens, task.turn_len(), seed_t, request_id, greedy, turn > 0)
+        last = turn == task.turns - 1
+        out = await generate(session_id, new_tokens, task.turn_len(), seed_t, request_id, greedy, turn > 0, last)
         versions.append(out["version"])
         request_ids.append(request_id)
         engines.append(out["engine"])

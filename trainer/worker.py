@@ -91,10 +91,15 @@ class RolloutWorker:
         prompt = self.task.train_prompts[ticket.prompt_index]
         epoch = self._abort_epoch
 
-        async def generate(*args: Any) -> dict[str, Any]:
+        ended = False  # the engine answered the final turn and so ended the session itself
+
+        async def generate(*args: Any, **kwargs: Any) -> dict[str, Any]:
+            nonlocal ended
             if self._abort_epoch != epoch:  # between turns: no request of this episode is in flight
                 raise EpisodeAbortedError(session_id, "quiesce", "asked to stop before a checkpoint")
-            return await self._generate(*args)
+            out = await self._generate(*args, **kwargs)
+            ended = bool(out.get("ended"))  # the engine's answer says whether it ended the session
+            return out
 
         self._live += 1
         try:
@@ -118,7 +123,7 @@ class RolloutWorker:
             return GroupResult(rewards=[], aborted=True, group_id=ticket.group_id, meta=meta)
         finally:
             self._live -= 1
-            await self._end_session(session_id)
+            await self._end_session(session_id, ended_by_engine=ended)
         valid = [all(VOCAB[t].isdigit() for t, turn in zip(row, group.token_turn) if turn >= 0) for row in group.tokens]
         group.meta["attempt"] = session_id
         receipt = GroupResult(
@@ -151,13 +156,23 @@ class RolloutWorker:
         request_id: str,
         greedy: bool,
         continues: bool = False,
+        last: bool = False,
     ) -> dict[str, Any]:
         engine_id = self.router.acquire(session_id)  # SessionGoneError for a tombstoned session
         reported: int | None = None
         self.router.request_started(engine_id)
         try:
             out: dict[str, Any] = await call(
-                self.engines[engine_id], "generate", session_id, new_tokens, n, seed, request_id, greedy, continues
+                self.engines[engine_id],
+                "generate",
+                session_id,
+                new_tokens,
+                n,
+                seed,
+                request_id,
+                greedy,
+                continues,
+                last,
             )
             reported = out.get("inflight")
             return out
@@ -181,12 +196,14 @@ class RolloutWorker:
         finally:
             self.router.request_finished(engine_id, reported=reported)
 
-    async def _end_session(self, session_id: str) -> None:
+    async def _end_session(self, session_id: str, *, ended_by_engine: bool = False) -> None:
+        """The episode is over: forget its route and free its cache on the engine, unless the engine ended the
+        session with the answer to its final turn (one Ray call fewer per group: the common case)."""
         engine_id = self.router.engine_of(session_id)
         if engine_id is None:
             return  # tombstoned (its engine died): keep the tombstone so the id is never re-routed
         self.router.release(session_id)
-        if engine_id is not None and engine_id in self.engines:
+        if not ended_by_engine and engine_id in self.engines:
             handle = self.engines[engine_id]
             if is_ray_actor(handle):
                 handle.end_session.remote(session_id)  # fire and forget: only frees cache memory

@@ -216,6 +216,21 @@ def test_eviction_tombstones_the_session_and_its_next_turn_gets_session_gone() -
     assert snap["state"] == "open" and snap["poison_reason"] is None
 
 
+def test_a_final_turn_ends_its_session_when_answered() -> None:
+    engine = Engine(CFG, "e")
+
+    async def main() -> None:
+        first = await engine.generate("s", [[1, 2, 3]] * 4, 1, 0, "s/t0")
+        assert first["ended"] is False and engine.snapshot()["sessions"] == 1
+        last = await engine.generate("s", [[4]] * 4, 1, 0, "s/t1", False, True, True)
+        assert last["ended"] is True  # the caller sends no end_session: the rows are free already
+        assert engine.snapshot()["sessions"] == 0 and engine.snapshot()["kv_rows_used"] == 0
+        with pytest.raises(SessionGoneError):  # a turn after the last is never answered without its context
+            await engine.generate("s", [[5]] * 4, 1, 0, "s/t2", False, True)
+
+    asyncio.run(main())
+
+
 def test_a_failed_step_fails_its_requests_and_poisons_the_gate(monkeypatch) -> None:
     engine = Engine(CFG, "e")
 

@@ -19,7 +19,7 @@ def agent_group(cfg: TrainConfig, *, group_id: int, answers: list[str], version:
     """A real agent-task group whose G rows answer `answers[k]` each turn (a scripted generate function)."""
     task = task_build(cfg)
 
-    async def generate(session_id, new_tokens, n, seed, request_id, greedy, continues=False):
+    async def generate(session_id, new_tokens, n, seed, request_id, greedy, continues=False, last=False):
         return {
             "tokens": [encode(a[:n]) for a in answers],
             "logprobs": [[-0.5] * n for _ in answers],

@@ -126,7 +126,35 @@ def test_a_later_turn_on_the_bound_engine_feeds_only_its_new_tokens() -> None:
     # Turn 0 feeds the prompt; turns 1 and 2 feed the last sampled token plus the 2-token tool reply.
     assert engine.tokens_fed == 4 * P + 2 * 4 * 3
     assert group.versions == [0, 0, 0] and group.request_ids == ["s/t0", "s/t1", "s/t2"]
-    assert engine.gate.snapshot()["active"] == 0 and "s" in engine.sessions
+    assert engine.gate.snapshot()["active"] == 0 and "s" not in engine.sessions  # the final turn ended it
+
+
+def test_a_worker_sends_no_end_session_after_a_final_turn_the_engine_answered() -> None:
+    """The engine ends a session with its final turn's answer (`last`), so a finished group costs the worker no
+    end_session call; its route is forgotten and the engine holds no rows for it."""
+    import asyncio
+
+    from rollout.channel import Channel
+    from trainer.engine import Engine
+    from trainer.episodes import GroupTicket
+    from trainer.worker import RolloutWorker
+
+    cfg = TrainConfig(task="agent", group_size=4, mode="local", device="cpu", filter_zero_variance=False)
+    engine = Engine(cfg, "e0")
+    ended: list[str] = []
+    engine.end_session = ended.append  # type: ignore[method-assign]
+
+    async def main() -> list:
+        channel = Channel.create("final-turn", local=True)
+        try:
+            worker = RolloutWorker(cfg, "w0", {"e0": engine}, channel="final-turn")
+            return list(await asyncio.gather(*(worker.generate_group(GroupTicket(g, 0, g)) for g in range(3))))
+        finally:
+            channel.close()
+
+    results = asyncio.run(main())
+    assert [r.aborted for r in results] == [False] * 3 and ended == []
+    assert engine.snapshot()["sessions"] == 0 and engine.snapshot()["kv_rows_used"] == 0
 
 
 def test_checkpoint_round_trips_ready_groups_and_optimizer_exactly_as_plain_data(tmp_path) -> None:
