@@ -19,7 +19,7 @@ import pytest
 import requests
 
 from tests.conftest import REPO_ROOT
-from tests.security.test_platform import up  # noqa: F401 - the fixture that starts and cleans up platform/up.py
+from tests.platform_up import up  # noqa: F401 - the fixture that starts and cleans up platform/up.py
 
 RESULTS = REPO_ROOT / "bench" / "results" / "capacity.json"
 RUN = {"origin": "api", "kind": "rl_train", "config": {"steps": 20}}

@@ -16,7 +16,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 import requests
 
-from tests.security.test_platform import up  # noqa: F401 - the fixture that starts and cleans up up.py
+from tests.platform_up import up  # noqa: F401 - the fixture that starts and cleans up up.py
 
 BANNER_END = "=" * 80
 IDLE_SECONDS = 20

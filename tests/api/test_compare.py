@@ -11,7 +11,7 @@ from runs.compare import compare_ids_parse, config_diff, config_flatten, run_com
 from runs.errors import InvalidInput
 from runs.events import run_events_record
 from runs.models import Run
-from tests.api.test_api import client_for
+from tests.api.clients import client_for
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 

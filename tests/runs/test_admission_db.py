@@ -1,7 +1,7 @@
 """Admission against the database: the demand stored at submit, grants charged against ClusterNode capacity
 (placement stored), the submit-time refusal, `insufficient_resources` with its detail, the dry-run with a
-config. PostgreSQL only (tests/runs/test_slots_pg.py): the SQL snapshot equal to the ORM one with resources, and
-two concurrent grants that cannot both take the last CPU."""
+config. PostgreSQL only (tests/runs/test_slots_pg_snapshot.py, test_slots_pg_lock.py): the SQL snapshot equal to the
+ORM one with resources, and two concurrent grants that cannot both take the last CPU."""
 
 from __future__ import annotations
 

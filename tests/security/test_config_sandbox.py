@@ -1,9 +1,8 @@
-"""Run configs stay inside the run's sandbox and cannot ask for unbounded work (issue 9, points 1 and 2a).
+"""Run configs stay inside the run's sandbox (issue 9, point 1; the bounds of point 2a are in test_config_bounds.py).
 
-Through the REST API (`POST /api/runs/`): debug phases and `batch_path` are refused, every work-scaling field
-has a maximum (just over it is a 400 naming `config.<field>`, the maximum itself is accepted), and the policy has
-a parameter budget. Through the trainer CLI the platform launches: no config can make the job write or unpickle
-a file, every `torch.load` refuses pickled objects, and the only paths a job sees are chosen from the run id.
+Through the REST API (`POST /api/runs/`): debug phases and `batch_path` are refused. Through the trainer CLI the
+platform launches: no config can make the job write or unpickle a file, every `torch.load` refuses pickled
+objects, and the only paths a job sees are chosen from the run id.
 """
 
 from __future__ import annotations
@@ -18,7 +17,6 @@ from pathlib import Path
 import pytest
 import torch
 from django.utils import timezone
-from rest_framework.test import APIClient
 
 from runs.execution.jobs import rl_train_job
 from runs.execution.launch import job_files_write
@@ -30,47 +28,7 @@ from tests.runs.helpers import (  # noqa: F401 - fixtures
     other_user,
     user,
 )
-
-ROOT = Path(__file__).resolve().parents[2]
-
-# The maxima a small RL run on a cluster needs (defaults and bench/ configs stay inside them).
-MAXIMA = {
-    "steps": 10_000,
-    "prompts_per_step": 512,
-    "group_size": 64,
-    "eval_prompts": 1024,
-    "num_engines": 16,
-    "num_workers": 16,
-    "worker_capacity": 256,
-    "eval_every": 10_000,
-    "checkpoint_every": 10_000,
-    "time_limit_s": 86_400.0,
-    "publish_deadline_s": 600.0,
-    "max_staleness": 16,
-    "modulus": 100,
-    "ppo_epochs": 16,
-    "min_valid_attempts": 64,
-    "n_layer": 24,
-    "d_model": 1024,
-    "tool_latency_s": 60.0,
-}
-# What a field's maximum needs from the others to be valid on its own (min_valid_attempts <= group_size; a
-# d_model of 1024 fits the parameter budget with one block; n_layer 24 with the default width).
-COMPANIONS = {"min_valid_attempts": {"group_size": 64}, "d_model": {"n_layer": 1}}
-PARAMETER_BUDGET = 25_000_000
-
-
-def submit(user, config: dict, kind: str = "rl_train"):
-    client = APIClient()
-    client.force_authenticate(user)
-    return client.post("/api/runs/", {"name": "r", "origin": "api", "kind": kind, "config": config}, format="json")
-
-
-def assert_refused(answer, field: str) -> None:
-    assert answer.status_code == 400, answer.content
-    body = answer.json()
-    assert body["field"] == field, body
-    assert field in body["detail"]
+from tests.security.config_submit import ROOT, assert_refused, submit
 
 
 def trainer_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
@@ -88,9 +46,6 @@ class Touch:
 
     def __reduce__(self):
         return (pathlib.Path.touch, (pathlib.Path(self.path),))
-
-
-# --- point 1: no paths, no debug phases from users -------------------------------------------------------------
 
 
 @pytest.mark.django_db
@@ -245,68 +200,6 @@ def test_latest_marker_cannot_lead_out_of_the_checkpoint_dir(tmp_path):
         proc = trainer_cli("eval", "--checkpoint", str(ckpt), "--events", str(tmp_path / "e.jsonl"), cwd=tmp_path)
         assert proc.returncode == 1 and "no checkpoint under" in proc.stderr, (name, proc.stderr[-2000:])
     assert not marker.exists()
-
-
-# --- point 2a: bounded work ----------------------------------------------------------------------------------
-
-
-def _over(value):
-    return value + 1 if isinstance(value, int) else value + 0.5
-
-
-@pytest.mark.django_db
-@pytest.mark.parametrize("field", sorted(MAXIMA))
-def test_just_over_the_maximum_is_400_naming_the_field(user, handoffs, field):
-    assert_refused(submit(user, {**COMPANIONS.get(field, {}), field: _over(MAXIMA[field])}), f"config.{field}")
-    assert not Run.objects.exists()
-
-
-@pytest.mark.django_db
-@pytest.mark.parametrize("field", sorted(MAXIMA))
-def test_the_maximum_itself_is_accepted(user, handoffs, field):
-    answer = submit(user, {**COMPANIONS.get(field, {}), field: MAXIMA[field]})
-    assert answer.status_code == 201, answer.content
-
-
-@pytest.mark.django_db
-def test_schema_shows_every_maximum_and_the_budget(user):
-    from runs.execution.kinds import kind_get
-
-    schema = kind_get("rl_train").json_schema()
-    assert {f: schema["properties"][f].get("maximum") for f in MAXIMA} == MAXIMA
-    assert schema["x-parameter-budget"] == PARAMETER_BUDGET and f"{PARAMETER_BUDGET:,}" in schema["description"]
-
-
-@pytest.mark.django_db
-def test_model_over_the_parameter_budget_is_400_naming_the_budget(user, handoffs):
-    # 2 blocks of width 1024 (~25.2M parameters): each bound alone holds, the budget does not.
-    answer = submit(user, {"n_layer": 2, "d_model": 1024})
-    assert_refused(answer, "config.d_model")
-    assert f"{PARAMETER_BUDGET:,}" in answer.json()["detail"]
-    assert_refused(submit(user, {"n_layer": 24, "d_model": 512}), "config.d_model")
-    assert submit(user, {"n_layer": 8, "d_model": 448}).status_code == 201  # ~19.4M
-
-
-def test_parameter_count_is_the_policy_that_would_be_built():
-    from trainer.config import TrainConfig, policy_parameters
-    from trainer.policy import build_policy
-    from trainer.problems import task_build
-
-    for cfg in (
-        TrainConfig(),
-        TrainConfig(task="agent", n_layer=3, d_model=96, modulus=100, answer_terms=7, prompt_terms_max=9),
-    ):
-        task = task_build(cfg)
-        model = build_policy(cfg, task.vocab_size, task.block_size())
-        assert policy_parameters(cfg) == sum(p.numel() for p in model.parameters())
-
-
-def test_defaults_and_bench_configs_fit_the_bounds():
-    from trainer.config import TrainConfig
-
-    TrainConfig.from_dict(json.loads((ROOT / "trainer" / "defaults.json").read_text()), allow_debug=False)
-    for name in ("async.json", "async_tool_latency_0.05.json", "learning.json"):
-        TrainConfig.from_dict(json.loads((ROOT / "bench" / "results" / name).read_text())["config"], allow_debug=False)
 
 
 def test_every_torch_load_in_the_repo_refuses_pickled_objects():
