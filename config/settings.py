@@ -1,73 +1,83 @@
-"""Settings for every process, read from the environment.
+"""Settings for every process, read from the environment: the module DJANGO_SETTINGS_MODULE names everywhere.
 
 Embedded defaults (SQLite file, local Redis, local Ray head) need no configuration; production points
 DATABASE_URL, REDIS_URL and RAY_ADDRESS at PostgreSQL, Redis and a Ray cluster. See platform/env.example.
+
+This module holds Django's wiring (apps, middleware, database, Redis, Celery, REST API, logging) and imports the
+rest by name: the security settings from config/security.py, the control plane's own knobs (realtime, events,
+Ray, slots, metrics) from config/knobs.py; config/env.py reads the variables.
 """
 
 import os
-from pathlib import Path
 
 import dj_database_url
 
-BASE_DIR = Path(__file__).resolve().parent.parent
-VAR_DIR = Path(os.environ.get("PLATFORM_VAR_DIR", BASE_DIR / "var"))
+from config.env import (
+    BASE_DIR,
+    INSECURE_DEFAULT_SECRET_KEY,
+    VAR_DIR,
+    env_bool,
+    env_debug,
+    env_int,
+    env_list,
+    refuse_insecure_secret_key,
+)
+from config.knobs import (
+    CLUSTER_DEAD_NODE_RETENTION_SECONDS,
+    EVENTS_DOWNSAMPLE_EVERY,
+    EVENTS_MAX_PER_RUN,
+    EVENTS_PAGE_MAX,
+    METRICS_ADDR,
+    METRICS_PORT,
+    METRICS_PUBLIC,
+    METRICS_REDIS_PREFIX,
+    METRICS_TOKEN,
+    PLATFORM_PUBLIC_URL,
+    RAY_ADDRESS,
+    RAY_SUBMISSION_PREFIX,
+    REALTIME_COALESCE_SECONDS,
+    REALTIME_RESYNC_SECONDS,
+    RUN_ARTIFACTS_DIR,
+    RUN_AUTO_RESUME_MAX,
+    RUN_LAUNCH_TIMEOUT_SECONDS,
+    RUN_PLACEMENT_MARGIN_SECONDS,
+    RUN_STOP_GRACE_SECONDS,
+    SAMPLES_MAX_PER_RUN,
+    SAMPLES_PAGE_MAX,
+    SCHEDULER_TICK_SECONDS,
+    SLOTS_DEFAULT_INTERACTIVE_RESERVE,
+    SLOTS_DEFAULT_MAX_TOTAL,
+    SLOTS_HEARTBEAT_HARD_TIMEOUT_SECONDS,
+    SLOTS_HEARTBEAT_TIMEOUT_SECONDS,
+    SLOTS_POLICY_CACHE_SECONDS,
+    WS_MAX_PER_USER,
+    WS_REPLAY_MAX,
+    WS_SESSION_RECHECK_SECONDS,
+)
+from config.security import (
+    API_TOKEN_MAX_AGE_SECONDS,
+    AUTH_FAILURE_WINDOW_SECONDS,
+    AUTH_FAILURES_PER_IP,
+    AUTH_FAILURES_PER_USERNAME,
+    AUTH_PASSWORD_VALIDATORS,
+    CONTENT_SECURITY_POLICY,
+    CSRF_COOKIE_SECURE,
+    NUM_PROXIES,
+    SECURE_HSTS_INCLUDE_SUBDOMAINS,
+    SECURE_HSTS_PRELOAD,
+    SECURE_HSTS_SECONDS,
+    SECURE_PROXY_SSL_HEADER,
+    SECURE_SSL_REDIRECT,
+    SESSION_COOKIE_SECURE,
+)
 
-
-def env_bool(name: str, default: bool) -> bool:
-    value = os.environ.get(name)
-    if value is None:
-        return default
-    return value.strip().lower() in {"1", "true", "yes", "on"}
-
-
-def env_int(name: str, default: int) -> int:
-    value = os.environ.get(name)
-    return default if value in (None, "") else int(value)
-
-
-INSECURE_DEFAULT_SECRET_KEY = "dev-only-insecure-key-change-me"
 SECRET_KEY = os.environ.get("DJANGO_SECRET_KEY", INSECURE_DEFAULT_SECRET_KEY)
 # Earlier keys, still accepted for signatures (sessions, ingest tokens) while a rotation settles.
-SECRET_KEY_FALLBACKS = [k for k in os.environ.get("DJANGO_SECRET_KEY_FALLBACKS", "").split(",") if k]
-DEBUG = env_bool("DJANGO_DEBUG", False)
-
-
-def secret_key_problem(key: str) -> str | None:
-    """Why `key` is unfit to sign sessions and ingest tokens (Django's own check W009 criteria), or None."""
-    if not key or key == INSECURE_DEFAULT_SECRET_KEY or key.startswith("django-insecure-"):
-        return "it is unset or the built-in development default"
-    if len(key) < 50 or len(set(key)) < 5:
-        return "it is shorter than 50 characters or has fewer than 5 distinct characters"
-    return None
-
-
-if not DEBUG and secret_key_problem(SECRET_KEY):
-    from django.core.exceptions import ImproperlyConfigured
-
-    raise ImproperlyConfigured(
-        f"DJANGO_SECRET_KEY is insecure: {secret_key_problem(SECRET_KEY)}. With DJANGO_DEBUG off, set it to a long "
-        "random string, e.g. the output of `python -c 'import secrets; print(secrets.token_urlsafe(50))'` "
-        "(`make run` generates one under var/)."
-    )
-ALLOWED_HOSTS = [
-    h for h in os.environ.get("DJANGO_ALLOWED_HOSTS", "localhost,127.0.0.1,[::1],testserver").split(",") if h
-]
-CSRF_TRUSTED_ORIGINS = [o for o in os.environ.get("DJANGO_CSRF_TRUSTED_ORIGINS", "").split(",") if o]
-
-# --- HTTPS (docs/operations.md): off for the embedded http://127.0.0.1 default, on in platform/env.example ---
-SESSION_COOKIE_SECURE = env_bool("DJANGO_SESSION_COOKIE_SECURE", False)
-CSRF_COOKIE_SECURE = env_bool("DJANGO_CSRF_COOKIE_SECURE", False)
-SECURE_SSL_REDIRECT = env_bool("DJANGO_SECURE_SSL_REDIRECT", False)
-SECURE_HSTS_SECONDS = env_int("DJANGO_SECURE_HSTS_SECONDS", 0)
-SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("DJANGO_SECURE_HSTS_INCLUDE_SUBDOMAINS", False)
-SECURE_HSTS_PRELOAD = env_bool("DJANGO_SECURE_HSTS_PRELOAD", False)
-# Behind a TLS-terminating proxy that sets X-Forwarded-Proto (and strips it from clients): trust it.
-SECURE_PROXY_SSL_HEADER = (
-    ("HTTP_X_FORWARDED_PROTO", "https") if env_bool("DJANGO_SECURE_PROXY_SSL_HEADER", False) else None
-)
-# Proxies in front of the web server that append to X-Forwarded-For: the client address for sign-in limits is
-# the one this many hops from the right; 0 uses the socket's peer address (a client cannot pick its own).
-NUM_PROXIES = env_int("DJANGO_NUM_PROXIES", 0)
+SECRET_KEY_FALLBACKS = env_list("DJANGO_SECRET_KEY_FALLBACKS", "")
+DEBUG = env_debug()
+refuse_insecure_secret_key(SECRET_KEY, DEBUG)
+ALLOWED_HOSTS = env_list("DJANGO_ALLOWED_HOSTS", "localhost,127.0.0.1,[::1],testserver")
+CSRF_TRUSTED_ORIGINS = env_list("DJANGO_CSRF_TRUSTED_ORIGINS", "")
 
 INSTALLED_APPS = [
     "daphne",
@@ -87,7 +97,7 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
-    "csp.middleware.CSPMiddleware",  # Content-Security-Policy on every response (CONTENT_SECURITY_POLICY below)
+    "csp.middleware.CSPMiddleware",  # Content-Security-Policy on every response (config/security.py)
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -165,26 +175,6 @@ CHANNEL_LAYERS = {
         },
     }
 }
-# Websockets: a run consumer idle this long compares with the database (catches events published while
-# Redis was unreachable); the dashboard sends at most one update per run per this interval.
-REALTIME_RESYNC_SECONDS = float(os.environ.get("REALTIME_RESYNC_SECONDS", "2"))
-REALTIME_COALESCE_SECONDS = float(os.environ.get("REALTIME_COALESCE_SECONDS", "0.1"))
-# Websocket limits (docs/realtime.md): open sockets per user across every ASGI process (counted in Redis;
-# past it the socket is closed with 4429), events sent on connect before the client is pointed at the REST
-# API for older ones, and how often an open socket re-reads its session (logout and staff changes also
-# close sockets at once, by signal).
-WS_MAX_PER_USER = env_int("WS_MAX_PER_USER", 20)
-WS_REPLAY_MAX = env_int("WS_REPLAY_MAX", 2000)
-WS_SESSION_RECHECK_SECONDS = float(os.environ.get("WS_SESSION_RECHECK_SECONDS", "15"))
-# Stored events per run (runs/retention.py): high-rate types are thinned past half of it and not stored past
-# it; `status` events are always stored. GET /api/runs/<id>/events/ pages are at most EVENTS_PAGE_MAX events.
-EVENTS_MAX_PER_RUN = env_int("EVENTS_MAX_PER_RUN", 50_000)
-EVENTS_DOWNSAMPLE_EVERY = env_int("EVENTS_DOWNSAMPLE_EVERY", 10)
-EVENTS_PAGE_MAX = env_int("EVENTS_PAGE_MAX", 1000)
-# Captured samples (runs/samples.py): a run keeps its config's `samples_keep` newest samples, at most
-# SAMPLES_MAX_PER_RUN; GET /api/runs/<id>/samples/ pages are at most SAMPLES_PAGE_MAX rows.
-SAMPLES_MAX_PER_RUN = env_int("SAMPLES_MAX_PER_RUN", 200_000)
-SAMPLES_PAGE_MAX = env_int("SAMPLES_PAGE_MAX", 200)
 
 CELERY_BROKER_URL = REDIS_URL
 CELERY_RESULT_BACKEND = None
@@ -205,8 +195,8 @@ CELERY_BROKER_TRANSPORT_OPTIONS = {
     "unacked_restore_interval": env_int("CELERY_UNACKED_RESTORE_INTERVAL", 2),
     "unacked_restore_throttle": 1,
 }
-SCHEDULER_TICK_SECONDS = float(os.environ.get("SCHEDULER_TICK_SECONDS", "2"))
 CELERY_BEAT_SCHEDULE = {
+    # The tick every SCHEDULER_TICK_SECONDS (config/knobs.py).
     # Ticks queued while no worker was up are dropped rather than replayed in a burst.
     "runs-tick": {
         "task": "runs.tasks.tick",
@@ -214,37 +204,6 @@ CELERY_BEAT_SCHEDULE = {
         "options": {"expires": max(5.0, 3 * SCHEDULER_TICK_SECONDS)},
     },
 }
-
-# --- Ray ------------------------------------------------------------------------------------------
-RAY_ADDRESS = os.environ.get("RAY_ADDRESS", "http://127.0.0.1:8265")
-PLATFORM_PUBLIC_URL = os.environ.get("PLATFORM_PUBLIC_URL", "http://127.0.0.1:8000")
-RUN_ARTIFACTS_DIR = Path(os.environ.get("RUN_ARTIFACTS_DIR", VAR_DIR / "runs"))
-# Ray submission ids are `<prefix>-<run id>-<attempt>`; give each installation sharing a cluster its own prefix.
-RAY_SUBMISSION_PREFIX = os.environ.get("RAY_SUBMISSION_PREFIX", "rlrun")
-# Seconds a stopped job gets after SIGTERM to checkpoint before Ray SIGKILLs it.
-RUN_STOP_GRACE_SECONDS = env_int("RUN_STOP_GRACE_SECONDS", 60)
-# A granted run not `running` this long after its grant fails "launch timeout ..." (Ray reachable only).
-RUN_LAUNCH_TIMEOUT_SECONDS = env_int("RUN_LAUNCH_TIMEOUT_SECONDS", 900)
-# A `starting` run whose job never posted anything by its placement_timeout_s plus this is put back in the queue.
-RUN_PLACEMENT_MARGIN_SECONDS = env_int("RUN_PLACEMENT_MARGIN_SECONDS", 60)
-# A node row dead and no longer listed by Ray this long is deleted (never while a held slot is placed on it).
-CLUSTER_DEAD_NODE_RETENTION_SECONDS = env_int("CLUSTER_DEAD_NODE_RETENTION_SECONDS", 3600)
-# Automatic resumes (Run.auto_resume) of one run, at most.
-RUN_AUTO_RESUME_MAX = env_int("RUN_AUTO_RESUME_MAX", 3)
-
-# --- Slots ----------------------------------------------------------------------------------------
-SLOTS_DEFAULT_MAX_TOTAL = env_int("SLOTS_DEFAULT_MAX_TOTAL", 4)
-# The interactive reserve when staff set none (unset: max(1, max_total // 4)); `make run` sets 0 on a machine
-# that fits fewer than 4 runs, where a reserved slot would idle half of it for API runs.
-SLOTS_DEFAULT_INTERACTIVE_RESERVE: int | None = (
-    None
-    if os.environ.get("SLOTS_DEFAULT_INTERACTIVE_RESERVE", "") == ""
-    else env_int("SLOTS_DEFAULT_INTERACTIVE_RESERVE", 0)
-)
-SLOTS_HEARTBEAT_TIMEOUT_SECONDS = env_int("SLOTS_HEARTBEAT_TIMEOUT_SECONDS", 60)
-# A running run whose heartbeat is stale while Ray still reports its job running is failed only after this long.
-SLOTS_HEARTBEAT_HARD_TIMEOUT_SECONDS = env_int("SLOTS_HEARTBEAT_HARD_TIMEOUT_SECONDS", 600)
-SLOTS_POLICY_CACHE_SECONDS = float(os.environ.get("SLOTS_POLICY_CACHE_SECONDS", "1"))
 
 # --- Cache: sign-in failure counters (runs/auth_limit.py) -------------------------------------------
 CACHES = {
@@ -258,25 +217,8 @@ CACHES = {
     else {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}
 }
 
-# --- Prometheus metrics (docs/observability.md) ------------------------------------------------------
-# GET /metrics answers staff sessions, and `Authorization: Bearer <METRICS_TOKEN>` when a token is set;
-# METRICS_PUBLIC opens it to anyone (default: only with DJANGO_DEBUG). `manage.py metrics_serve` serves the
-# same metrics without authentication on METRICS_ADDR:METRICS_PORT (a separate port for a private network).
-METRICS_TOKEN = os.environ.get("METRICS_TOKEN", "")
-METRICS_PUBLIC = env_bool("METRICS_PUBLIC", DEBUG)
-METRICS_ADDR = os.environ.get("METRICS_ADDR", "127.0.0.1")
-METRICS_PORT = env_int("METRICS_PORT", 9464)
-# Redis hash prefix of the recorded counters and histograms (runs/metrics/record.py).
-METRICS_REDIS_PREFIX = os.environ.get("METRICS_REDIS_PREFIX", "rlcp:metrics")
-
 # --- REST API -------------------------------------------------------------------------------------
-# API tokens (POST /api/auth/token/) expire this long after they were issued; DELETE revokes one at once.
-API_TOKEN_MAX_AGE_SECONDS = env_int("API_TOKEN_MAX_AGE_SECONDS", 30 * 24 * 3600)
-# Failed sign-ins (login page, token endpoint, admin) allowed per username and per client address within the
-# window; past either, sign-in answers 429 until the window (counted from the first failure) ends.
-AUTH_FAILURES_PER_USERNAME = env_int("AUTH_FAILURES_PER_USERNAME", 5)
-AUTH_FAILURES_PER_IP = env_int("AUTH_FAILURES_PER_IP", 20)
-AUTH_FAILURE_WINDOW_SECONDS = env_int("AUTH_FAILURE_WINDOW_SECONDS", 900)
+# Sign-in (pages, token endpoint, admin) counts failures against the limits in config/security.py.
 AUTHENTICATION_BACKENDS = ["runs.auth_limit.LimitedModelBackend"]
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
@@ -304,13 +246,7 @@ SPECTACULAR_SETTINGS = {
     ],
 }
 
-# --- Auth, i18n, static ---------------------------------------------------------------------------
-AUTH_PASSWORD_VALIDATORS = [
-    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
-    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator", "OPTIONS": {"min_length": 12}},
-    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
-    {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
-]
+# --- Login, i18n, static ---------------------------------------------------------------------------
 LOGIN_URL = "/login/"
 LOGIN_REDIRECT_URL = "/"
 LOGOUT_REDIRECT_URL = "/login/"
@@ -328,25 +264,7 @@ STORAGES = {
     "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"},
 }
 
-# Content-Security-Policy (django-csp): no inline or foreign script, so a missed escape cannot run code.
-# Style attributes stay allowed (style-src-attr): the pages and their scripts size bars and cells with them;
-# <style> elements and foreign stylesheets are not (style-src-elem 'self'). 'self' covers same-host ws/wss.
-CONTENT_SECURITY_POLICY = {
-    "DIRECTIVES": {
-        "default-src": ["'self'"],
-        "script-src": ["'self'"],
-        "style-src": ["'self'"],
-        "style-src-elem": ["'self'"],
-        "style-src-attr": ["'unsafe-inline'"],
-        "img-src": ["'self'", "data:"],
-        "connect-src": ["'self'"],
-        "object-src": ["'none'"],
-        "base-uri": ["'none'"],
-        "frame-ancestors": ["'none'"],
-        "form-action": ["'self'"],
-    },
-}
-
+# --- Logging --------------------------------------------------------------------------------------
 # Loggers that speak on every tick or at every start, not when something happens: Celery beat's "Sending due
 # task", the worker's "Task ... received/succeeded" and its start-up lines, daphne's start-up lines. Their level
 # is LOG_LEVEL_CHATTER (INFO unless set; `make run` sets WARNING unless --verbose); their warnings and errors

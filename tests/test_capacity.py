@@ -49,7 +49,7 @@ def statuses_seen(url: str, headers: dict[str, str], run_id: int) -> list[str]:
 
 @pytest.mark.slow
 def test_six_default_runs_at_once_all_succeed_and_none_fails(up):  # noqa: F811 - the imported fixture
-    # The defaults of config/settings.py, stated here because the shared fixture raises the heartbeat timeout.
+    # The defaults of config/knobs.py, stated here because the shared fixture raises the heartbeat timeout.
     platform = up(SLOTS_HEARTBEAT_TIMEOUT_SECONDS="60")
     platform.wait_for(lambda: "The platform is up" in platform.log(), 300, "the banner")
     log = platform.log()
