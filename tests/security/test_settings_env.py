@@ -40,3 +40,19 @@ def test_a_long_random_key_passes():
     key = "q8Zr-4Lx_0pVt2WmNc7YbHs9KdJf3GaEiRuT6oPl1nMkXvBwQyCzAe5Sg"
     assert len(key) >= 50 and secret_key_problem(key) is None
     refuse_insecure_secret_key(key, debug=False)
+
+
+def test_every_setting_of_the_split_modules_reaches_django_settings():
+    """config/settings.py imports config/knobs.py and config/security.py by name: a setting added to either and
+    not imported there would silently not exist as django.conf.settings.<NAME>."""
+    from django.conf import settings
+
+    import config.knobs
+    import config.security
+
+    for module in (config.knobs, config.security):
+        names = [n for n in vars(module) if n.isupper()]
+        assert names
+        missing = [n for n in names if not hasattr(settings, n)]
+        assert not missing, f"{module.__name__}: not imported by config/settings.py: {missing}"
+        assert all(getattr(settings, n) == getattr(module, n) for n in names)
