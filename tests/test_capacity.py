@@ -5,7 +5,7 @@ reclaimed or lost on the way). Liveness settings are the platform's defaults: no
 `wall_s` (all six) and `serial_s` (six times the wall time of one such run, measured first in the same platform)
 go to bench/results/capacity.json with their ratio. The ratio is reported, not asserted: a default run uses
 about 1.75 of this machine's 2 cores, so admission runs one at a time here and the six take about the serial
-time (measured 0.98 quiet, 1.06 beside the outage test); issue 11 stays open on it (docs/slots.md).
+time (measured 0.98 and 0.96 quiet, 1.06 beside the outage test); issue 11 stays open on it (docs/slots.md).
 """
 
 from __future__ import annotations
