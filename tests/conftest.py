@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.processes import die_with_parent, stop_process_group
+from tests.processes import die_with_parent, stop_ray_head
 
 # Ray 2.60's `ray start` turns token authentication on when ~/.ray/auth_token exists (and refuses to start with
 # RAY_AUTH_MODE=token when it does not); job API clients only send the token with RAY_AUTH_MODE=token. So pick
@@ -55,7 +55,7 @@ def _wait_for_job_api(cluster: RayCluster, head: subprocess.Popen, log_path: Pat
         except requests.RequestException:
             pass
         time.sleep(0.5)
-    stop_process_group(head, grace=30)
+    stop_ray_head(head)
     pytest.fail(f"Ray job API did not come up: {log_path.read_text()[-2000:]}", pytrace=False)
 
 
@@ -123,7 +123,7 @@ def ray_cluster() -> RayCluster:
                 ray.shutdown()
         except Exception:
             pass
-        stop_process_group(head, grace=30)
+        stop_ray_head(head)
         log.close()
         shutil.rmtree(temp_dir, ignore_errors=True)
 

@@ -24,7 +24,7 @@ from runs.dashboard import cluster_snapshot
 from runs.models import ClusterStatus, Run, RunStatus
 from tests.conftest import REPO_ROOT, VENV_BIN, free_port, head_command
 from tests.execution.conftest import TINY_TRAIN_CONFIG, Api, Platform, wait_for
-from tests.processes import committed_database_url, die_with_parent, stop_process_group
+from tests.processes import committed_database_url, die_with_parent, stop_ray_head
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow, pytest.mark.outage]
 
@@ -69,7 +69,7 @@ class OwnHead:
             return False
 
     def stop(self) -> None:
-        stop_process_group(self.proc, grace=30)
+        stop_ray_head(self.proc)
         self.proc = None
 
     def log(self) -> str:
