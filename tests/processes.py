@@ -41,7 +41,7 @@ def stop_process_group(proc: subprocess.Popen | None, *, sig: int = signal.SIGTE
 def stop_ray_head(proc: subprocess.Popen | None, *, grace: float = 20) -> None:
     """Stop a test head (`ray start --head --block`, its own process group): SIGINT makes `ray start` stop its
     cluster and exit in about 2 s and the rest of the group follows within a few more (measured; on SIGTERM it
-    took 33 s). What of the group outlives `grace` is killed. Only this group, never `ray stop`."""
+    took 33 s). What of the group outlives `grace` is killed: only this group, never every Ray of the machine."""
     if proc is None or proc.poll() is not None:
         return
     os.killpg(proc.pid, signal.SIGINT)
