@@ -16,6 +16,7 @@ import pytest
 import requests
 
 from tests.conftest import REPO_ROOT, free_port
+from tests.processes import die_with_parent
 
 UP = REPO_ROOT / "platform" / "up.py"
 
@@ -50,6 +51,7 @@ class UpProcess:
             start_new_session=True,
             stdout=open(self.log_path, "wb"),
             stderr=subprocess.STDOUT,
+            preexec_fn=die_with_parent(),  # a killed test run takes its platform with it (up.py stops in order)
         )
         self.seen: dict[int, psutil.Process] = {}
 

@@ -14,7 +14,9 @@ PR_SET_PDEATHSIG = 1
 
 def die_with_parent(sig: int = signal.SIGTERM):
     """A preexec_fn: the kernel sends the child `sig` when the process that started it dies, even by SIGKILL,
-    so a killed test run leaves no server behind (and nothing has to be cleaned up by name later)."""
+    so a killed test run leaves no server behind (and nothing has to be cleaned up by name later). The kernel
+    ties it to the thread that started the child: start such children from the main thread only (a server a
+    test restarts from another thread would get `sig` when that thread ends)."""
     parent = os.getpid()
 
     def preexec() -> None:

@@ -17,7 +17,7 @@ from typing import Any
 
 import requests
 
-from tests.processes import stop_process_group
+from tests.processes import die_with_parent, stop_process_group
 from trainer.histograms import histogram, run_edges
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -75,6 +75,7 @@ def server_start(*, database_url: str, redis_url: str, extra_env: dict[str, str]
         stdout=log,
         stderr=subprocess.STDOUT,
         start_new_session=True,
+        preexec_fn=die_with_parent(),  # gone with a killed test run
     )
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 40

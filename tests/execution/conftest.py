@@ -17,7 +17,7 @@ import pytest
 import requests
 
 from tests.conftest import REPO_ROOT, VENV_BIN, RayCluster, free_port
-from tests.processes import committed_database_url, stop_process_group
+from tests.processes import committed_database_url, die_with_parent, stop_process_group
 
 # Tiny training run: a few steps of the digits task so a run takes well under a minute on two cores.
 TINY_TRAIN_CONFIG: dict[str, Any] = {
@@ -54,6 +54,7 @@ class Platform:
             stdout=log,
             stderr=subprocess.STDOUT,
             start_new_session=True,
+            preexec_fn=die_with_parent(),  # gone with a killed test run
         )
         self.procs[name] = proc
         return proc

@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from tests.processes import stop_process_group
+from tests.processes import die_with_parent, stop_process_group
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 VENV_BIN = Path(sys.executable).parent
@@ -73,7 +73,8 @@ class RedisServer:
             ],
             stdout=open(log, "a"),
             stderr=subprocess.STDOUT,
-            start_new_session=True,
+            start_new_session=True,  # no die_with_parent: a test restarts it from a thread of its own, and the
+            # parent-death signal follows the thread that started the process, not the test run
         )
         wait_port(self.port, self.proc, log)
         return self
@@ -127,6 +128,7 @@ class Daphne:
             stdout=open(self.log, "w"),
             stderr=subprocess.STDOUT,
             start_new_session=True,
+            preexec_fn=die_with_parent(),  # gone with a killed test run
         )
         wait_port(self.port, self.proc, self.log)
         self.http = f"http://127.0.0.1:{self.port}"
@@ -159,6 +161,7 @@ class CeleryWorker:
             stdout=open(self.log, "w"),
             stderr=subprocess.STDOUT,
             start_new_session=True,
+            preexec_fn=die_with_parent(),  # gone with a killed test run
         )
 
     def wait_ready(self, timeout: float = 180) -> None:
