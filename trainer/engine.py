@@ -16,20 +16,18 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures as cf
 import time
-from typing import Any
-
-import torch
+from typing import TYPE_CHECKING, Any
 
 from rollout.errors import DrainTimeoutError, RejectedBeforeGeneration, SessionGoneError
 from rollout.gate import RequestGate, SettlementReceipt
 from trainer.batching import Batcher, SessionTable
 from trainer.config import TrainConfig
-from trainer.engine_sizing import EngineSizing, engine_sizing
-from trainer.engine_step import GenRequest, draw_uniforms, invalid_request, request_result, run_step
-from trainer.kvpool import KVPool
-from trainer.learner import pick_device
-from trainer.policy import build_policy
 from trainer.problems import task_build
+
+if TYPE_CHECKING:
+    import torch
+
+    from trainer.engine_step import GenRequest
 
 
 class Engine:
@@ -44,13 +42,25 @@ class Engine:
         threads: int = 1,
         gpus: float = 0.0,
     ) -> None:
+        # torch and the model code load here, not when this module is imported: Ray imports an actor's class
+        # module to unpickle a handle to it, and a rollout worker holding engine handles should not pay torch's
+        # ~1.4 s and ~250 MiB for nothing (docs/trainer.md, "What a process imports").
+        import torch
+
+        from trainer import engine_step
+        from trainer.engine_sizing import sizing_on_device
+        from trainer.kvpool import KVPool
+        from trainer.learner import pick_device
+        from trainer.policy import build_policy
+
         torch.set_num_threads(threads)  # the whole CPUs of its bundle (trainer/resources.py), at least one
+        self.ops = engine_step  # GenRequest, run_step and the rest of one forward step
         self.cfg, self.engine_id = cfg, engine_id
         task = task_build(cfg)
         self.device = pick_device(cfg.device, gpus)
         torch.manual_seed(cfg.seed)  # same initial weights as the learner's version 0
         self.model = build_policy(cfg, task.vocab_size, task.block_size()).to(self.device).eval()
-        self.sizing = _size(cfg, task.block_size(), self.device, gpus)
+        self.sizing = sizing_on_device(cfg, task.block_size(), self.device, gpus)
         self.max_batch = max_batch or self.sizing.max_batch
         self.max_sessions = max_sessions or self.sizing.max_sessions
         rows = self.max_sessions * cfg.group_size
@@ -119,13 +129,13 @@ class Engine:
         pending = sess.pending if sess is not None and sess.pending is not None else None
         feed = [([pending[i]] if pending else []) + list(row) for i, row in enumerate(rows)]
         cached = sess.length if sess is not None else 0
-        reason = invalid_request(feed, n, cached, self.model.block_size, self.model.tok.num_embeddings)
+        reason = self.ops.invalid_request(feed, n, cached, self.model.block_size, self.model.tok.num_embeddings)
         if reason:
             self.rejections += 1
             raise RejectedBeforeGeneration(f"request {lease.request_id!r}: {reason}")
-        uniforms = [] if greedy else draw_uniforms(seed, n, len(feed))
+        uniforms = [] if greedy else self.ops.draw_uniforms(seed, n, len(feed))
         uniforms = uniforms or [[0.0] * len(feed)] * n
-        request = GenRequest(session_id, lease.request_id, lease.version, feed, n, greedy, uniforms)
+        request = self.ops.GenRequest(session_id, lease.request_id, lease.version, feed, n, greedy, uniforms)
         request.future = asyncio.get_running_loop().create_future()
         if sess is not None:
             sess.busy = True
@@ -178,7 +188,7 @@ class Engine:
         while True:
             if self._step_delay_s:
                 time.sleep(self._step_delay_s)  # throttle(): a slow device, on purpose
-            run_step(self.model, self.pool, batch, self.cfg.temperature)
+            self.ops.run_step(self.model, self.pool, batch, self.cfg.temperature)
             self.steps += 1
             # Racy reads of loop-owned state are fine here: a change seen one step late costs one step.
             if self.batcher.waiting or any(r.done or r.future.done() for r in batch):
@@ -204,7 +214,7 @@ class Engine:
             self.table.finished(request.session_id)
             if request.last:  # the episode's final turn: no end_session follows, its rows are free now
                 self.table.end(request.session_id)
-            request.future.set_result(request_result(request, self.engine_id, self.batcher.inflight))
+            request.future.set_result(self.ops.request_result(request, self.engine_id, self.batcher.inflight))
         for request in self.batcher.drop_waiting(lambda r: r.future.done()):
             if request.session is not None:
                 self.table.finished(request.session_id)
@@ -295,17 +305,3 @@ class Engine:
 
     def ping(self) -> str:
         return self.engine_id
-
-
-def _size(cfg: TrainConfig, block_size: int, device: torch.device, gpus: float) -> EngineSizing:
-    memory = torch.cuda.get_device_properties(device).total_memory if device.type == "cuda" else 0
-    return engine_sizing(
-        device=device.type,
-        n_layer=cfg.n_layer,
-        d_model=cfg.d_model,
-        block_size=block_size,
-        group_size=cfg.group_size,
-        actor_memory_mb=cfg.actor_memory_mb,
-        device_memory_bytes=memory,
-        gpu_share=gpus if gpus > 0 else 1.0,  # device 'cuda' asked for without a bundle GPU: the whole device
-    )

@@ -3,14 +3,20 @@
 CPU (the default, and what tests use): a quarter of the actor's reserved memory holds KV rows, and a step
 batches at most 64 requests (2 cores saturate long before that). GPU: half of the engine's share of the
 device's memory holds KV rows, and a step batches up to 256 requests. Sessions are bounded by both the rows
-that fit (`rows // group_size`) and `MAX_SESSIONS`.
+that fit (`rows // group_size`) and `MAX_SESSIONS`. `sizing_on_device` reads a real device's memory for it.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from trainer.kvpool import kv_bytes_per_row
+
+if TYPE_CHECKING:
+    import torch
+
+    from trainer.config import TrainConfig
 
 MiB = 1024 * 1024
 MAX_SESSIONS = 4096
@@ -54,3 +60,21 @@ def engine_sizing(
     sessions = max(1, min(MAX_SESSIONS, budget // (per_row * group_size)))
     rows = sessions * group_size
     return EngineSizing(device, max_batch, sessions, rows, rows * per_row)
+
+
+def sizing_on_device(cfg: TrainConfig, block_size: int, device: torch.device, gpus: float) -> EngineSizing:
+    """`engine_sizing` for an engine of `cfg` on `device`, with its bundle's `gpus` (a CUDA device's memory is
+    read from it)."""
+    import torch
+
+    memory = torch.cuda.get_device_properties(device).total_memory if device.type == "cuda" else 0
+    return engine_sizing(
+        device=device.type,
+        n_layer=cfg.n_layer,
+        d_model=cfg.d_model,
+        block_size=block_size,
+        group_size=cfg.group_size,
+        actor_memory_mb=cfg.actor_memory_mb,
+        device_memory_bytes=memory,
+        gpu_share=gpus if gpus > 0 else 1.0,  # device 'cuda' asked for without a bundle GPU: the whole device
+    )

@@ -203,9 +203,7 @@ def _start_local(
     }
     # Gates are asyncio objects: build them on the loop that will drive them.
     channel = Channel.create(name, local=True, collector=GroupTokens)
-    workers = [
-        RolloutWorker(cfg, f"worker-{i}", engines, channel=name, threads=driver.threads) for i in range(cfg.num_workers)
-    ]
+    workers = [RolloutWorker(cfg, f"worker-{i}", engines, channel=name) for i in range(cfg.num_workers)]
     trainer = LearnerActor(cfg, name, threads=driver.threads, gpus=driver.gpus)
     return engines, workers, trainer, channel, {"device": trainer.info()["device"], "num_gpus": driver.gpus}
 
@@ -221,22 +219,17 @@ def _start_ray_actors(
         threads = placement.bundle(role).threads
         return {**placement.actor_options(role), "runtime_env": {"env_vars": actor_env(threads)}}
 
-    def threads(role: str) -> int:
-        return placement.bundle(role).threads
-
     engines: dict[str, Any] = {
         e: engine_actor(cfg, name, e, placement, initially_open=engines_open) for e in engine_ids
     }
     channel = Channel.create(name, collector=GroupTokens, actor_options=options("channel"))
     worker_cls = ray.remote(RolloutWorker)
-    workers: list[Any] = []
-    for i in range(cfg.num_workers):
-        role = f"worker-{i}"
-        workers.append(
-            worker_cls.options(**options(role), max_concurrency=cfg.worker_capacity + 16).remote(
-                cfg, role, engines, channel=name, threads=threads(role)
-            )
+    workers: list[Any] = [
+        worker_cls.options(**options(f"worker-{i}"), max_concurrency=cfg.worker_capacity + 16).remote(
+            cfg, f"worker-{i}", engines, channel=name
         )
+        for i in range(cfg.num_workers)
+    ]
     learner = placement.bundle("learner")
     trainer: Any = (
         ray.remote(LearnerActor)

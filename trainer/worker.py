@@ -60,15 +60,8 @@ def _not_admitted(exc: BaseException) -> str | None:
 
 
 class RolloutWorker:
-    def __init__(
-        self, cfg: TrainConfig, worker_id: str, engines: dict[str, Any], *, channel: str, threads: int = 1
-    ) -> None:
-        try:
-            import torch
-
-            torch.set_num_threads(threads)  # the whole CPUs of its bundle, at least one
-        except ImportError:  # pragma: no cover
-            pass
+    def __init__(self, cfg: TrainConfig, worker_id: str, engines: dict[str, Any], *, channel: str) -> None:
+        # No torch in a worker: it routes turns and scores episodes (tests/trainer/test_torch_free.py).
         self.cfg, self.worker_id = cfg, worker_id
         self.task = task_build(cfg)
         self.engines = dict(engines)

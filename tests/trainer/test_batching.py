@@ -237,7 +237,7 @@ def test_a_failed_step_fails_its_requests_and_poisons_the_gate(monkeypatch) -> N
     def broken(*args, **kwargs):
         raise MemoryError("out of KV memory")
 
-    monkeypatch.setattr("trainer.engine.run_step", broken)
+    monkeypatch.setattr("trainer.engine_step.run_step", broken)  # engine.ops is that module
 
     async def main() -> None:
         with pytest.raises(RuntimeError, match="step failed"):
