@@ -1,6 +1,7 @@
-"""Reads behind the progress and ETA fields: each run's progress and finish ETA, the predicted finishes of the
-runs holding slots, and a typical run's duration; the queue ETA (runs/queue.py) is built from the last two.
-The arithmetic is runs/progress.py."""
+"""Reads behind the progress and ETA fields: each run's progress and finish ETA (with the pace factors of the
+latest finished runs of its kind), the predicted finishes of the runs holding slots, and a typical run's
+duration; the queue ETA (runs/queue.py) is built from the last two. The arithmetic is runs/progress.py and
+runs/pace.py."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from datetime import datetime, timedelta
 from django.utils import timezone
 
 from runs.models import ACTIVE_STATUSES, Run, RunStatus
+from runs.pace import pace_factors
 from runs.progress import Progress, median, run_progress
 from runs.slots.grant import latest_end
 from trainer.config import TrainConfig
@@ -18,24 +20,40 @@ ETA_STATUSES = (RunStatus.RUNNING,)
 # A typical run's duration (slot held: grant to finish): the median over the latest succeeded runs.
 TYPICAL_SAMPLE = 20
 TYPICAL_WINDOW = timedelta(days=7)
+# The finished runs whose pace profiles correct a running run's ETA: the latest ones of its kind.
+PACE_SAMPLE = 20
 # A submitted config holds only the keys its submitter set; the rest are the trainer's defaults.
 DEFAULTS = {"steps": TrainConfig.steps, "eval_every": TrainConfig.eval_every}
 
 
-def progress_of(run: Run, *, now: datetime | None = None) -> Progress:
-    """`progress` (0..1, from the first train event on) and, while the run is running, `eta_finish_seconds`."""
+def progress_of(run: Run, *, now: datetime | None = None, paces: dict[str, dict[int, float]] | None = None) -> Progress:
+    """`progress` (0..1, from the first train event on) and, while the run is running, `eta_finish_seconds`.
+    `paces`: pace factors by kind, read once for several runs (filled in as kinds are met)."""
     now = now or timezone.now()
     end = latest_end(run.granted_at, run.time_limit_seconds)
+    running = run.status in ETA_STATUSES
+    if running and paces is not None and run.kind not in paces:
+        paces[run.kind] = pace_of(kind=run.kind, now=now)
     estimate = run_progress(
         summary=run.summary if isinstance(run.summary, dict) else {},
         config=run.config if isinstance(run.config, dict) else {},
         defaults=DEFAULTS,
         now=now.timestamp(),
         deadline=end.timestamp() if end is not None else None,
+        pace=(paces[run.kind] if paces is not None else pace_of(kind=run.kind, now=now)) if running else None,
     )
-    if run.status not in ETA_STATUSES:
-        return Progress(estimate.progress, None)
-    return estimate
+    return estimate if running else Progress(estimate.progress, None)
+
+
+def pace_of(*, kind: str, now: datetime) -> dict[int, float]:
+    """The pace factors per tenth of the latest runs of `kind` that succeeded lately (runs/pace.py): one query,
+    reading only their profiles."""
+    profiles = (
+        Run.objects.filter(kind=kind, status=RunStatus.SUCCEEDED, finished_at__gte=now - TYPICAL_WINDOW)
+        .order_by("-finished_at")
+        .values_list("summary__progress__marks", flat=True)[:PACE_SAMPLE]
+    )
+    return pace_factors(list(profiles))
 
 
 def active_finishes(*, now: datetime) -> dict[int, float]:
@@ -43,10 +61,11 @@ def active_finishes(*, now: datetime) -> dict[int, float]:
     running run's finish ETA, else the end of its time limit. At most max_total rows are read."""
     out: dict[int, float] = {}
     runs = Run.objects.filter(status__in=ACTIVE_STATUSES).only(
-        "status", "summary", "config", "granted_at", "time_limit_seconds"
+        "status", "kind", "summary", "config", "granted_at", "time_limit_seconds"
     )
+    paces: dict[str, dict[int, float]] = {}
     for run in runs:
-        eta = progress_of(run, now=now).eta_finish_seconds
+        eta = progress_of(run, now=now, paces=paces).eta_finish_seconds
         if eta is not None:
             out[run.pk] = now.timestamp() + eta
             continue

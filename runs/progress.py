@@ -2,7 +2,8 @@
 
 A run's progress is its steps done over its steps total. Its finish ETA is the steps left times the recent time
 per step, plus the evaluations left times the last evaluation's duration: the time per step is measured over
-the last `WINDOW` train events that the ingest keeps in the summary (`progress_fold`), evaluations taken out.
+the last `WINDOW` train events that the ingest keeps in the summary (`progress_fold`), evaluations taken out,
+and corrected by how finished runs' pace changed after the same point (runs/pace.py), when enough of them have.
 A queued run at overall position p starts when the p-th slot frees: the running runs free theirs at their
 predicted finishes, and each run started on a freed slot frees it again after a typical run's duration
 (`queue_starts`). docs/api.md describes the fields; tests/runs/test_progress.py replays recorded runs.
@@ -13,6 +14,8 @@ from __future__ import annotations
 import heapq
 from dataclasses import dataclass
 from typing import Any
+
+from runs.pace import factor_at, marks_fold
 
 # Train events whose (ts, step) the summary keeps for the recent step rate.
 WINDOW = 20
@@ -28,19 +31,26 @@ class Progress:
 
 def progress_fold(progress: Any, *, train: dict[str, Any], ts: float) -> dict[str, Any]:
     """The summary's `progress` after a train event (`train`: its data) at `ts`: `points`, the newest WINDOW
-    [ts, step, eval seconds] triples, and `eval_s`, the latest evaluation's seconds. A step at or below the last
-    one (a resumed run restarts at its checkpoint) starts a new window."""
+    [ts, step, eval seconds] triples, `eval_s`, the latest evaluation's seconds, `clock`, the training seconds
+    since the first train event (evaluations out), and `marks`, the run's pace profile (runs/pace.py). A step at
+    or below the last one (a resumed run restarts at its checkpoint) starts a new window, clock and profile."""
     progress = _dict(progress)
     kept = [p for p in (progress.get("points") or []) if _is_point(p)]
     step = _num(train.get("step"))
     eval_s = _span_seconds(train.get("eval_span"))
     last_eval = eval_s if eval_s else _num(progress.get("eval_s"))
+    clock = _num(progress.get("clock")) or 0.0
     if step is None:
-        return {"points": kept, "eval_s": last_eval}
-    if kept and step <= kept[-1][1]:
-        kept = []
+        return {**progress, "points": kept, "eval_s": last_eval}
+    restarted = bool(kept) and step <= kept[-1][1]
+    if restarted:
+        kept, clock = [], 0.0
+    elif kept:
+        clock += max(0.0, float(ts) - kept[-1][0] - eval_s)
+    total = _num(train.get("steps_total"))
+    marks = marks_fold(progress.get("marks"), step=step, total=total, clock=clock, restarted=restarted)
     kept.append([float(ts), step, eval_s])
-    return {"points": kept[-WINDOW:], "eval_s": last_eval}
+    return {"points": kept[-WINDOW:], "eval_s": last_eval, "clock": round(clock, 4), "marks": marks}
 
 
 def step_seconds(points: list[list[float]]) -> float | None:
@@ -69,10 +79,12 @@ def run_progress(
     defaults: dict[str, Any],
     now: float,
     deadline: float | None = None,
+    pace: dict[int, float] | None = None,
 ) -> Progress:
     """Progress and finish ETA of a run from its summary (`train.step`, `train.steps_total`, `progress`) and
     config (`steps`, `eval_every`, `time_limit_s`; missing keys from `defaults`). `deadline` (seconds since the
-    epoch): when the platform ends the run at the latest (its time limit), which caps the ETA."""
+    epoch): when the platform ends the run at the latest (its time limit), which caps the ETA. `pace`: the
+    finished runs' pace factors per tenth (runs/pace.py), which scale the recent time per step."""
     default_steps = int(defaults.get("steps", 0))
     train = _dict(summary.get("train"))
     step = _num(train.get("step"))
@@ -88,6 +100,7 @@ def run_progress(
     if per_step is not None:
         every = int(_num(config.get("eval_every", defaults.get("eval_every", 0))) or 0)
         eval_s = _num(progress.get("eval_s")) or 0.0
+        per_step *= factor_at(pace, done)
         left = max(0.0, total - step) * per_step + evals_left(int(step), int(total), every) * eval_s
         finish = points[-1][0] + left
     ends = [finish] if finish is not None else []

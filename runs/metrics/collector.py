@@ -95,7 +95,7 @@ def queue_and_slots() -> Iterator[Metric]:
 def per_run() -> Iterator[Metric]:
     runs = list(
         Run.objects.filter(status__in=RUN_SERIES_STATUSES)
-        .only("id", "status", "summary", "config", "granted_at", "time_limit_seconds")
+        .only("id", "status", "kind", "summary", "config", "granted_at", "time_limit_seconds")
         .order_by("id")
     )
     gauges: dict[spec.Metric, list[tuple[tuple[str, ...], float]]] = {
@@ -113,6 +113,7 @@ def per_run() -> Iterator[Metric]:
     hists: dict[str, HistogramMetricFamily] = {
         key: HistogramMetricFamily(m.full_name, m.help, labels=m.labels) for key, m in HIST_KEYS.items()
     }
+    paces: dict[str, dict[int, float]] = {}
     for run in runs:
         summary = _dict(run.summary)
         label = (str(run.pk),)
@@ -125,7 +126,7 @@ def per_run() -> Iterator[Metric]:
         ):
             if isinstance(value, (int, float)) and _number(value):
                 gauges[metric].append((label, float(value)))
-        progress = progress_of(run)
+        progress = progress_of(run, paces=paces)
         if progress.progress is not None:
             gauges[spec.RUN_PROGRESS].append((label, progress.progress))
         if progress.eta_finish_seconds is not None:

@@ -1,22 +1,26 @@
 """Finish ETA: replay of recorded event streams of real training runs, and the arithmetic of runs/progress.py.
 
-The streams (tests/runs/fixtures/eta_streams.json) were recorded by tests/runs/fixtures/record_eta_streams.py
-on an idle machine: each run alone, its CPU share checked (a run that shared the machine is recorded again). They
-go through the ingest's own summary fold and the run JSON's `progress_of`, as a running run's events would. At
-the first train event at or past 10% progress, the predicted finish is compared with the recorded one.
+The streams were recorded by tests/runs/fixtures/record_eta_streams.py on an idle machine: each run alone, its
+CPU share checked (a run that shared the machine is recorded again). tests/runs/fixtures/eta_streams.json holds
+25 local-mode runs (one process) of varied tasks, sizes and lengths; eta_streams_ray.json 16 runs in the
+platform's mode (colocated, on Ray). They go through the ingest's own summary fold and the run JSON's
+`progress_of`, as a running run's events would. At the first train event at or past 10% progress, the predicted
+finish is compared with the recorded one, with the recent step rate alone and with the pace factors of the
+streams recorded before it (runs/pace.py: the platform reads the latest finished runs of the kind).
 
-Measured on the 25 recorded streams (2026-11-30): 19 of 25 (76%) within +-20%, median error 10%, short of the
-issue's 80%. The misses are the runs' own pace, not the machine's (nothing else ran: see the fixture's
-`others_share`): a run's steps get faster or slower after its first 10%, e.g. h2 (250 steps) took 41% less time
-per step over its last 90% than over its first 10%. A likely cause, not measured here: zero-variance groups are
-filtered and sampled again, and their share moves with the reward as the policy learns. Windows of 5, 8, 10 and 20
-steps, a median of step times and the last half of the run all give 18-20 of 25 on these streams and did worse on
-an earlier recording, so none was chosen over the other. The test pins the measured numbers (a regression
-guard): a worse estimator misses more.
+Measured (2026-12-01), within +-20% (the issue asks for 80%):
 
-Short runs are where one recording decides: e3 (30 steps) is judged at step 3, on two step intervals. Its first
-recording held two attempts' events (a recorder bug, now fixed and checked below); recorded again twice, it was
-+4% and then +48% off (the second is kept: the last recording is what the recorder writes, not the better one).
+| streams | recent rate alone | with the pace of earlier runs |
+|---|---|---|
+| platform mode (16) | 10 (62%), median error 18.7%, 15 too long | 14 (88%), median error 9.1% |
+| local mode (25) | 19 (76%), median error 10.2% | 19 (76%), median error 12.7% |
+
+Platform-mode runs speed up as their zero-variance groups (filtered, sampled again) get rarer: in the default
+run the filtered share fell from 46% to 25% and the rollout time with it, 0.85 s to 0.6 s a step. The local-mode
+misses are runs whose pace changes after their first 10% in their own way (e.g. h2, 250 steps, took 41% less
+time per step over its last 90%), and short runs judged on two or three step intervals (e3, 30 steps, at step
+3: +4% and then +48% on two recordings in a row). Windows of 5 to 20 steps, a median of step times and the last
+half of the run all gave 18-20 of 25 there. The tests pin the measured numbers (a regression guard).
 """
 
 from __future__ import annotations
@@ -26,49 +30,99 @@ import statistics
 from datetime import UTC, datetime
 from pathlib import Path
 
-from runs.finishes import progress_of
+from runs.finishes import PACE_SAMPLE, progress_of
 from runs.ingest import summary_fold
 from runs.models import Run, RunEvent, RunStatus
+from runs.pace import pace_factors
 from runs.progress import evals_left, progress_fold, queue_starts, run_progress
 
 FIXTURE = Path(__file__).parent / "fixtures" / "eta_streams.json"
 TOLERANCE = 0.2  # the issue's +-20%
 WITHIN = 0.76  # share of the runs whose finish ETA after 10% progress is within TOLERANCE (measured; the issue: 0.8)
+RAY_FIXTURE = FIXTURE.with_name("eta_streams_ray.json")
+WITHIN_LEARNED = 0.875  # the same on the platform-mode streams, with the pace of earlier runs (measured: 14 of 16)
 
 
 def at(seconds: float) -> datetime:
     return datetime.fromtimestamp(seconds, tz=UTC)
 
 
-def replay(stream: dict) -> tuple[float, float]:
-    """(predicted, actual) seconds to the finish at the first train event at or past 10% progress."""
+def events(stream: dict):
+    """Each train event of the stream as the ingest gets it, with its time since the run's first event."""
     t0, config = stream["first_event_ts"], stream["config"]
-    run = Run(status=RunStatus.RUNNING, config=config, summary={})
     for t, step, train_seconds, eval_seconds in stream["train"]:
         data = {"step": step, "steps_total": config["steps"], "train_seconds": train_seconds}
         if eval_seconds:
             data["eval_span"] = {"start": t0 + t - eval_seconds, "end": t0 + t}
-        run.summary = summary_fold(run.summary, [RunEvent(type="train", data=data, ts=at(t0 + t))])
-        estimate = progress_of(run, now=at(t0 + t))
+        yield t, RunEvent(type="train", data=data, ts=at(t0 + t))
+
+
+def replay(stream: dict, pace: dict[int, float] | None = None) -> tuple[float, float]:
+    """(predicted, actual) seconds to the finish at the first train event at or past 10% progress; `pace`: the
+    factors of the finished runs before it (none: the recent step rate alone)."""
+    run = Run(status=RunStatus.RUNNING, config=stream["config"], summary={})
+    for t, event in events(stream):
+        run.summary = summary_fold(run.summary, [event])
+        estimate = progress_of(run, now=event.ts, paces={run.kind: pace or {}})
         if estimate.progress is not None and estimate.progress >= 0.1 and estimate.eta_finish_seconds is not None:
             return estimate.eta_finish_seconds, stream["finished_s"] - t
     raise AssertionError(f"{stream['name']}: no finish ETA by the end of the run")
 
 
-def test_replay_of_recorded_runs():
-    streams = json.loads(FIXTURE.read_text())["streams"]
-    assert len(streams) >= 20
-    for stream in streams:  # one run per stream: its steps 1..n, once each (the recorder checks it too)
-        assert [row[1] for row in stream["train"]] == list(range(1, len(stream["train"]) + 1)), stream["name"]
+def profile(stream: dict) -> list:
+    """The pace profile (`marks`) the whole stream leaves in its run's summary."""
+    return summary_fold({}, [event for _, event in events(stream)])["progress"]["marks"]
+
+
+def replay_errors(streams: list[dict], *, learned: bool) -> dict[str, float]:
+    """Each stream's relative ETA error at 10%; `learned`: with the pace of the streams recorded before it, the
+    latest PACE_SAMPLE of them (as the platform reads the latest finished runs), none for the first ones."""
     errors = {}
-    for stream in streams:
-        predicted, actual = replay(stream)
+    for i, stream in enumerate(streams):
+        earlier = [profile(s) for s in reversed(streams[max(0, i - PACE_SAMPLE) : i])]
+        predicted, actual = replay(stream, pace_factors(earlier) if learned else None)
         assert predicted > 0 and actual > 0
         errors[stream["name"]] = predicted / actual - 1
-    report = {n: round(e, 3) for n, e in errors.items()}
-    within = sum(abs(e) <= TOLERANCE for e in errors.values())
-    assert within / len(errors) >= WITHIN, report
-    assert statistics.median(abs(e) for e in errors.values()) <= 0.12, report  # measured 0.102
+    return errors
+
+
+def recorded(fixture: Path) -> list[dict]:
+    streams = json.loads(fixture.read_text())["streams"]
+    for stream in streams:  # one run per stream: its steps 1..n, once each (the recorder checks it too)
+        assert [row[1] for row in stream["train"]] == list(range(1, len(stream["train"]) + 1)), stream["name"]
+    return streams
+
+
+def score(errors: dict[str, float]) -> tuple[float, float, dict[str, float]]:
+    """(share within TOLERANCE, median absolute error, the errors rounded for a failure's message)."""
+    within = sum(abs(e) <= TOLERANCE for e in errors.values()) / len(errors)
+    return within, statistics.median(abs(e) for e in errors.values()), {n: round(e, 3) for n, e in errors.items()}
+
+
+def test_replay_of_recorded_runs():
+    streams = recorded(FIXTURE)
+    assert len(streams) >= 20
+    within, median_error, report = score(replay_errors(streams, learned=False))
+    assert within >= WITHIN, report
+    assert median_error <= 0.12, report  # measured 0.102
+    # With the pace of the streams before each: the same 19 of 25 (these runs differ in task, size and length,
+    # and their pace changes are mostly noise of a few steps), median error 12.7%.
+    within, median_error, report = score(replay_errors(streams, learned=True))
+    assert within >= WITHIN, report
+    assert median_error <= 0.14, report  # measured 0.127
+
+
+def test_replay_of_platform_mode_runs_learns_their_pace():
+    """The platform's own mode (Ray actors, colocated; tests/runs/fixtures/eta_streams_ray.json): its runs
+    speed up as their zero-variance groups get rarer, so the recent step rate alone is too long at 10% (10 of 16
+    within +-20%, 15 too long, median error 18.7%). With the pace of the runs before it: 14 of 16, median 9.1%."""
+    streams = recorded(RAY_FIXTURE)
+    assert len(streams) >= 16
+    plain_within, plain_median, plain = score(replay_errors(streams, learned=False))
+    within, median_error, report = score(replay_errors(streams, learned=True))
+    assert within >= WITHIN_LEARNED, (report, plain)
+    assert median_error <= 0.1, report  # measured 0.091
+    assert within > plain_within and median_error < plain_median, (report, plain)  # measured 10/16, 0.187
 
 
 # --- the arithmetic, on made-up numbers ------------------------------------------------------------------
