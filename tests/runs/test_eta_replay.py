@@ -2,7 +2,7 @@
 
 The streams were recorded by tests/runs/fixtures/record_eta_streams.py on an idle machine: each run alone, its
 CPU share checked (a run that shared the machine is recorded again). tests/runs/fixtures/eta_streams.json holds
-25 local-mode runs (one process) of varied tasks, sizes and lengths; eta_streams_ray.json 16 runs in the
+25 local-mode runs (one process) of varied tasks, sizes and lengths; eta_streams_ray.json 25 runs in the
 platform's mode (colocated, on Ray). They go through the ingest's own summary fold and the run JSON's
 `progress_of`, as a running run's events would. At the first train event at or past 10% progress, the predicted
 finish is compared with the recorded one, with the recent step rate alone and with the pace factors of the
@@ -12,7 +12,7 @@ Measured (2026-12-01), within +-20% (the issue asks for 80%):
 
 | streams | recent rate alone | with the pace of earlier runs |
 |---|---|---|
-| platform mode (16) | 10 (62%), median error 18.7%, 15 too long | 14 (88%), median error 9.1% |
+| platform mode (25) | 13 (52%), median error 19.8%, 22 too long | 22 (88%), median error 9.7% |
 | local mode (25) | 19 (76%), median error 10.2% | 19 (76%), median error 12.7% |
 
 Platform-mode runs speed up as their zero-variance groups (filtered, sampled again) get rarer: in the default
@@ -40,7 +40,7 @@ FIXTURE = Path(__file__).parent / "fixtures" / "eta_streams.json"
 TOLERANCE = 0.2  # the issue's +-20%
 WITHIN = 0.76  # share of the runs whose finish ETA after 10% progress is within TOLERANCE (measured; the issue: 0.8)
 RAY_FIXTURE = FIXTURE.with_name("eta_streams_ray.json")
-WITHIN_LEARNED = 0.875  # the same on the platform-mode streams, with the pace of earlier runs (measured: 14 of 16)
+WITHIN_LEARNED = 0.88  # the same on the platform-mode streams, with the pace of earlier runs (measured: 22 of 25)
 
 
 def at(seconds: float) -> datetime:
@@ -114,15 +114,16 @@ def test_replay_of_recorded_runs():
 
 def test_replay_of_platform_mode_runs_learns_their_pace():
     """The platform's own mode (Ray actors, colocated; tests/runs/fixtures/eta_streams_ray.json): its runs
-    speed up as their zero-variance groups get rarer, so the recent step rate alone is too long at 10% (10 of 16
-    within +-20%, 15 too long, median error 18.7%). With the pace of the runs before it: 14 of 16, median 9.1%."""
+    speed up as their zero-variance groups get rarer, so the recent step rate alone is too long at 10% (13 of 25
+    within +-20%, 22 too long, median error 19.8%). With the pace of the runs before it: 22 of 25, median 9.7%.
+    r17-r25 were recorded after the estimator was written and scored on r1-r16 (14 of 16): 8 of their 9 hold."""
     streams = recorded(RAY_FIXTURE)
-    assert len(streams) >= 16
+    assert len(streams) >= 25
     plain_within, plain_median, plain = score(replay_errors(streams, learned=False))
     within, median_error, report = score(replay_errors(streams, learned=True))
     assert within >= WITHIN_LEARNED, (report, plain)
-    assert median_error <= 0.1, report  # measured 0.091
-    assert within > plain_within and median_error < plain_median, (report, plain)  # measured 10/16, 0.187
+    assert median_error <= 0.1, report  # measured 0.097
+    assert within > plain_within and median_error < plain_median, (report, plain)  # measured 13/25, 0.198
 
 
 # --- the arithmetic, on made-up numbers ------------------------------------------------------------------
