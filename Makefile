@@ -38,6 +38,7 @@ lint: $(BIN)/.installed node_modules/.installed
 	$(BIN)/ruff format --check .
 	$(BIN)/lint-imports
 	DJANGO_DEBUG=1 $(BIN)/python -m mypy rollout trainer runs config
+	DJANGO_DEBUG=1 DATABASE_URL=sqlite:///:memory: $(BIN)/python manage.py makemigrations --check --dry-run
 	node_modules/.bin/tsc --noEmit -p tsconfig.json
 
 # The Ray-outage acceptance (tests/execution/test_outage.py) mostly waits out a 3-minute outage of its own Ray

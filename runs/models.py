@@ -110,6 +110,9 @@ class Run(models.Model):
             models.Index(fields=["run_class", "status"]),
             # Recent grant rate for queue ETAs.
             models.Index(fields=["granted_at"], name="run_granted_at_idx"),
+            # The latest finished runs: a typical run's duration, and the pace profiles of a kind (runs/finishes.py).
+            models.Index(fields=["status", "-finished_at"], name="run_status_finished_idx"),
+            models.Index(fields=["kind", "status", "-finished_at"], name="run_kind_finished_idx"),
         ]
 
     def __str__(self) -> str:
