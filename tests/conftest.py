@@ -27,6 +27,16 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 VENV_BIN = Path(sys.executable).parent
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """STATIC_ROOT exists, private like platform/up.py makes it: without it WhiteNoise warns at every handler
+    load (284 identical warnings in a suite run, hiding any other)."""
+    from django.conf import settings
+
+    static = Path(settings.STATIC_ROOT)
+    for folder in (static.parent, static):
+        folder.mkdir(mode=0o700, exist_ok=True)  # the outage pytest beside the suite may make it first
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
