@@ -14,6 +14,7 @@ run's step time is multiplied by the median factor, at its tenth, of the latest 
 
 from __future__ import annotations
 
+import math
 import statistics
 from typing import Any
 
@@ -29,9 +30,10 @@ def marks_fold(marks: Any, *, step: float, total: float | None, clock: float, re
     the step enters a new tenth. A restarted run (resumed from a checkpoint) starts its marks again: its clock
     restarts too, and a profile is only compared within itself."""
     kept = [] if restarted else [m for m in (marks or []) if _is_mark(m)]
-    if not total or total <= 0:
+    share = step / total if total and total > 0 else math.nan  # the job's numbers: anything a float can be
+    if not math.isfinite(share) or not math.isfinite(clock):
         return kept
-    tenth = min(TENTHS, int(step * TENTHS // total))
+    tenth = min(TENTHS, max(0, math.floor(share * TENTHS)))
     if not kept or tenth > kept[-1][0]:
         kept.append([tenth, step, round(clock, 4)])
     return kept

@@ -42,6 +42,21 @@ def test_a_resumed_run_starts_its_profile_again():
     assert marks_fold(marks, step=6, total=None, clock=9.0, restarted=False) == marks  # no total: nothing added
 
 
+def test_hostile_train_numbers_leave_the_profile_as_it_was():
+    # A job posts its own numbers: a step past any float tenth, a negative step, no total, not a number.
+    progress = fold(lambda s: 1.0, 4)
+    for train in (
+        {"step": 1e308, "steps_total": 1e-300},
+        {"step": 1e300, "steps_total": -1},
+        {"step": 5, "steps_total": 0},
+        {"step": "5", "steps_total": 10},
+        {"step": True, "steps_total": 10},
+    ):
+        assert progress_fold(progress, train=train, ts=10.0)["marks"] == progress["marks"], train
+    resumed = progress_fold(progress, train={"step": -7, "steps_total": 10}, ts=10.0)  # going back: a restart
+    assert resumed["marks"] == [[0, -7.0, 0.0]] and run_factors(resumed["marks"]) == {}
+
+
 def test_a_run_that_speeds_up_after_its_first_tenth_has_a_factor_below_one():
     # 2 s per step for the first 10 steps of 100, then 1 s: after tenth 1 it runs at half the pace before.
     progress = fold(lambda s: 2.0 if s <= 10 else 1.0, 100)
