@@ -3,9 +3,11 @@ runs of 20 steps submitted at once through the API. Every one must succeed witho
 reclaimed or lost on the way). Liveness settings are the platform's defaults: nothing may die of a busy machine.
 
 `wall_s` (all six) and `serial_s` (six times the wall time of one such run, measured first in the same platform)
-go to bench/results/capacity.json with their ratio. The ratio is reported, not asserted: a default run uses
-about 1.75 of this machine's 2 cores, so admission runs one at a time here and the six take about the serial
-time (measured 0.98 and 0.96 quiet, 1.06 beside the outage test); issue 11 stays open on it (docs/slots.md).
+go to bench/results/capacity.json with their ratio. A default run uses about 1.5-1.75 of this machine's 2
+cores, so admission runs one at a time here and the six take about the serial time: measured 0.83-0.99 quiet,
+0.94-1.08 beside the outage test. The test asserts at most SLOWER_THAN_SERIAL times the serial time, a guard
+against admission that thrashes or stalls (one run reclaimed and run again costs at least a sixth more); issue 11
+stays open on the ratio itself (docs/slots.md).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from tests.platform_up import up  # noqa: F401 - the fixture that starts and cle
 RESULTS = REPO_ROOT / "bench" / "results" / "capacity.json"
 RUN = {"origin": "api", "kind": "rl_train", "config": {"steps": 20}}
 FINISHED = {"succeeded", "failed", "cancelled"}
+SLOWER_THAN_SERIAL = 1.15  # the noise on this machine reached 1.08 (beside the outage test)
 
 
 def submit(url: str, headers: dict[str, str], name: str) -> int:
@@ -88,3 +91,4 @@ def test_six_default_runs_at_once_all_succeed_and_none_fails(up):  # noqa: F811 
     assert succeeded == 6, [(r["id"], r["status"], r["error"]) for r in runs]
     for r in runs:  # never failed on the way (a reclaim, lost launch or node loss shows as a `failed` status)
         assert "failed" not in statuses_seen(url, headers, r["id"]), r
+    assert wall_s <= SLOWER_THAN_SERIAL * 6 * single_s, result
