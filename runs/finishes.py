@@ -32,15 +32,19 @@ def progress_of(run: Run, *, now: datetime | None = None, paces: dict[str, dict[
     now = now or timezone.now()
     end = latest_end(run.granted_at, run.time_limit_seconds)
     running = run.status in ETA_STATUSES
-    if running and paces is not None and run.kind not in paces:
-        paces[run.kind] = pace_of(kind=run.kind, now=now)
+    pace = None
+    if running:
+        paces = {} if paces is None else paces
+        if run.kind not in paces:
+            paces[run.kind] = pace_of(kind=run.kind, now=now)
+        pace = paces[run.kind]
     estimate = run_progress(
         summary=run.summary if isinstance(run.summary, dict) else {},
         config=run.config if isinstance(run.config, dict) else {},
         defaults=DEFAULTS,
         now=now.timestamp(),
         deadline=end.timestamp() if end is not None else None,
-        pace=(paces[run.kind] if paces is not None else pace_of(kind=run.kind, now=now)) if running else None,
+        pace=pace,
     )
     return estimate if running else Progress(estimate.progress, None)
 

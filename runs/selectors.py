@@ -69,17 +69,18 @@ def iso(value: datetime | None) -> str | None:
     return text[:-6] + "Z" if text.endswith("+00:00") else text
 
 
-def run_json(run: Run, info: QueueInfo | None = None) -> RunJson:
+def run_json(run: Run, info: QueueInfo | None = None, paces: dict[str, dict[int, float]] | None = None) -> RunJson:
     """The run JSON of GET /api/runs/<id>/ and of the websocket snapshots; `position`, `pending_reason`,
     `pending_detail` and `eta_seconds` come from `info` (runs_queue_info) when the run is queued; a `starting`
-    run's pending reason is the one stored on it (`waiting_for_resources` while its placement group waits)."""
+    run's pending reason is the one stored on it (`waiting_for_resources` while its placement group waits).
+    `paces`: shared by the runs of one listing, so each kind's pace factors are read once (runs.finishes)."""
     end = run.granted_at or run.finished_at or timezone.now()
     if run.status == RunStatus.QUEUED:
         end = timezone.now()
     reason, detail = (info.pending_reason, info.pending_detail) if info else (None, None)
     if run.status == RunStatus.STARTING and run.pending_reason:
         reason, detail = run.pending_reason, ({"message": run.pending_detail} if run.pending_detail else None)
-    progress = progress_of(run)
+    progress = progress_of(run, paces=paces)
     return RunJson(
         id=run.pk,
         name=run.name,
@@ -109,9 +110,10 @@ def run_json(run: Run, info: QueueInfo | None = None) -> RunJson:
 
 
 def runs_json(runs: list[Run]) -> list[RunJson]:
-    """run_json of several runs, queue info read once for all of them."""
+    """run_json of several runs, queue info and pace factors read once for all of them."""
     info = runs_queue_info(runs=runs)
-    return [run_json(run, info.get(run.pk)) for run in runs]
+    paces: dict[str, dict[int, float]] = {}
+    return [run_json(run, info.get(run.pk), paces) for run in runs]
 
 
 def slots_snapshot() -> SlotsJson:

@@ -121,7 +121,7 @@ class RunSerializer(serializers.ModelSerializer):
 
     def to_representation(self, run: Run) -> dict[str, Any]:
         info: QueueInfo | None = (self.context.get("queue_info") or {}).get(run.pk)
-        return dict(run_json(run, info))
+        return dict(run_json(run, info, self.context.get("paces")))
 
 
 class RunPageSerializer(serializers.Serializer):

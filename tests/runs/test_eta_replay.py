@@ -78,8 +78,9 @@ def replay_errors(streams: list[dict], *, learned: bool) -> dict[str, float]:
     """Each stream's relative ETA error at 10%; `learned`: with the pace of the streams recorded before it, the
     latest PACE_SAMPLE of them (as the platform reads the latest finished runs), none for the first ones."""
     errors = {}
+    profiles = [profile(s) for s in streams] if learned else []
     for i, stream in enumerate(streams):
-        earlier = [profile(s) for s in reversed(streams[max(0, i - PACE_SAMPLE) : i])]
+        earlier = profiles[max(0, i - PACE_SAMPLE) : i][::-1]
         predicted, actual = replay(stream, pace_factors(earlier) if learned else None)
         assert predicted > 0 and actual > 0
         errors[stream["name"]] = predicted / actual - 1

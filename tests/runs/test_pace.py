@@ -116,3 +116,19 @@ def test_a_running_run_takes_the_pace_of_the_latest_finished_runs_of_its_kind(us
     paces: dict = {}
     assert progress_of(run, now=now, paces=paces).eta_finish_seconds == pytest.approx(89, abs=2)
     assert set(paces) == {run.kind}  # read once for every run of that kind
+
+
+@pytest.mark.django_db
+def test_a_listing_reads_the_pace_of_a_kind_once(user, handoffs, monkeypatch):
+    from runs import finishes, selectors
+
+    calls = []
+    monkeypatch.setattr(finishes, "pace_of", lambda **kw: calls.append(kw["kind"]) or {})
+    runs = [submit(user, origin="dashboard", name=f"running-{i}") for i in range(3)]
+    progress = fold(lambda s: 1.0, 5, t0=timezone.now().timestamp() - 4.0)
+    Run.objects.filter(pk__in=[r.pk for r in runs]).update(
+        status=RunStatus.RUNNING, summary={"train": {"step": 5, "steps_total": 50}, "progress": progress}
+    )
+    listed = selectors.runs_json(list(Run.objects.filter(pk__in=[r.pk for r in runs])))
+    assert all(r["eta_finish_seconds"] is not None for r in listed)
+    assert calls.count(runs[0].kind) <= 2  # one for the run JSONs, one for the queue's held-run finishes
