@@ -37,8 +37,10 @@ from trainer.events import ControlCommand, EventSchemaError, IngestReply, valida
 MAX_BATCH = 1000
 # Event types whose latest `data` the run summary keeps, under the same key.
 SUMMARY_TYPES: frozenset[str] = frozenset({"gate", "version", "sampler", "train", "checkpoint"})
-# Run.pending_reason of a `starting` run whose job waits for its placement group (its `resources` event).
+# Run.pending_reason of a `starting` run whose job waits for its placement group (its `resources` event
+# `waiting`), and of one whose group is ready while its processes start (`placed`).
 WAITING_FOR_RESOURCES = "waiting_for_resources"
+STARTING_PROCESSES = "starting_processes"
 
 
 class IngestUnauthorized(ServiceError):
@@ -190,12 +192,30 @@ def resources_apply(*, run: Run, stored: list[RunEvent], status: str) -> str:
         reason = f"placement group not ready within {waited} s" if waited is not None else "placement timeout"
         enqueue.run_requeue(run=run, reason=f"{reason}{': ' + detail if detail else ''}")
         return Run.objects.values_list("status", flat=True).get(pk=run.pk)  # granted again at once, maybe
-    if state == "waiting":
-        detail = str(data.get("detail") or f"waiting for a placement group ({data.get('strategy') or 'PACK'})")
-        Run.objects.filter(pk=run.pk, status=RunStatus.STARTING).update(
-            pending_reason=WAITING_FOR_RESOURCES, pending_detail=detail[:300]
-        )
+    if state in ("waiting", "placed"):
+        _starting_reason(run, state, data)
     return status
+
+
+def _starting_reason(run: Run, state: str, data: dict[str, Any]) -> None:
+    """A `starting` run's pending reason from its job's `waiting` or `placed` event; `placed` also records where
+    Ray placed the group (a node lost while the processes start then fails exactly its runs)."""
+    if state == "waiting":
+        reason = WAITING_FOR_RESOURCES
+        detail = str(data.get("detail") or f"waiting for a placement group ({data.get('strategy') or 'PACK'})")
+    else:
+        reason = STARTING_PROCESSES
+        detail = str(data.get("detail") or "placement group ready; starting the run's processes")
+    nodes = data.get("nodes")
+    placed = state == "placed" and isinstance(nodes, list) and bool(nodes) and all(isinstance(n, str) for n in nodes)
+    with transaction.atomic():
+        if placed:
+            slot_store.slots_lock()  # a slot's placement is what grants charge per node: changed under the lock
+        moved = Run.objects.filter(pk=run.pk, status=RunStatus.STARTING).update(
+            pending_reason=reason, pending_detail=detail[:300]
+        )
+        if moved and placed:
+            Slot.objects.filter(run_id=run.pk).update(placement=nodes)
 
 
 def _started(run: Run, *, placement: list[Any] | None) -> str:

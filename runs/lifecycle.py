@@ -66,7 +66,8 @@ def allowed_from(status: str) -> list[str]:
 
 def stamp(status: str, now: datetime) -> dict[str, Any]:
     """The columns a move to `status` sets besides status, error and last_seq: its timestamps and, once the run
-    runs or ends, its pending reason cleared (a `starting` run's `waiting_for_resources` is over)."""
+    runs or ends, its pending reason cleared (a `starting` run's `waiting_for_resources` or `starting_processes`
+    is over)."""
     if status == RunStatus.STARTING:
         return {"granted_at": now, "started_at": None, "heartbeat_at": None}
     if status == RunStatus.RUNNING:

@@ -83,7 +83,8 @@ class Run(models.Model):
     # What the run asks the cluster for, fixed at submit from its kind and config (trainer/resources.py):
     # {"bundles": [{"role", "CPU", "GPU", "memory"}, ...], "total": {...}, "strategy": "PACK"}.
     resources = models.JSONField(default=dict)
-    # Why a granted run is not running yet (`waiting_for_resources` while its placement group is pending),
+    # Why a granted run is not running yet (`waiting_for_resources` while its placement group is pending,
+    # `starting_processes` once it is ready and the processes start),
     # with a short human detail; empty otherwise. Queued runs' reasons are computed (runs/selectors.py).
     pending_reason = models.CharField(max_length=32, blank=True, default="")
     pending_detail = models.CharField(max_length=300, blank=True, default="")

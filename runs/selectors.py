@@ -72,7 +72,8 @@ def iso(value: datetime | None) -> str | None:
 def run_json(run: Run, info: QueueInfo | None = None, paces: dict[str, dict[int, float]] | None = None) -> RunJson:
     """The run JSON of GET /api/runs/<id>/ and of the websocket snapshots; `position`, `pending_reason`,
     `pending_detail` and `eta_seconds` come from `info` (runs_queue_info) when the run is queued; a `starting`
-    run's pending reason is the one stored on it (`waiting_for_resources` while its placement group waits).
+    run's pending reason is the one stored on it (`waiting_for_resources` while its placement group waits,
+    `starting_processes` while its processes start).
     `paces`: shared by the runs of one listing, so each kind's pace factors are read once (runs.finishes)."""
     end = run.granted_at or run.finished_at or timezone.now()
     if run.status == RunStatus.QUEUED:

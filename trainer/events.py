@@ -33,13 +33,14 @@ EVENT_TYPES: frozenset[str] = frozenset(
 # applies them) and how the job's `control` event says it ended.
 CONTROL_KINDS: frozenset[str] = frozenset({"gate_reset"})
 CONTROL_OUTCOMES: frozenset[str] = frozenset({"applied", "refused"})
-RESOURCE_STATES: frozenset[str] = frozenset({"waiting", "ready", "timeout"})
+RESOURCE_STATES: frozenset[str] = frozenset({"waiting", "placed", "ready", "timeout"})
 GATE_STATES: frozenset[str] = frozenset({"open", "sealed", "draining", "installing", "poisoned"})
 
 # Keys each type's `data` must carry (more keys are allowed).
 REQUIRED_DATA_KEYS: dict[str, frozenset[str]] = {
     "gate": frozenset({"state", "version", "active", "waiting", "engines"}),
-    # The job's placement group (docs/execution.md): waiting -> ready (with the node of every bundle) or timeout.
+    # The job's placement group (docs/execution.md): waiting -> placed (the group is ready, its processes start) ->
+    # ready (every process started; the node of every bundle), or waiting -> timeout.
     "resources": frozenset({"state"}),
     # The job's answer to a staff command (ControlCommand): applied, or refused with the reason in `detail`.
     "control": frozenset({"id", "kind", "outcome", "detail"}),

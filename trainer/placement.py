@@ -3,7 +3,8 @@ reserved all at once before any actor starts, and the options that schedule each
 
 `reserve` posts the `resources` events of docs/execution.md: `waiting` before it waits for the group, then
 `timeout` (the group is removed and `PlacementTimeout` raised: the job exits 0 and the platform requeues the run)
-or, once the caller has scheduled its actors, `ready` with the node of the driver and of every bundle
+or `placed` as soon as the group is ready, with the node of the driver and of every bundle
+(`Placement.placed_data`); once the caller has started its actors in it, it posts `ready` with the same nodes
 (`Placement.ready_data`). 'local' mode reserves no group: `local_placement` is just the driver's node.
 Ray is imported inside the functions, so importing this module does not load it.
 """
@@ -57,8 +58,21 @@ class Placement:
             ),
         }
 
+    def placed_data(self) -> dict[str, Any]:
+        """The `resources` event posted as soon as the group is ready, before any actor starts: a run's processes
+        then take seconds to start (a Ray worker process each, its imports), and the run is not waiting for
+        resources any more meanwhile."""
+        starting = len(self.nodes) - 1
+        return {
+            "state": "placed",
+            "strategy": self.cfg.placement_strategy,
+            "waited_s": round(self.waited_s, 3),
+            "nodes": list(self.nodes),
+            "detail": f"placement group ready after {self.waited_s:.1f} s; starting {starting} process(es)",
+        }
+
     def ready_data(self) -> dict[str, Any]:
-        """The `resources` event posted once every actor is scheduled into the group."""
+        """The `resources` event posted once every actor is started in the group."""
         return {
             "state": "ready",
             "strategy": self.cfg.placement_strategy,
@@ -102,7 +116,8 @@ def _describe(bundles: list[Bundle], strategy: str) -> str:
 
 
 def reserve(cfg: TrainConfig, emit: Emit, stop: Callable[[], bool] = lambda: False) -> Placement:
-    """Create the run's placement group and wait for it (posting `waiting`, and `timeout` when it does not come).
+    """Create the run's placement group and wait for it (posting `waiting`, then `placed` once it is ready, or
+    `timeout` when it does not come).
     The caller schedules its actors with `Placement.actor_options`, posts `ready_data()` and removes the group
     when the run ends (Runtime.close); on any error here the group is removed before the error propagates, and
     a stop request (`stop()` true) ends the wait with StopRequested."""
@@ -142,6 +157,7 @@ def reserve(cfg: TrainConfig, emit: Emit, stop: Callable[[], bool] = lambda: Fal
         ray.get(ready[0])  # surfaces a removed or failed group
         by_index = placement_group_table(placement.group)["bundles_to_node_id"]
         placement.nodes = [ray.get_runtime_context().get_node_id()] + [by_index[i] for i in range(len(bundles))]
+        emit("resources", placement.placed_data())
         return placement
     except BaseException:
         placement.remove()

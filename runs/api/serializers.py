@@ -53,12 +53,13 @@ class PositionSerializer(serializers.Serializer):
 
 
 # A `starting` run's pending reason (stored on the run by the job's `resources` events).
-STARTING_REASONS = ("waiting_for_resources",)
+STARTING_REASONS = ("waiting_for_resources", "starting_processes")
 
 
 class RunSerializer(serializers.ModelSerializer):
     """Run JSON; `position` and `eta_seconds` are null unless the run is queued; `pending_reason` and
-    `pending_detail` are set for a queued run, and for a `starting` run whose placement group waits.
+    `pending_detail` are set for a queued run, and for a `starting` run whose placement group waits or whose
+    processes start.
 
     The fields document the schema; the JSON itself is runs.selectors.run_json, the one builder the
     websockets use too."""

@@ -51,13 +51,37 @@ def test_waiting_then_ready_moves_the_run_to_running_with_its_placement(user, ha
     assert (run.status, run.pending_reason) == (RunStatus.STARTING, "waiting_for_resources")
     assert run.pending_detail == "PACK group of 2 bundles pending"
 
-    reply = post(run, [resources(2, "ready", waited_s=3.5, nodes=["na", "nb", "nb"])])
+    # The group is ready: the run is still starting (its processes start), and it is placed where Ray put it.
+    detail = "placement group ready after 3.5 s; starting 2 process(es)"
+    reply = post(run, [resources(2, "placed", waited_s=3.5, nodes=["na", "nb", "nb"], detail=detail)])
+    assert reply["status"] == RunStatus.STARTING
+    run.refresh_from_db()
+    assert (run.status, run.pending_reason, run.pending_detail) == (RunStatus.STARTING, "starting_processes", detail)
+    assert Slot.objects.get(run=run).placement == ["na", "nb", "nb"]
+
+    reply = post(run, [resources(3, "ready", waited_s=3.5, nodes=["na", "nb", "nb"])])
     assert reply["status"] == RunStatus.RUNNING
     run.refresh_from_db()
     assert (run.status, run.pending_reason, run.pending_detail) == (RunStatus.RUNNING, "", "")
     assert Slot.objects.get(run=run).placement == ["na", "nb", "nb"]
-    # A late `ready` (retried post) changes nothing.
-    assert post(run, [resources(3, "ready", nodes=["x"])])["status"] == RunStatus.RUNNING
+    # A late `placed` or `ready` (retried posts) changes nothing: not the status, the reason or the placement.
+    assert post(run, [resources(4, "placed", nodes=["x"])])["status"] == RunStatus.RUNNING
+    assert post(run, [resources(5, "ready", nodes=["x"])])["status"] == RunStatus.RUNNING
+    run.refresh_from_db()
+    assert run.pending_reason == "" and Slot.objects.get(run=run).placement == ["na", "nb", "nb"]
+
+
+def test_a_placed_event_with_hostile_nodes_keeps_the_granted_placement(user, handoffs):
+    """`placed` nodes that are not a list of strings are not stored: the reason still says what happens."""
+    run = submit(user)
+    granted = Slot.objects.get(run=run).placement
+    for seq, nodes in enumerate([None, "node", [1, 2], [], [{"id": "x"}]], start=1):
+        reply = post(run, [resources(seq, "placed", waited_s=0.1, nodes=nodes)])
+        assert reply["status"] == RunStatus.STARTING
+        run.refresh_from_db()
+        assert run.pending_reason == "starting_processes"
+        assert run.pending_detail == "placement group ready; starting the run's processes"
+        assert Slot.objects.get(run=run).placement == granted
 
 
 def test_a_run_that_ends_while_waiting_for_resources_loses_its_pending_reason(user, handoffs):

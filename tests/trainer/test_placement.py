@@ -102,12 +102,16 @@ def test_actors_run_in_their_bundles_and_ray_charges_exactly_the_run(ray_driver)
     assert result.status == "succeeded"
     assert seen["threads"]["learner"] == 2 and seen["threads"]["engine-0"] == 1
     resources = cap.of("resources")
-    assert [d["state"] for d in resources] == ["waiting", "ready"]
+    assert [d["state"] for d in resources] == ["waiting", "placed", "ready"]
     node = ray.get_runtime_context().get_node_id()
-    assert resources[1]["nodes"] == [node] * len(run_bundles(cfg))  # driver, then every bundle
-    assert resources[1]["strategy"] == "PACK" and resources[1]["waited_s"] >= 0
+    placed, ready = resources[1], resources[2]
+    assert ready["nodes"] == [node] * len(run_bundles(cfg))  # driver, then every bundle
+    assert ready["strategy"] == "PACK" and ready["waited_s"] >= 0
+    # `placed` as soon as the group is ready, with the same nodes, before any process starts in it.
+    assert placed["nodes"] == ready["nodes"] and placed["waited_s"] == ready["waited_s"]
+    assert placed["detail"].endswith(f"starting {len(run_bundles(cfg)) - 1} process(es)"), placed["detail"]
     # `ready` before the run says it is running; the group is gone once the run ended.
-    assert [e["type"] for e in cap.events][:3] == ["resources", "resources", "status"]
+    assert [e["type"] for e in cap.events][:4] == ["resources", "resources", "resources", "status"]
     assert ray.util.placement_group_table(seen["pg"])["state"] == "REMOVED"
     wait_until(lambda: _free(ray) == before, timeout=30, what="every reserved resource back")
 

@@ -67,6 +67,7 @@ const REASONS: Record<string, string> = {
   gpu_limit_reached: "Its class holds as many GPUs as its GPU limit allows",
   insufficient_resources: "Not enough free CPU, GPU or memory on the cluster",
   waiting_for_resources: "Granted; waiting for Ray to place all of its processes",
+  starting_processes: "Placed; its processes are starting",
 };
 
 /** A resource vector (Ray JSON units) in words: "1.5 CPU · 1 GPU · 2 GiB". */
