@@ -3,9 +3,10 @@ chrome://tracing open), one track per part of the run.
 
 Tracks (threads of one process, the run): `driver` (rollout batches, status changes), `learner` (train steps,
 evaluations, checkpoints), `gate` (each publication: seal, drain, install, reopen, inside one `publish vN`
-span; gate states as instants), one per engine and one per rollout worker (the span of the groups each served
-in a batch). Spans come from the timing keys the trainer posts (trainer/events.py: `span`, `spans`, `phases`);
-events stored without them (older jobs) add only instants. Times are microseconds since the run's first
+span; gate states as instants), `startup` (where the time before training went: queued, launch, placement,
+process start), one per engine and one per rollout worker (the span of the groups each served in a batch).
+Spans come from the timing keys the trainer posts (trainer/events.py: `span`, `spans`, `phases`); events
+stored without them (older jobs) add only instants. Times are microseconds since the run's first
 stored event (`otherData.epoch_start_s`). docs/observability.md, section "Trace export".
 """
 
@@ -17,13 +18,15 @@ from typing import Any
 from runs.models import Run, RunEvent
 
 # Fixed track ids; engines and workers get ids from these bases in name order.
-DRIVER, LEARNER, GATE = 1, 2, 3
+DRIVER, LEARNER, GATE, STARTUP = 1, 2, 3, 4
 ENGINE_BASE, WORKER_BASE = 100, 10_000
 PUBLICATION_PHASES = ("seal", "drain", "install", "reopen")
 # Bounds: a job names its engines and workers, and a run may hold EVENTS_MAX_PER_RUN events.
 MAX_TRACKS_PER_KIND = 256
 MAX_TRACE_EVENTS = 500_000
-TRACE_TYPES = ("status", "rollout", "train", "version", "gate", "checkpoint")
+TRACE_TYPES = ("status", "rollout", "train", "version", "gate", "checkpoint", "resources")
+# The startup phase each status or `resources` state begins (docs/execution.md); any of them ends the one before.
+STARTUP_BEGINS = {"queued": "queued", "starting": "launch", "waiting": "placement", "placed": "process start"}
 
 
 class TraceBuilder:
@@ -35,6 +38,15 @@ class TraceBuilder:
         self.tracks: dict[int, str] = {}
         self._named: dict[tuple[int, str], int] = {}
         self.truncated = False
+        self.phase: tuple[str, float] | None = None  # the startup phase under way and when it began
+
+    def startup(self, seq: int, ts: float, state: Any) -> None:
+        """A status or `resources` state at `ts`: it ends the startup phase under way (a span) and may begin one."""
+        if self.phase is not None:
+            name, start = self.phase
+            self.span(self.track(STARTUP, "startup"), name, "startup", {"start": start, "end": ts}, {"seq": seq})
+        begins = STARTUP_BEGINS.get(state) if isinstance(state, str) else None
+        self.phase = (begins, ts) if begins else None
 
     def track(self, base: int, name: str) -> int:
         """The id of track `name` (made on first use); past MAX_TRACKS_PER_KIND names of a kind, one `other`."""
@@ -134,6 +146,10 @@ def _add(b: TraceBuilder, seq: int, ts: float, etype: str, data: dict[str, Any])
     step = data.get("step")
     if etype == "status":
         b.instant(b.track(DRIVER, "driver"), f"status {data.get('status')}", "status", ts, {"seq": seq})
+        if "previous" in data:  # the platform's moves (`previous` may be null), not the job's own status events
+            b.startup(seq, ts, data.get("status"))
+    elif etype == "resources":
+        b.startup(seq, ts, data.get("state"))
     elif etype == "rollout":
         b.span(b.track(DRIVER, "driver"), f"rollout step {step}", "generation", data.get("span"), {"seq": seq})
         spans = _dict(data.get("spans"))

@@ -148,3 +148,41 @@ def test_a_job_cannot_make_unbounded_tracks():
     names = [e["args"]["name"] for e in trace["traceEvents"] if e["name"] == "thread_name"]
     assert len([n for n in names if n.startswith("engine-")]) == MAX_TRACKS_PER_KIND and "other" in names
     assert sum(1 for e in trace["traceEvents"] if e["ph"] == "X") == MAX_TRACKS_PER_KIND + 50
+
+
+def test_the_startup_track_says_where_the_time_before_training_went(user):
+    """Queued, launch (grant to the job's first `resources` event), placement (`waiting` to `placed`), process
+    start (`placed` to `ready`); a requeue starts the phases over, and a job's own status events end nothing."""
+    from runs.trace import trace_from_events
+
+    with_status = lambda seq, ts, status, previous: (seq, ts, "status", {"status": status, "previous": previous})  # noqa: E731
+    events = [
+        with_status(1, 100.0, "queued", None),
+        with_status(2, 102.0, "starting", "queued"),
+        (3, 106.0, "resources", {"state": "waiting"}),
+        (4, 116.0, "resources", {"state": "timeout"}),
+        with_status(5, 116.5, "queued", "starting"),  # requeued: a new wait, a new attempt
+        with_status(6, 117.0, "starting", "queued"),
+        (7, 121.0, "resources", {"state": "waiting"}),
+        (8, 121.1, "resources", {"state": "placed"}),
+        (9, 121.2, "status", {"status": "running", "version": 0}),  # the job's: no `previous`
+        (10, 128.6, "resources", {"state": "ready"}),
+        with_status(11, 128.7, "running", "starting"),
+    ]
+    trace = trace_from_events(submit(user, origin="api"), events)
+    check_trace_format(trace)
+    tracks = {e["tid"]: e["args"]["name"] for e in trace["traceEvents"] if e["name"] == "thread_name"}
+    startup = [
+        (e["name"], e["ts"] / 1e6, round((e["ts"] + e["dur"]) / 1e6, 3))
+        for e in trace["traceEvents"]
+        if e["ph"] == "X" and tracks[e["tid"]] == "startup"
+    ]
+    assert startup == [
+        ("queued", 0.0, 2.0),
+        ("launch", 2.0, 6.0),
+        ("placement", 6.0, 16.0),
+        ("queued", 16.5, 17.0),
+        ("launch", 17.0, 21.0),
+        ("placement", 21.0, 21.1),
+        ("process start", 21.1, 28.6),
+    ]
