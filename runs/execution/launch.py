@@ -33,9 +33,12 @@ def run_launch_job(run: Run, spec: JobSpec) -> None:
     """Record the submission id, write the spec's files, submit. The run stays `starting`: it becomes `running`
     when its job reports its placement group ready (or, for a kind without one, at the job's first post)."""
     submission_id = ray.submission_id_for(run)
-    # Recorded first, so that a worker dying right after the submit leaves a run whose job can be found.
-    if not Run.objects.filter(pk=run.pk, status=RunStatus.STARTING).update(ray_submission_id=submission_id):
-        return  # cancelled or finished since the grant: nothing to launch
+    # Recorded first, so that a worker dying right after the submit leaves a run whose job can be found. Only for
+    # the attempt this launch was read at: a run requeued and granted again since is the next attempt's launch
+    # (its own task), and this one must neither name its job nor submit one.
+    current = Run.objects.filter(pk=run.pk, status=RunStatus.STARTING, attempt=run.attempt)
+    if not current.update(ray_submission_id=submission_id):
+        return  # cancelled, finished or requeued since the grant: nothing to launch
     run.ray_submission_id = submission_id
     job_files_write(run, spec)
     try:

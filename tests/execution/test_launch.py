@@ -136,3 +136,21 @@ def test_kinds_declare_their_demand() -> None:
         "total": {"CPU": 0.5, "GPU": 0.0, "memory": 512 * mib},
         "strategy": "PACK",
     }
+
+
+def test_a_launch_read_before_a_requeue_submits_nothing(django_user_model, monkeypatch):
+    """A dispatch read the run at attempt 0; the run was requeued and granted again (attempt 1) before it
+    submitted. It must not submit attempt 0's job, nor record that job's id on the run: attempt 1's own task
+    launches it."""
+    from runs.execution import ray as ray_module
+
+    monkeypatch.setattr(ray_module, "job_submit", lambda run, spec: pytest.fail(f"submitted {run.ray_submission_id}"))
+    run = _starting_run(django_user_model.objects.create_user(username="l3"))
+    stale = Run.objects.get(pk=run.pk)
+    Run.objects.filter(pk=run.pk).update(attempt=1, ray_submission_id="")  # requeued and granted again meanwhile
+    run_launch_job(stale, JobSpec(entrypoint=["sleep", "60"], entrypoint_num_cpus=0.2, entrypoint_memory=1 << 26))
+    assert Run.objects.values_list("status", "attempt", "ray_submission_id").get(pk=run.pk) == (
+        RunStatus.STARTING,
+        1,
+        "",
+    )
