@@ -144,6 +144,17 @@ def size_slots(env: dict[str, str], *, embedded_ray: bool) -> str:
     )
 
 
+def nodes_refresh(env: dict[str, str]) -> None:
+    """Read Ray's nodes into the database before anything grants: a previous Ray head's node is gone (a new head
+    is a new node), and a grant must not place a run on it."""
+    result = subprocess.run(
+        [sys.executable, str(REPO / "manage.py"), "cluster_refresh"], cwd=REPO, env=env, capture_output=True, text=True
+    )
+    if result.returncode != 0:
+        tail = (result.stderr or result.stdout).strip().splitlines()[-1:] or ["no output"]
+        say(f"could not read Ray's nodes yet ({tail[0]}); the tick will")
+
+
 def say(message: str) -> None:
     """Print a status line; a closed terminal (SIGHUP) must not interrupt the stop."""
     try:
@@ -259,6 +270,7 @@ def main(argv: list[str] | None = None) -> int:
         for name, args in services.items():  # Redis and Ray first: the slot total is sized from Ray's nodes
             supervisor.start(name, args, env=env, cwd=str(REPO), show=shown_lines(name, verbose))
         slots_line = size_slots(env, embedded_ray="ray" in services)
+        nodes_refresh(env)
         for name, args in processes.items():
             if name not in services:
                 supervisor.start(name, args, env=env, cwd=str(REPO), show=shown_lines(name, verbose))
