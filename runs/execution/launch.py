@@ -36,8 +36,8 @@ def run_launch_job(run: Run, spec: JobSpec) -> None:
     # Recorded first, so that a worker dying right after the submit leaves a run whose job can be found. Only for
     # the attempt this launch was read at: a run requeued and granted again since is the next attempt's launch
     # (its own task), and this one must neither name its job nor submit one.
-    current = Run.objects.filter(pk=run.pk, status=RunStatus.STARTING, attempt=run.attempt)
-    if not current.update(ray_submission_id=submission_id):
+    this_attempt = Run.objects.filter(pk=run.pk, status=RunStatus.STARTING, attempt=run.attempt)
+    if not this_attempt.update(ray_submission_id=submission_id):
         return  # cancelled, finished or requeued since the grant: nothing to launch
     run.ray_submission_id = submission_id
     job_files_write(run, spec)
