@@ -62,28 +62,38 @@ def pace_of(*, kind: str, now: datetime) -> dict[int, float]:
 
 def active_finishes(*, now: datetime) -> dict[int, float]:
     """Predicted finish time (seconds since the epoch) of each run holding a slot whose finish can be told: a
-    running run's finish ETA, else the end of its time limit. At most max_total rows are read."""
+    running run's finish ETA; before it has one (starting, or before its second train step), its grant plus a
+    typical run of its kind, but not before now; with no such run lately, the end of its time limit (a bound,
+    not an estimate: a default run's is a day away). Never after that end. At most max_total rows are read."""
     out: dict[int, float] = {}
     runs = Run.objects.filter(status__in=ACTIVE_STATUSES).only(
         "status", "kind", "summary", "config", "granted_at", "time_limit_seconds"
     )
     paces: dict[str, dict[int, float]] = {}
+    typical: dict[str, float | None] = {}
     for run in runs:
         eta = progress_of(run, now=now, paces=paces).eta_finish_seconds
         if eta is not None:
             out[run.pk] = now.timestamp() + eta
             continue
-        end = latest_end(run.granted_at, run.time_limit_seconds)
-        if end is not None:
-            out[run.pk] = end.timestamp()
+        ends = [end.timestamp()] if (end := latest_end(run.granted_at, run.time_limit_seconds)) else []
+        if run.kind not in typical:
+            typical[run.kind] = typical_run_seconds(now=now, kind=run.kind)
+        expected = typical[run.kind]
+        if expected is not None and run.granted_at is not None:
+            ends.append(max(now.timestamp(), run.granted_at.timestamp() + expected))
+        if ends:
+            out[run.pk] = min(ends)
     return out
 
 
-def typical_run_seconds(*, now: datetime) -> float | None:
-    """Median grant-to-finish seconds of the latest succeeded runs (None when none finished lately)."""
-    rows = (
-        Run.objects.filter(status=RunStatus.SUCCEEDED, finished_at__gte=now - TYPICAL_WINDOW, granted_at__isnull=False)
-        .order_by("-finished_at")
-        .values_list("granted_at", "finished_at")[:TYPICAL_SAMPLE]
+def typical_run_seconds(*, now: datetime, kind: str | None = None) -> float | None:
+    """Median grant-to-finish seconds of the latest succeeded runs (of `kind`, when given; None when none finished
+    lately)."""
+    rows = Run.objects.filter(
+        status=RunStatus.SUCCEEDED, finished_at__gte=now - TYPICAL_WINDOW, granted_at__isnull=False
     )
-    return median([(f - g).total_seconds() for g, f in rows if f is not None and g is not None and f > g])
+    if kind is not None:
+        rows = rows.filter(kind=kind)
+    recent = rows.order_by("-finished_at").values_list("granted_at", "finished_at")[:TYPICAL_SAMPLE]
+    return median([(f - g).total_seconds() for g, f in recent if f is not None and g is not None and f > g])

@@ -3,6 +3,8 @@ the database as the run JSON and the board read it."""
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import pytest
 from django.utils import timezone
 
@@ -58,3 +60,43 @@ def test_insufficient_resources_eta_uses_the_predicted_finish(user, handoffs):
     training(held, step=10, total=20, seconds_per_step=6.0)  # 10 steps left: about 60 s
     info = selectors.runs_queue_info(runs=[waiting])[waiting.pk]
     assert info.eta_seconds == pytest.approx(60, abs=2)
+
+
+def finished(user, *, kind: str, seconds: list[float]) -> None:
+    """Runs of `kind` that succeeded lately, each `seconds[i]` from grant to finish."""
+    now = timezone.now()
+    for i, s in enumerate(seconds):
+        end = now - timedelta(minutes=i + 1)
+        Run.objects.create(
+            name=f"done-{i}",
+            origin="api",
+            run_class="app",
+            kind=kind,
+            owner=user,
+            status=RunStatus.SUCCEEDED,
+            granted_at=end - timedelta(seconds=s),
+            finished_at=end,
+        )
+
+
+def test_a_held_run_without_a_step_rate_is_predicted_to_take_a_typical_run_of_its_kind(user, handoffs):
+    """A starting run (or one before its second train step) has no finish ETA: the queue behind it used to
+    wait for its time limit (a day away by default, on the board as "~24h"); runs of its kind that finished
+    lately tell a typical duration, counted from its grant. Another kind's history does not apply."""
+    services.settings_update(changes={"max_total": 1}, partial=True, by=None)
+    held = submit(user, origin="dashboard", name="held", time_limit_seconds=86400)
+    waiting = submit(user, origin="dashboard", name="waiting")
+    assert (held.status, waiting.status) == (RunStatus.STARTING, RunStatus.QUEUED)
+    eta = lambda: selectors.runs_queue_info(runs=[waiting])[waiting.pk].eta_seconds  # noqa: E731
+    assert eta() == pytest.approx(86400, abs=5)  # nothing known yet: the time limit, the only bound
+
+    finished(user, kind="eval", seconds=[5.0, 5.0, 5.0])  # another kind: no help
+    assert eta() == pytest.approx(86400, abs=5)
+    finished(user, kind=held.kind, seconds=[30.0, 40.0, 50.0])
+    Run.objects.filter(pk=held.pk).update(granted_at=timezone.now() - timedelta(seconds=15))
+    assert eta() == pytest.approx(40 - 15, abs=2)  # the median of its kind, from its grant
+    Run.objects.filter(pk=held.pk).update(granted_at=timezone.now() - timedelta(seconds=300))
+    assert eta() == pytest.approx(0, abs=1)  # past the typical length, not yet done: any moment, never negative
+    # Once it trains, its own rate wins.
+    training(held, step=10, total=40, seconds_per_step=3.0)
+    assert eta() == pytest.approx(90, abs=2)
