@@ -151,11 +151,13 @@ def test_claims_ledger_trains_each_group_at_most_once_and_loses_none(batch_size,
             prefetch = n % 4
             core.start_batch(prefetch)
         elif action == "dispatch":
-            for worker in core.dispatch_slots():
+            slots = core.dispatch_slots()
+            for worker in slots:
                 group = backlog.pop(0) if backlog else next(ids)
                 dispatches[group] += 1
                 core.register(next(tokens), worker, group)
-            assert len(core.pending) + len(core.ready) <= core.demand + core.prefetch
+            if slots:  # dispatch never pushes past the bound; groups in flight under a larger prefetch stay
+                assert len(core.pending) + len(core.ready) <= core.demand + core.prefetch
         elif action in ("complete", "die") and core.pending:
             token = list(core.pending)[n % len(core.pending)]
             group, attempt = core.pending[token][2], next(attempts)
