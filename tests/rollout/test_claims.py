@@ -8,7 +8,7 @@ import threading
 from collections import Counter
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from rollout.channel import Channel
@@ -128,6 +128,7 @@ def test_the_consumer_takes_a_token_weighted_batch_and_claims_it_exactly_once():
 
 
 @settings(max_examples=200, deadline=None)
+@example(batch_size=1, script=[("batch", 2), ("dispatch", 0), ("complete", 1), ("batch", 0), ("dispatch", 0)])
 @given(
     batch_size=st.integers(1, 4),
     script=st.lists(
