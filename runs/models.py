@@ -68,8 +68,10 @@ class Run(models.Model):
     origin = models.CharField(max_length=16, choices=Origin.choices)
     run_class = models.CharField(max_length=16, choices=RunClass.choices)
     kind = models.CharField(max_length=64)
-    status = models.CharField(max_length=16, choices=RunStatus.choices, default=RunStatus.QUEUED, db_index=True)
-    owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="runs")
+    # No single-column indexes on status and owner: (status, -finished_at) and (owner, -id) below lead with them,
+    # and every index is written on each status move (a status move is not a HOT update).
+    status = models.CharField(max_length=16, choices=RunStatus.choices, default=RunStatus.QUEUED)
+    owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="runs", db_index=False)
     config = models.JSONField(default=dict)
 
     created_at = models.DateTimeField(auto_now_add=True)
