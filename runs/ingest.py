@@ -206,8 +206,8 @@ def _starting_reason(run: Run, state: str, data: dict[str, Any]) -> None:
     else:
         reason = STARTING_PROCESSES
         detail = str(data.get("detail") or "placement group ready; starting the run's processes")
-    nodes = data.get("nodes")
-    placed = state == "placed" and isinstance(nodes, list) and bool(nodes) and all(isinstance(n, str) for n in nodes)
+    nodes = _placement(run, data.get("nodes")) if state == "placed" else None
+    placed = nodes is not None
     with transaction.atomic():
         if placed:
             slot_store.slots_lock()  # a slot's placement is what grants charge per node: changed under the lock
@@ -226,9 +226,20 @@ def _started(run: Run, *, placement: list[Any] | None) -> str:
         if locked.status != RunStatus.STARTING:
             return locked.status
         lifecycle.run_status_change(run=locked, status=RunStatus.RUNNING)  # clears the pending reason too
-        if placement and all(isinstance(n, str) for n in placement):
-            Slot.objects.filter(run_id=run.pk).update(placement=placement)
+        nodes = _placement(locked, placement)
+        if nodes is not None:
+            Slot.objects.filter(run_id=run.pk).update(placement=nodes)
     return RunStatus.RUNNING
+
+
+def _placement(run: Run, nodes: Any) -> list[str] | None:
+    """A job's reported placement when it can stand for the granted one: a node id (string) for each of the
+    run's bundles, in order. Else None, and the grant's placement stays: grants charge bundle i to node i, so a
+    shorter list would leave bundles uncharged."""
+    bundles = run.resources.get("bundles") if isinstance(run.resources, dict) else None
+    if not isinstance(nodes, list) or not isinstance(bundles, list) or len(nodes) != len(bundles) or not nodes:
+        return None
+    return nodes if all(isinstance(n, str) and 0 < len(n) <= 128 for n in nodes) else None
 
 
 def _fold_order(items: list[dict[str, Any]], stored: list[RunEvent], dropped: list[dict[str, Any]]) -> list[RunEvent]:

@@ -72,10 +72,13 @@ def test_waiting_then_ready_moves_the_run_to_running_with_its_placement(user, ha
 
 
 def test_a_placed_event_with_hostile_nodes_keeps_the_granted_placement(user, handoffs):
-    """`placed` nodes that are not a list of strings are not stored: the reason still says what happens."""
+    """`placed` nodes that are not one node id per bundle are not stored (grants charge bundle i to node i): the
+    reason still says what happens."""
     run = submit(user)
     granted = Slot.objects.get(run=run).placement
-    for seq, nodes in enumerate([None, "node", [1, 2], [], [{"id": "x"}]], start=1):
+    assert len(run.resources["bundles"]) == 3
+    hostile = [None, "node", [1, 2, 3], [], [{"id": "x"}] * 3, ["na"], ["na", "nb", "nb", "nc"], ["", "a", "b"]]
+    for seq, nodes in enumerate([*hostile, ["n" * 129, "a", "b"]], start=1):
         reply = post(run, [resources(seq, "placed", waited_s=0.1, nodes=nodes)])
         assert reply["status"] == RunStatus.STARTING
         run.refresh_from_db()
