@@ -2,12 +2,19 @@
 runs of 20 steps submitted at once through the API. Every one must succeed without ever failing (none failed,
 reclaimed or lost on the way). Liveness settings are the platform's defaults: nothing may die of a busy machine.
 
-`wall_s` (all six) and `serial_s` (six times the wall time of one such run, measured first in the same platform)
-go to bench/results/capacity.json with their ratio. A default run uses about 1.5-1.75 of this machine's 2
-cores, so admission runs one at a time here and the six take about the serial time: measured 0.83-0.99 quiet,
-0.94-1.08 beside the outage test. The test asserts at most SLOWER_THAN_SERIAL times the serial time, a guard
-against admission that thrashes or stalls (one run reclaimed and run again costs at least a sixth more); issue 11
-stays open on the ratio itself (docs/slots.md).
+Times come from the runs' own timestamps (created, granted, finished), not from this test's polling. `serial_s`
+is six times the mean time of one such run alone (grant to finish), measured twice in the same platform: once
+before the crowd and once right after it, so a machine that is slower (or faster) for a while weighs on both
+sides. The crowd's `wall_s` runs from its first submit to its last finish. bench/results/capacity.json gets
+both, their ratio and each crowd run's grant, start and finish (seconds from the first submit), which say where
+any extra time went.
+
+A default run uses about 1.75 of this machine's 2 cores while it trains, so admission runs one at a time here
+and the six take about the serial time (docs/slots.md), within the noise of single runs. The test asserts
+what admission controls exactly: no crowd run waits while the machine is idle (at most IDLE_S before each
+grant), no more runs are held at once than max_total, and none fails or is reclaimed on the way (a run
+requeued after a placement timeout shows as idle time before its grant). The ratio to the serial time is
+reported, and bounded by SLOWER_THAN_SERIAL against gross slowdowns.
 """
 
 from __future__ import annotations
@@ -15,6 +22,7 @@ from __future__ import annotations
 import json
 import re
 import time
+from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -26,7 +34,13 @@ from tests.platform_up import up  # noqa: F401 - the fixture that starts and cle
 RESULTS = REPO_ROOT / "bench" / "results" / "capacity.json"
 RUN = {"origin": "api", "kind": "rl_train", "config": {"steps": 20}}
 FINISHED = {"succeeded", "failed", "cancelled"}
-SLOWER_THAN_SERIAL = 1.15  # the noise on this machine reached 1.08 (beside the outage test)
+# One default run alone took 26.1-36.2 s within one invocation here (same code, same platform), so the
+# ratio of six to two such runs is noise around 1 (0.97 and 1.12 in two invocations of this test an hour apart):
+# the ratio bound only guards against gross slowdowns; stalls and thrash are asserted exactly (IDLE_S, overlap).
+SLOWER_THAN_SERIAL = 1.25
+# Most seconds before a crowd run's grant: a release grants the next run itself (measured 0.0 s); a grant left
+# to the tick (every 2 s) would show.
+IDLE_S = 1.0
 
 
 def submit(url: str, headers: dict[str, str], name: str) -> int:
@@ -36,13 +50,36 @@ def submit(url: str, headers: dict[str, str], name: str) -> int:
 
 
 def wait_finished(url: str, headers: dict[str, str], ids: list[int], timeout_s: float) -> list[dict]:
+    """The runs once all have finished; polls only those still going, every 2 s (the times measured are the
+    runs' own timestamps, so the polling only has to be cheap: it shares the machine with the runs)."""
     deadline = time.monotonic() + timeout_s
+    done: dict[int, dict] = {}
     while time.monotonic() < deadline:
-        runs = [requests.get(f"{url}/api/runs/{i}/", headers=headers, timeout=30).json() for i in ids]
-        if all(r["status"] in FINISHED for r in runs):
-            return runs
-        time.sleep(1.0)
-    pytest.fail(f"runs {ids} not finished after {timeout_s} s: {[r['status'] for r in runs]}", pytrace=False)
+        for i in [i for i in ids if i not in done]:
+            run = requests.get(f"{url}/api/runs/{i}/", headers=headers, timeout=30).json()
+            if run["status"] in FINISHED:
+                done[i] = run
+        if len(done) == len(ids):
+            return [done[i] for i in ids]
+        time.sleep(2.0)
+    pytest.fail(f"runs {ids} not finished after {timeout_s} s: finished {sorted(done)}", pytrace=False)
+
+
+def at(run: dict, key: str) -> float:
+    return datetime.fromisoformat(run[key].replace("Z", "+00:00")).timestamp()
+
+
+def alone(url: str, headers: dict[str, str], name: str) -> float:
+    """One run alone: seconds from its grant to its finish. Then waits until nothing runs, its follow-up
+    evaluation included, so the crowd starts on an idle platform."""
+    (run,) = wait_finished(url, headers, [submit(url, headers, name)], 600)
+    assert run["status"] == "succeeded", run
+    assert "failed" not in statuses_seen(url, headers, run["id"]), run
+    deadline = time.monotonic() + 300
+    while requests.get(f"{url}/api/slots/", headers=headers, timeout=30).json()["total"]["running"]:
+        assert time.monotonic() < deadline, "the platform did not become idle"
+        time.sleep(0.5)
+    return at(run, "finished_at") - at(run, "granted_at")
 
 
 def statuses_seen(url: str, headers: dict[str, str], run_id: int) -> list[str]:
@@ -62,33 +99,43 @@ def test_six_default_runs_at_once_all_succeed_and_none_fails(up):  # noqa: F811 
     headers = {"Authorization": f"Token {api_token}"}
     url = platform.url
 
-    started = time.monotonic()
-    (single,) = wait_finished(url, headers, [submit(url, headers, "single")], 600)
-    single_s = time.monotonic() - started
-    assert single["status"] == "succeeded", single
-
-    # One after another means each alone: the single run's follow-up evaluation ends before the crowd starts.
-    deadline = time.monotonic() + 300
-    while requests.get(f"{url}/api/slots/", headers=headers, timeout=30).json()["total"]["running"]:
-        assert time.monotonic() < deadline, "the single run's evaluation did not end"
-        time.sleep(0.5)
-
-    started = time.monotonic()
+    before_s = alone(url, headers, "alone-before")
     ids = [submit(url, headers, f"crowd-{i}") for i in range(6)]
-    runs = wait_finished(url, headers, ids, 6 * single_s + 600)
-    wall_s = time.monotonic() - started
+    # The second run alone queues behind the crowd, so it is granted when the crowd's last run ends, ahead of the
+    # crowd's follow-up evaluations (a lower class), and then runs alone.
+    after = submit(url, headers, "alone-after")
+    runs = wait_finished(url, headers, ids, 12 * before_s + 600)
     succeeded = sum(r["status"] == "succeeded" for r in runs)
+    assert succeeded == 6, [(r["id"], r["status"], r["error"]) for r in runs]
+    for r in runs:  # never failed on the way (a reclaim, lost launch or node loss shows as a `failed` status)
+        assert "failed" not in statuses_seen(url, headers, r["id"]), r
+    (last,) = wait_finished(url, headers, [after], 600)
+    assert last["status"] == "succeeded" and "failed" not in statuses_seen(url, headers, after), last
+    after_s = at(last, "finished_at") - at(last, "granted_at")
+
+    t0 = min(at(r, "created_at") for r in runs)
+    wall_s = max(at(r, "finished_at") for r in runs) - t0
+    serial_s = 6 * (before_s + after_s) / 2
     result = {
         "runs": 6,
         "succeeded": succeeded,
         "wall_s": round(wall_s, 1),
-        "serial_s": round(6 * single_s, 1),
-        "single_s": round(single_s, 1),
+        "serial_s": round(serial_s, 1),
+        "alone_s": [round(before_s, 1), round(after_s, 1)],
         "max_total": max_total,
-        "ratio": round(wall_s / (6 * single_s), 3),
+        "ratio": round(wall_s / serial_s, 3),
+        # Each crowd run's grant, start (running) and finish, in seconds from the crowd's first submit.
+        "timeline": [
+            [round(at(r, key) - t0, 1) for key in ("granted_at", "started_at", "finished_at")]
+            for r in sorted(runs, key=lambda r: at(r, "granted_at"))
+        ],
     }
     Path(RESULTS).write_text(json.dumps(result, indent=2) + "\n")
-    assert succeeded == 6, [(r["id"], r["status"], r["error"]) for r in runs]
-    for r in runs:  # never failed on the way (a reclaim, lost launch or node loss shows as a `failed` status)
-        assert "failed" not in statuses_seen(url, headers, r["id"]), r
-    assert wall_s <= SLOWER_THAN_SERIAL * 6 * single_s, result
+    spans = result["timeline"]
+    # No stall: each run is granted as soon as the one before it ends (or at once, for the first).
+    idle = [spans[0][0]] + [later[0] - earlier[2] for earlier, later in zip(spans, spans[1:])]
+    assert max(idle) <= IDLE_S, ("idle before a grant", idle, result)
+    # No thrash: never more runs held at once than admission allows (and here that is what fits the machine).
+    held = [sum(g <= at_ < f for g, _, f in spans) for at_, _, _ in spans]
+    assert max(held) <= max_total, ("runs held at once", held, result)
+    assert wall_s <= SLOWER_THAN_SERIAL * serial_s, result
