@@ -1,4 +1,5 @@
-"""ASGI entry point: HTTP through Django, websockets through Channels (session-authenticated)."""
+"""ASGI entry point: HTTP through Django (bodies over their cap refused first: config/body_limit.py), websockets
+through Channels (session-authenticated)."""
 
 import os
 
@@ -12,11 +13,12 @@ from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 
+from config.body_limit import BodyLimitMiddleware  # noqa: E402
 from frontend.routing import websocket_urlpatterns  # noqa: E402
 
 application = ProtocolTypeRouter(
     {
-        "http": django_asgi_app,
+        "http": BodyLimitMiddleware(django_asgi_app),
         "websocket": AllowedHostsOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns))),
     }
 )

@@ -54,6 +54,18 @@ from config.knobs import (
     WS_REPLAY_MAX,
     WS_SESSION_RECHECK_SECONDS,
 )
+from config.limits import (
+    ANON_MAX_BODY_BYTES,
+    BODY_LIMITS,
+    DATA_UPLOAD_MAX_MEMORY_SIZE,
+    INGEST_MAX_BODY_BYTES,
+    JSON_MAX_ITEMS,
+    JSON_MAX_KEY_CHARS,
+    JSON_MAX_NODES,
+    JSON_MAX_STRING_CHARS,
+    MAX_BODY_BYTES,
+    WS_MAX_MESSAGE_BYTES,
+)
 from config.security import (
     API_TOKEN_MAX_AGE_SECONDS,
     AUTH_FAILURE_WINDOW_SECONDS,

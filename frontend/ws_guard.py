@@ -35,6 +35,7 @@ CLOSE_BAD_REQUEST = 4400
 CLOSE_UNAUTHENTICATED = 4401
 CLOSE_FORBIDDEN = 4403
 CLOSE_NOT_FOUND = 4404
+CLOSE_TOO_LARGE = 4413
 CLOSE_TOO_MANY = 4429
 PRESENCE_TTL = 90.0  # seconds an entry lives without a refresh (consumers refresh every PRESENCE_TTL / 3)
 
@@ -55,6 +56,10 @@ _clients_lock = threading.Lock()
 
 def max_per_user() -> int:
     return int(getattr(settings, "WS_MAX_PER_USER", 20))
+
+
+def max_message_bytes() -> int:
+    return int(getattr(settings, "WS_MAX_MESSAGE_BYTES", 4096))
 
 
 def recheck_seconds() -> float:
@@ -139,10 +144,11 @@ def run_visible(user: Any, run_id: int) -> bool:
 
 class AuthenticatedConsumer(AsyncJsonWebsocketConsumer):
     """Session-authenticated socket with the guards of frontend/py: a per-user cap on open sockets
-    (4429 past it), a re-check of the session every WS_SESSION_RECHECK_SECONDS, and an immediate close on
-    logout (4401) or when the user changes so that what this socket streams is no longer theirs (4401/4403).
-    Refusals accept then close with an application code, so the browser sees why (a close before accept is a
-    bare HTTP 403 to it). Once ended, the socket sends nothing more."""
+    (4429 past it), a cap on the size of a client's message (4413 past it), a re-check of the session every
+    WS_SESSION_RECHECK_SECONDS, and an immediate close on logout (4401) or when the user changes so that what
+    this socket streams is no longer theirs (4401/4403). Refusals accept then close with an application code,
+    so the browser sees why (a close before accept is a bare HTTP 403 to it). Once ended, the socket sends
+    nothing more."""
 
     user: Any = None
     ended = False
@@ -163,6 +169,14 @@ class AuthenticatedConsumer(AsyncJsonWebsocketConsumer):
     async def send_json(self, content: Any, close: bool = False) -> None:
         if not self.ended:
             await super().send_json(content, close=close)
+
+    async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
+        """Clients send nothing these sockets read: a message is dropped without being decoded, and one larger
+        than WS_MAX_MESSAGE_BYTES closes the socket with 4413 (daphne closes with 1009, before any application
+        code runs, a message over its --websocket-max-message-size, 1 MiB by default)."""
+        size = len(text_data.encode("utf-8", "surrogatepass")) if text_data is not None else len(bytes_data or b"")
+        if size > max_message_bytes():
+            await self.end(CLOSE_TOO_LARGE)
 
     def user_or_none(self) -> Any:
         user = self.scope.get("user")

@@ -62,7 +62,9 @@ def test_events_after_must_be_ascii_digits(user, after):
 )
 def test_deeply_nested_json_is_refused_naming_body(user, staff, method, url, auth):
     client = client_for(staff if auth == "staff" else user if auth else None)
-    assert_400(raw_post(client, url, DEEP, method=method), "body")
+    # The token endpoint reads at most 16 KiB (past it, 413: test_body_limits.py); 10,000 levels still pass the
+    # recursion limit.
+    assert_400(raw_post(client, url, DEEP if auth else DEEP[:10_000], method=method), "body")
     # Deep, yet within the recursion limit: refused by the parser's own depth limit.
     assert_400(raw_post(client, url, '{"name": ' + "[" * 200 + "]" * 200 + "}", method=method), "body")
 
