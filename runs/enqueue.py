@@ -13,7 +13,8 @@ from django.db import transaction
 from django.utils import timezone
 
 from runs import limits
-from runs.errors import InvalidTransition
+from runs.checkpoints import run_checkpoint_step
+from runs.errors import InvalidTransition, NoCheckpoint
 from runs.events import PLATFORM_SOURCE, run_events_record
 from runs.lifecycle import grant_pass, run_status_change
 from runs.models import Run, RunStatus, Slot, SlotState
@@ -85,18 +86,26 @@ def run_requeue(*, run: Run, reason: str) -> str | None:
     return old_submission
 
 
-def run_resume(*, run: Run, by: Any, user_caps: bool = True) -> Run:
-    """Re-queue a failed or cancelled run (same run, same event stream; `resume_requested` tells the launcher
-    to continue from the last checkpoint). A resume adds a queued run, so the owner's per-user caps apply
+def run_resume(*, run: Run, by: Any, user_caps: bool = True, from_scratch: bool = False) -> Run:
+    """Re-queue a failed or cancelled run (same run, same event stream). It continues from its latest
+    checkpoint (`resume_requested`: the launcher adds `--resume`); a run without one is refused (409,
+    code `no_checkpoint`, runs/checkpoints.py) unless `from_scratch`, which starts it over from step 0 (no
+    `--resume`, whatever checkpoint it has). A resume adds a queued run, so the owner's per-user caps apply
     (`user_caps=False` only for the platform's automatic resume of a run that just failed)."""
     with transaction.atomic():
         slot_store.slots_lock()
         locked = Run.objects.select_for_update().get(pk=run.pk)
         if locked.status not in (RunStatus.FAILED, RunStatus.CANCELLED):
             raise InvalidTransition(f"only failed or cancelled runs can resume; run is {locked.status}", field="status")
+        if not from_scratch and run_checkpoint_step(locked) is None:
+            raise NoCheckpoint(
+                f'run {locked.pk} has no checkpoint to resume from; send {{"from_scratch": true}} to start it '
+                "over from step 0",
+                field="from_scratch",
+            )
         if user_caps:
             limits.user_caps_check(owner=locked.owner_id, limits=limits.limits_load())
-        locked.resume_requested = True
+        locked.resume_requested = not from_scratch
         # A new attempt: a new Ray submission id (the old job's id is taken) and a new event source.
         locked.attempt += 1
         locked.save(update_fields=["resume_requested", "attempt"])
@@ -109,5 +118,6 @@ def run_resume(*, run: Run, by: Any, user_caps: bool = True) -> Run:
             time_limit_seconds=locked.time_limit_seconds,
         )
         grant_pass(reason="resume")
+    logger.info("run %s resumed by %s%s", run.pk, by, " from step 0 (from_scratch)" if from_scratch else "")
     locked.refresh_from_db()
     return locked

@@ -7,6 +7,7 @@ class ServiceError(Exception):
     """Base: a request the services refuse. `field` names the input at fault, if any."""
 
     status_code = 400
+    code: str | None = None  # a machine-readable reason, for answers a client acts on (e.g. `no_checkpoint`)
 
     def __init__(self, message: str, *, field: str | None = None) -> None:
         super().__init__(f"{field}: {message}" if field else message)
@@ -14,7 +15,10 @@ class ServiceError(Exception):
         self.message = message
 
     def as_dict(self) -> dict[str, str | None]:
-        return {"detail": str(self), "field": self.field}
+        body: dict[str, str | None] = {"detail": str(self), "field": self.field}
+        if self.code:
+            body["code"] = self.code
+        return body
 
 
 class InvalidInput(ServiceError):
@@ -29,6 +33,13 @@ class InvalidTransition(ServiceError):
     """The run is not in a status that allows the operation (e.g. cancelling a finished run)."""
 
     status_code = 409
+
+
+class NoCheckpoint(InvalidTransition):
+    """Resume asked of a run with no checkpoint: 409 with code `no_checkpoint` unless the caller says
+    `from_scratch` (runs/enqueue.py run_resume)."""
+
+    code = "no_checkpoint"
 
 
 class NotAllowed(ServiceError):

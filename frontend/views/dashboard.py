@@ -11,6 +11,7 @@ from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import render
 
 from runs import selectors
+from runs.checkpoints import run_checkpoint_step
 from runs.dashboard import dashboard_snapshot
 from runs.errors import InvalidInput, RunNotFound
 from runs.execution.kinds import DEFAULT_KIND, kind_get
@@ -65,6 +66,8 @@ def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
             "run": run,
             "run_data": data,
             "config_json": json.dumps(run.config, indent=2, sort_keys=True),
+            # What "Resume from checkpoint step N" names; None: only "Start over from step 0" is offered.
+            "checkpoint_step": run_checkpoint_step(run),
             "nav": "run",
         },
     )

@@ -47,6 +47,15 @@ class RunSubmitSerializer(serializers.Serializer):
     )
 
 
+class RunResumeInputSerializer(serializers.Serializer):
+    # DRF-stubs type JSONField's default as a mapping; any JSON value is a valid default.
+    from_scratch = StrictBooleanField(
+        default=False,  # type: ignore[arg-type]
+        help_text="true: start over from step 0 (needed when the run has no checkpoint: 409 `no_checkpoint`); "
+        "omitted or false: continue from its latest checkpoint",
+    )
+
+
 class PositionSerializer(serializers.Serializer):
     in_class = serializers.IntegerField()
     overall = serializers.IntegerField()
@@ -267,6 +276,9 @@ class ErrorSerializer(serializers.Serializer):
 
     detail = serializers.CharField()
     field = serializers.CharField(allow_null=True, required=False)
+    code = serializers.CharField(
+        required=False, help_text="a machine-readable reason, when one applies (e.g. no_checkpoint)"
+    )
     # The metaclass moves declared fields out of the class, so this does not shadow Serializer.errors.
     errors = serializers.JSONField(required=False)  # type: ignore[assignment]
 

@@ -142,11 +142,24 @@ class RunResumeView(ServiceView):
     @extend_schema(
         operation_id="runs_resume",
         parameters=[RUN_ID],
-        request=None,
-        responses={200: s.RunSerializer, **ERRORS, 429: s.ErrorSerializer},
+        request=s.RunResumeInputSerializer,
+        responses={
+            200: s.RunSerializer,
+            **ERRORS,
+            409: OpenApiResponse(
+                s.ErrorSerializer,
+                description="the run is not failed or cancelled (field `status`), or it has no checkpoint to "
+                'resume from (code `no_checkpoint`, field `from_scratch`: send {"from_scratch": true})',
+            ),
+            429: s.ErrorSerializer,
+        },
     )
     def post(self, request: Request, run_id: int) -> Response:
-        run = services.run_resume(run=selectors.run_get(user=request.user, run_id=run_id), by=request.user)
+        from_scratch = _body(request).get("from_scratch", False)
+        if not isinstance(from_scratch, bool):
+            raise InvalidInput("must be true or false", field="from_scratch")
+        run = selectors.run_get(user=request.user, run_id=run_id)
+        run = services.run_resume(run=run, by=request.user, from_scratch=from_scratch)
         return Response(_runs_json([run], request)[0])
 
 

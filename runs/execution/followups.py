@@ -10,6 +10,7 @@ import logging
 from django.conf import settings
 from django.db import transaction
 
+from runs.checkpoints import run_checkpoint_step
 from runs.enqueue import run_resume
 from runs.execution.kinds import DEFAULT_KIND, EVAL_KIND
 from runs.execution.submit import run_submit
@@ -50,7 +51,11 @@ def run_followups(*, run_id: int, attempt: int) -> str:
         logger.info("run %s succeeded: submitted eval run %s", run.pk, child.pk)
         return "evaluation submitted"
     if run.status == RunStatus.FAILED and run.auto_resume and run.attempt < settings.RUN_AUTO_RESUME_MAX:
-        run_resume(run=run, by="the platform (auto-resume)", user_caps=False)
-        logger.info("run %s failed: resumed automatically (attempt %s)", run.pk, run.attempt + 1)
-        return "resumed"
+        # Without a checkpoint (it failed before its first one), auto-resume starts it over from step 0: there
+        # is no progress to lose, and RUN_AUTO_RESUME_MAX bounds the retries.
+        step = run_checkpoint_step(run)
+        run_resume(run=run, by="the platform (auto-resume)", user_caps=False, from_scratch=step is None)
+        where = f"from its checkpoint at step {step}" if step is not None else "from step 0 (no checkpoint)"
+        logger.info("run %s failed: resumed automatically %s (attempt %s)", run.pk, where, run.attempt + 1)
+        return "resumed" if step is not None else "restarted"
     return "nothing to do"

@@ -141,7 +141,8 @@ def test_cancel_resume_and_events(user, handoffs):
     assert client.post(f"/api/runs/{run_id}/resume/").status_code == 409
     services.run_finish(run=Run.objects.get(pk=run_id), status="failed", error="x")
     assert client.post(f"/api/runs/{run_id}/cancel/").status_code == 409
-    resumed = client.post(f"/api/runs/{run_id}/resume/").json()
+    assert client.post(f"/api/runs/{run_id}/resume/").json()["code"] == "no_checkpoint"  # tests/api/test_resume.py
+    resumed = client.post(f"/api/runs/{run_id}/resume/", {"from_scratch": True}, format="json").json()
     assert resumed["status"] == "starting"
     events = client.get(f"/api/runs/{run_id}/events/").json()
     assert [e["data"]["status"] for e in events] == ["queued", "starting", "failed", "queued", "starting"]

@@ -116,8 +116,9 @@ def test_vanished_job_of_an_auto_resume_run_is_resumed(ray_settings, django_user
 
     assert runs_reconcile() == {run.pk: "vanished"}
     run.refresh_from_db()
-    # Failed, then re-queued by the platform as attempt 1 continuing from its checkpoint (and granted again).
+    # Failed, then re-queued by the platform as attempt 1 (and granted again); it reported no checkpoint, so it
+    # starts over from step 0 (no --resume).
     assert run.status in (RunStatus.QUEUED, RunStatus.STARTING)
-    assert (run.attempt, run.resume_requested, run.error) == (1, True, "")
+    assert (run.attempt, run.resume_requested, run.error) == (1, False, "")
     statuses = [e.data["status"] for e in run.events.filter(type="status").order_by("seq")]
     assert statuses[:2] == ["failed", "queued"]

@@ -104,7 +104,7 @@ def test_resume_keeps_the_demand(user, handoffs):
     nodes(a=(1, 0))
     run = submit(user, cpus=1)
     services.run_finish(run=run, status=RunStatus.FAILED, error="x")
-    resumed = services.run_resume(run=run, by=user)
+    resumed = services.run_resume(run=run, by=user, from_scratch=True)  # no checkpoint: started over
     assert resumed.status == RunStatus.STARTING
     slot = Slot.objects.get(run=run)
     assert slot.demand[0]["CPU"] == 1 and slot.placement == ["a"]

@@ -32,9 +32,10 @@ def submit(user, **kw):
 
 def assert_resumed(run: Run, error: str) -> None:
     run.refresh_from_db()
-    # Failed with the reason, then re-queued by the platform as attempt 1 from its checkpoint (and granted again).
+    # Failed with the reason, then re-queued by the platform as attempt 1 (and granted again): it reported no
+    # checkpoint, so it starts over from step 0 (no --resume; tests/api/test_resume.py has the checkpointed case).
     assert run.status in (RunStatus.QUEUED, RunStatus.STARTING), run.status
-    assert (run.attempt, run.resume_requested, run.error) == (1, True, "")
+    assert (run.attempt, run.resume_requested, run.error) == (1, False, "")
     events = [e.data for e in run.events.filter(type="status").order_by("seq")]
     failed = [e for e in events if e["status"] == RunStatus.FAILED]
     assert len(failed) == 1 and error in failed[0]["error"], events

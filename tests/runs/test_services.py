@@ -88,6 +88,8 @@ def test_cancel_queued_and_active(user, handoffs, django_capture_on_commit_callb
 
 def test_resume_requeues_failed_run(user, handoffs):
     run = submit(user)
+    # The job reported a checkpoint (the summary ingest keeps), so the resume continues from it.
+    Run.objects.filter(pk=run.pk).update(summary={"checkpoint": {"step": 1, "state": "saved"}})
     services.run_finish(run=run, status=RunStatus.FAILED, error="boom")
     resumed = services.run_resume(run=run, by=user)
     assert resumed.status == RunStatus.STARTING and resumed.resume_requested and resumed.error == ""

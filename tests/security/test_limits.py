@@ -214,7 +214,7 @@ def test_resume_is_capped_like_a_submit(user, other_user, staff, handoffs):
     assert client.post(f"/api/runs/{first}/cancel/").json()["status"] == "cancelled"
     set_limits(staff, max_queued_per_user=1)
     assert submit(client).status_code == 201
-    refused = client.post(f"/api/runs/{first}/resume/")
+    refused = client.post(f"/api/runs/{first}/resume/", {"from_scratch": True}, format="json")
     assert refused.status_code == 429 and refused.json()["field"] == "max_queued_per_user"
     assert Run.objects.get(pk=first).status == RunStatus.CANCELLED
 

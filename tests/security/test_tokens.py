@@ -53,7 +53,7 @@ def test_a_resume_gives_a_new_ingest_token_and_the_old_one_stops_at_once(user, h
 
     client = APIClient()
     client.force_authenticate(user)
-    assert client.post(f"/api/runs/{run.pk}/resume/").status_code == 200
+    assert client.post(f"/api/runs/{run.pk}/resume/", {"from_scratch": True}, format="json").status_code == 200
     run.refresh_from_db()
     assert run.attempt == 1 and run.status in (RunStatus.QUEUED, RunStatus.STARTING)
     new = run.ingest_token

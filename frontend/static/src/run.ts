@@ -27,6 +27,17 @@ const workers = new Map<string, Record<string, any>>(); // per-worker records, w
 let topology: Record<string, any> | null = null; // the job's "started" event: workers, mode, resources
 const lifecycle: { ts: number; data: Record<string, any> }[] = []; // worker events: started, engine_lost, engine_restarted, ...
 const checkpoints: { seq: number; ts: number; data: Record<string, any> }[] = [];
+const resumeButton = document.getElementById("btn-resume") as HTMLButtonElement;
+const restartButton = document.getElementById("btn-restart") as HTMLButtonElement;
+// The step a resume continues from (the server's answer at page load, then each usable checkpoint event):
+// null when the run has none, so only "Start over from step 0" is offered (runs/checkpoints.py, same rule).
+let checkpointStep: number | null = resumeButton.dataset.checkpointStep ? Number(resumeButton.dataset.checkpointStep) : null;
+
+/** The step of a checkpoint event a resume can use (written or restored; a failed one is not), else null. */
+function usableCheckpoint(d: Record<string, any>): number | null {
+  if (typeof d.step !== "number" || !Number.isInteger(d.step) || d.step < 0) return null;
+  return d.reason === "restored" || (d.state ?? "saved") === "saved" ? d.step : null;
+}
 let panelsDirty = true;
 let headerDirty = true;
 let frame = 0;
@@ -74,7 +85,11 @@ function ingest(ev: RunEvent): void {
       }
       if (d.worker !== undefined) workers.set(String(d.worker), { ...(workers.get(String(d.worker)) ?? {}), ...d });
       break;
-    case "checkpoint": checkpoints.push({ seq: ev.seq, ts: toSeconds(ev.ts) ?? 0, data: d }); summary.checkpoint = d; break;
+    case "checkpoint":
+      checkpoints.push({ seq: ev.seq, ts: toSeconds(ev.ts) ?? 0, data: d });
+      summary.checkpoint = d;
+      checkpointStep = usableCheckpoint(d) ?? checkpointStep;
+      break;
   }
   serving.add(ev);
   charts.add(ev);
@@ -89,7 +104,10 @@ function renderHeader(): void {
   badge.className = `badge st-${run.status}`;
   badge.textContent = run.status;
   document.getElementById("btn-cancel")!.hidden = !(run.status === "queued" || ACTIVE.has(run.status)) || run.status === "stopping";
-  document.getElementById("btn-resume")!.hidden = !(run.status === "failed" || run.status === "cancelled");
+  const resumable = run.status === "failed" || run.status === "cancelled";
+  resumeButton.hidden = !resumable || checkpointStep === null;
+  resumeButton.textContent = `Resume from checkpoint step ${checkpointStep ?? "—"}`;
+  restartButton.hidden = !resumable;
   gateReset.update();
   const err = document.getElementById("run-error")!;
   err.hidden = !run.error;
@@ -238,16 +256,23 @@ const gateReset = new GateReset(() => run, (ok, text) => {
   message.hidden = false;
 });
 
-async function act(action: "cancel" | "resume"): Promise<void> {
+type Action = "cancel" | "resume" | "restart";
+
+async function act(action: Action): Promise<void> {
   message.hidden = true;
   try {
     const before = statusSeq;
-    const updated = await api<Run>("POST", `/api/runs/${run.id}/${action}/`);
+    // Start over is a resume that says so; a plain resume of a run without a checkpoint is a 409 no_checkpoint.
+    const updated = action === "restart"
+      ? await api<Run>("POST", `/api/runs/${run.id}/resume/`, { from_scratch: true })
+      : await api<Run>("POST", `/api/runs/${run.id}/${action}/`);
     // The stream may already have carried a newer status (e.g. cancelled right after stopping) before this
     // response arrived; the response only counts when nothing newer came.
     if (statusSeq === before) run = { ...run, status: updated.status, error: updated.error };
     message.className = "alert alert-ok";
-    message.textContent = action === "cancel" ? "Cancel requested: the run is stopping." : "Resume requested: the run is back in the queue.";
+    message.textContent = action === "cancel" ? "Cancel requested: the run is stopping."
+      : action === "resume" ? "Resume requested: the run is back in the queue."
+      : "Start over requested: the run is back in the queue and starts from step 0.";
   } catch (e) {
     message.className = "alert alert-error";
     message.textContent = e instanceof ApiError ? errorMessages(e.body).join("; ") || `Request failed (${e.status})` : "Network error";
@@ -257,21 +282,31 @@ async function act(action: "cancel" | "resume"): Promise<void> {
   schedule();
 }
 
-function confirmThen(action: "cancel" | "resume"): void {
-  document.getElementById("confirm-title")!.textContent = action === "cancel" ? `Cancel run “${run.name}”?` : `Resume run “${run.name}”?`;
-  document.getElementById("confirm-text")!.textContent = action === "cancel"
-    ? "The job is asked to stop; it saves a checkpoint if it can, and its slot goes to the next run in line."
-    : "The run goes back into the queue and continues from its last checkpoint when it gets a slot.";
+const CONFIRM: Record<Action, { title: string; text: () => string; ok: string; okClass: string }> = {
+  cancel: { title: "Cancel run", ok: "Cancel run", okClass: "btn btn-danger solid",
+    text: () => "The job is asked to stop; it saves a checkpoint if it can, and its slot goes to the next run in line." },
+  resume: { title: "Resume run", ok: "Resume run", okClass: "btn btn-primary",
+    text: () => `The run goes back into the queue and continues from its checkpoint at step ${checkpointStep} when it gets a slot.` },
+  restart: { title: "Start over run", ok: "Start over", okClass: "btn btn-danger solid",
+    text: () => "The run goes back into the queue and trains again from step 0 when it gets a slot"
+      + (checkpointStep === null ? " (it has no checkpoint)." : `, not from its checkpoint at step ${checkpointStep}.`) },
+};
+
+function confirmThen(action: Action): void {
+  const c = CONFIRM[action];
+  document.getElementById("confirm-title")!.textContent = `${c.title} “${run.name}”?`;
+  document.getElementById("confirm-text")!.textContent = c.text();
   const ok = document.getElementById("confirm-ok") as HTMLButtonElement;
-  ok.textContent = action === "cancel" ? "Cancel run" : "Resume run";
-  ok.className = action === "cancel" ? "btn btn-danger solid" : "btn btn-primary";
+  ok.textContent = c.ok;
+  ok.className = c.okClass;
   dialog.returnValue = "";
   dialog.showModal();
   dialog.addEventListener("close", () => { if (dialog.returnValue === "ok") void act(action); }, { once: true });
 }
 
 document.getElementById("btn-cancel")!.addEventListener("click", () => confirmThen("cancel"));
-document.getElementById("btn-resume")!.addEventListener("click", () => confirmThen("resume"));
+resumeButton.addEventListener("click", () => confirmThen("resume"));
+restartButton.addEventListener("click", () => confirmThen("restart"));
 document.getElementById("run-class")!.textContent = CLASS_LABEL[run.run_class] ?? run.run_class;
 document.getElementById("run-owner")!.textContent = ownerName(run);
 renderHeader();
