@@ -199,7 +199,10 @@ class StreamWatch:
 
 
 stream_watch = StreamWatch()
-REFUSAL_CODES = {"not_found": CLOSE_NOT_FOUND, "forbidden": CLOSE_FORBIDDEN, "after_beyond": CLOSE_BAD_REQUEST}
+# Another user's run closes exactly like a missing one (4404), as the REST API answers 404 for both: a socket
+# must not reveal which run ids exist. (A socket already streaming whose user loses the right gets 4403: it
+# knew the run.)
+REFUSAL_CODES = {"not_found": CLOSE_NOT_FOUND, "forbidden": CLOSE_NOT_FOUND, "after_beyond": CLOSE_BAD_REQUEST}
 
 
 class DashboardConsumer(AuthenticatedConsumer):

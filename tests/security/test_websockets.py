@@ -109,13 +109,33 @@ def test_losing_staff_closes_streams_of_other_peoples_runs() -> None:
         assert await close_code_soon(board, timeout=10) == 4403
         await run_sock.disconnect()
         await board.disconnect()
-        # Reconnecting: the run is refused, the board comes back with the rights the user has now.
+        # Reconnecting: the run is refused like a missing one (4404), the board comes back with the rights the
+        # user has now.
         state, refused, code = await opened(f"/ws/runs/{run.pk}/", boss)
-        assert (state, code) == ("closed", 4403)
+        assert (state, code) == ("closed", 4404)
         state, board, snap = await opened("/ws/dashboard/", boss)
         assert state == "open" and snap["active"] == []
         await refused.disconnect()
         await board.disconnect()
+
+    run_async(scenario)
+
+
+def test_another_users_run_and_a_missing_run_close_alike() -> None:
+    """Issue 22, point 7: the socket's answer does not tell another user's run from a run id that does not
+    exist (same close code, nothing sent before it), with or without `after`."""
+    alice, mallory = user_make("alice"), user_make("mallory")
+    run = run_make(alice)
+    missing = Run.objects.order_by("-pk").first().pk + 1000
+
+    async def scenario():
+        answers = []
+        for run_id in (run.pk, missing):
+            for query in ("", "?after=0"):
+                state, comm, code = await opened(f"/ws/runs/{run_id}/{query}", mallory)
+                answers.append((state, code))
+                await comm.disconnect()
+        assert answers == [("closed", 4404)] * 4, answers
 
     run_async(scenario)
 
