@@ -63,8 +63,9 @@ def batch_from_groups(groups: list[Group], device: torch.device | str = "cpu") -
 
 def ppo_loss(
     model: TinyTransformer, b: TrainBatch, *, clip_eps: float, entropy_coef: float, kl_coef: float, temperature: float
-) -> tuple[torch.Tensor, dict[str, float]]:
-    """Token-mean PPO clipped surrogate, minus an entropy bonus, plus an optional k3 KL to the behaviour policy."""
+) -> tuple[torch.Tensor, dict[str, float], torch.Tensor]:
+    """Token-mean PPO clipped surrogate, minus an entropy bonus, plus an optional k3 KL to the behaviour policy.
+    Also returns the learner's log-prob of each next token (B, L-1), detached (`logprob_parity` reads it)."""
     logp, entropy = sequence_logprobs(model, b.tokens, temperature)  # (B, L-1) each
     n = b.mask.sum().clamp(min=1)
     log_ratio = (logp - b.behaviour_logp) * b.mask
@@ -76,4 +77,16 @@ def ppo_loss(
     kl = ((torch.exp(-log_ratio) + log_ratio - 1) * b.mask).sum() / n  # k3 estimator, >= 0
     loss = pg_loss - entropy_coef * ent + kl_coef * kl
     clipped = (((ratio - 1).abs() > clip_eps).float() * b.mask).sum() / n
-    return loss, {"pg_loss": pg_loss.item(), "entropy": ent.item(), "kl": kl.item(), "clip_frac": clipped.item()}
+    stats = {"pg_loss": pg_loss.item(), "entropy": ent.item(), "kl": kl.item(), "clip_frac": clipped.item()}
+    return loss, stats, logp.detach()
+
+
+def logprob_parity(logp: torch.Tensor, b: TrainBatch, version: int) -> dict[str, float]:
+    """Mean and max of |engine - learner| log-prob over the batch's generated tokens that were sampled with
+    `version`, the weights `logp` was computed with. Tokens sampled with older weights (staleness > 0) are not
+    comparable and are left out; {} when no token is comparable."""
+    same = (b.mask > 0) & (b.versions.to(logp.device) == version)
+    if not bool(same.any()):
+        return {}
+    diff = (logp - b.behaviour_logp)[same].abs()
+    return {"logprob_diff_mean": diff.mean().item(), "logprob_diff_max": diff.max().item()}

@@ -10,10 +10,10 @@ from typing import Any
 
 import torch
 
-from trainer.algorithm import batch_from_groups, ppo_loss
+from trainer.algorithm import batch_from_groups, logprob_parity, ppo_loss
 from trainer.config import TrainConfig
 from trainer.episodes import Group
-from trainer.policy import build_policy
+from trainer.policy import build_policy, sequence_logprobs
 from trainer.problems import task_build
 
 
@@ -36,12 +36,17 @@ class Learner:
         self.version = 0  # weight version of self.model; engines serve it after publication
 
     def train_step(self, groups: list[Group]) -> dict[str, float]:
-        """One GRPO update on a batch of groups; bumps the version. The caller owns the group objects."""
+        """One GRPO update on a batch of groups; bumps the version. The caller owns the group objects.
+
+        The first minibatch's forward pass runs with the weights of `self.version`, before any optimizer step:
+        its log-probs of the tokens sampled with that version are compared with the engines' recorded ones
+        (`logprob_diff_mean`, `logprob_diff_max`; absent when none was sampled with it)."""
         t0 = time.monotonic()
         cfg = self.cfg
         batch = batch_from_groups(groups, self.device)
         B = batch.tokens.shape[0]
         stats: dict[str, float] = {}
+        parity: dict[str, float] | None = None
         self.model.train()
         for _ in range(cfg.ppo_epochs):
             order = torch.arange(B)
@@ -49,7 +54,7 @@ class Learner:
                 sub = type(batch)(
                     **{k: (v[idx.to(v.device)] if v.shape[0] == B else v) for k, v in batch.__dict__.items()}
                 )
-                loss, stats = ppo_loss(
+                loss, stats, logp = ppo_loss(
                     self.model,
                     sub,
                     clip_eps=cfg.clip_eps,
@@ -57,6 +62,8 @@ class Learner:
                     kl_coef=cfg.kl_coef,
                     temperature=cfg.temperature,
                 )
+                if parity is None:  # no optimizer step yet: these are the weights the fresh tokens came from
+                    parity = logprob_parity(logp, sub, self.version)
                 self.opt.zero_grad(set_to_none=True)
                 torch.autograd.backward(loss)  # loss.backward(), which torch leaves unannotated
                 grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.max_grad_norm)
@@ -64,6 +71,7 @@ class Learner:
                 stats["loss"] = loss.item()
                 stats["grad_norm"] = float(grad_norm)
         self.version += 1
+        stats.update(parity or {})
         stats.update(
             reward_mean=batch.rewards.mean().item(),
             exact_match=batch.exact.mean().item(),
@@ -71,6 +79,16 @@ class Learner:
             version=self.version,
         )
         return stats
+
+    @torch.no_grad()
+    def logprobs(self, groups: list[Group]) -> list[list[list[float]]]:
+        """The current policy's log-prob of every token of every row of `groups` given the tokens before it,
+        laid out like `Group.logprobs` (the first position, which nothing predicts, is 0.0)."""
+        batch = batch_from_groups(groups, self.device)
+        logp, _ = sequence_logprobs(self.model, batch.tokens, self.cfg.temperature)
+        rows = logp.cpu().tolist()
+        G = len(groups[0].tokens)
+        return [[[0.0] + rows[gi * G + k][: len(g.tokens[k]) - 1] for k in range(G)] for gi, g in enumerate(groups)]
 
     def weights(self) -> dict[str, torch.Tensor]:
         return {k: v.detach().to("cpu").clone() for k, v in self.model.state_dict().items()}

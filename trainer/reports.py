@@ -133,6 +133,8 @@ def train_data(
         "elapsed_s": elapsed,
         "samples_per_s": samples / max(elapsed, 1e-9),
         "gate_closed_share": gate_closed_s / max(elapsed, 1e-9),
+        # |engine - learner| log-prob over the tokens sampled with the trained weights (absent: none was).
+        **{k: stats[k] for k in ("logprob_diff_mean", "logprob_diff_max") if k in stats},
         **({"histograms": step_histograms(groups, version=version, edges=edges)} if edges else {}),
     }
 
