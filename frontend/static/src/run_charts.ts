@@ -1,4 +1,5 @@
-/** The run page's metric charts (uPlot): reward, exact-match, loss, samples/s and staleness against step.
+/** The run page's metric charts (uPlot): reward, exact-match, loss, samples/s, staleness and the engine/learner
+ * log-prob mismatch against step.
  * A click on the reward chart picks the step under the cursor (`onPickStep`: the run page opens its samples). */
 import uPlot from "uplot";
 import { num } from "./lib/format";
@@ -20,6 +21,11 @@ const SPECS: ChartSpec[] = [
   { key: "staleness", title: "Staleness (versions)", series: [
     { label: "max", color: "--bad", pick: (d) => n(d.staleness_max) },
     { label: "mean", color: "--warn", pick: (d) => n(d.staleness_mean) },
+  ] },
+  // |engine - learner| log-prob of the tokens sampled with the trained weights (docs/trainer.md, "Log-prob parity").
+  { key: "logprob_diff", title: "Log-prob mismatch |engine − learner|", series: [
+    { label: "max", color: "--bad", pick: (d) => n(d.logprob_diff_max) },
+    { label: "mean", color: "--warn", pick: (d) => n(d.logprob_diff_mean) },
   ] },
 ];
 
