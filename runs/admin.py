@@ -11,12 +11,14 @@ from django.http import HttpRequest
 from django.utils import timezone
 
 from runs.errors import ServiceError
-from runs.execution import kinds
 from runs.models import ConcurrencySettings, Run, RunEvent, Schedule, Slot
-from runs.schedules import cron_next, cron_problem
+from runs.schedules import cron_next, cron_problem, schedule_check
 
 
 class ScheduleForm(forms.ModelForm):
+    """The same check as POST /api/schedules/ (runs.schedules.schedule_check: name, cron, kind config, and the
+    kind's permission check for the chosen owner), each refusal shown on the field it names."""
+
     class Meta:
         model = Schedule
         fields = ["name", "cron", "kind", "config", "owner", "enabled"]
@@ -30,11 +32,14 @@ class ScheduleForm(forms.ModelForm):
     def clean(self) -> dict[str, Any]:
         data = super().clean()
         assert data is not None  # ModelForm.clean returns cleaned_data
+        if self.errors or data.get("owner") is None:
+            return data  # a field already refused (or no owner): its message is shown, nothing to check yet
+        fields = {key: data.get(key) for key in ("name", "cron", "kind", "config", "enabled")}
         try:
-            kind = kinds.kind_get(data.get("kind"))
-            data["config"] = kind.validate_config(data.get("config") or {})
+            data["config"] = schedule_check(owner=data["owner"], fields=fields)["config"]
         except ServiceError as exc:
-            raise forms.ValidationError(str(exc)) from exc
+            top = (exc.field or "").split(".")[0]
+            self.add_error(top if top in self.fields else None, str(exc))
         return data
 
 

@@ -17,12 +17,20 @@ from django.utils import timezone
 
 from runs.errors import InvalidInput, ServiceError
 from runs.execution import kinds
-from runs.execution.submit import run_submit
+from runs.execution.submit import NAME_MAX, run_submit
 from runs.models import Origin, Schedule
 
 logger = logging.getLogger(__name__)
 
 EDITABLE_FIELDS = ("name", "cron", "kind", "config", "enabled")
+# A fired run is named "<schedule name> @ YYYY-MM-DD HH:MM" (UTC), so a schedule's name leaves room for that
+# suffix within a run name's NAME_MAX: 200 - 19 = 181 characters.
+FIRED_SUFFIX = " @ %Y-%m-%d %H:%M"
+SCHEDULE_NAME_MAX = NAME_MAX - len(datetime(2000, 1, 1).strftime(FIRED_SUFFIX))
+
+
+def fired_run_name(name: str, at: datetime) -> str:
+    return f"{name}{at.strftime(FIRED_SUFFIX)}"
 
 
 def cron_next(cron: str, *, after: datetime) -> datetime:
@@ -48,15 +56,31 @@ def _validated(fields: dict[str, Any]) -> dict[str, Any]:
     if unknown:
         raise InvalidInput(f"unknown field(s) {unknown}; editable: {list(EDITABLE_FIELDS)}", field=unknown[0])
     if "name" in fields and (
-        not isinstance(fields["name"], str) or not fields["name"].strip() or len(fields["name"]) > 200
+        not isinstance(fields["name"], str) or not fields["name"].strip() or len(fields["name"]) > SCHEDULE_NAME_MAX
     ):
-        raise InvalidInput("must be a non-empty string of at most 200 characters", field="name")
+        raise InvalidInput(
+            f"must be a non-empty string of at most {SCHEDULE_NAME_MAX} characters (its runs are named "
+            f"'<name> @ YYYY-MM-DD HH:MM', at most {NAME_MAX})",
+            field="name",
+        )
     if "cron" in fields and (problem := cron_problem(fields["cron"])):
         raise InvalidInput(problem, field="cron")
     if "enabled" in fields and not isinstance(fields["enabled"], bool):
         raise InvalidInput("must be true or false", field="enabled")
     if "config" in fields and not isinstance(fields["config"], dict):
         raise InvalidInput("must be a JSON object", field="config")
+    return fields
+
+
+def schedule_check(*, owner: Any, fields: dict[str, Any]) -> dict[str, Any]:
+    """A whole schedule's fields, validated (cron, name, kind config) and authorized for `owner` (the kind's
+    `authorize`, as a submit by that owner would be): the one check of the API (create) and the admin form.
+    Returns the fields to store; raises InvalidInput naming the field."""
+    fields = _validated(dict(fields))
+    run_kind = kinds.kind_get(fields.get("kind", kinds.DEFAULT_KIND))
+    fields["config"] = run_kind.validate_config(fields.get("config") or {})
+    if run_kind.authorize is not None:
+        run_kind.authorize(fields["config"], owner)
     return fields
 
 
@@ -69,11 +93,8 @@ def schedule_create(
     config: dict[str, Any] | None = None,
     enabled: bool = True,
 ) -> Schedule:
-    fields = _validated({"name": name, "cron": cron, "kind": kind, "config": config or {}, "enabled": enabled})
-    run_kind = kinds.kind_get(kind)
-    fields["config"] = run_kind.validate_config(fields["config"])
-    if run_kind.authorize is not None:
-        run_kind.authorize(fields["config"], owner)
+    fields = {"name": name, "cron": cron, "kind": kind, "config": config or {}, "enabled": enabled}
+    fields = schedule_check(owner=owner, fields=fields)
     return Schedule.objects.create(owner=owner, next_run_at=cron_next(cron, after=timezone.now()), **fields)
 
 
@@ -120,7 +141,7 @@ def schedules_submit_due(*, now: datetime | None = None) -> list[int]:
             try:
                 run = run_submit(
                     owner=schedule.owner,
-                    name=f"{schedule.name} @ {now:%Y-%m-%d %H:%M}",
+                    name=fired_run_name(schedule.name, now),
                     origin=Origin.SCHEDULE,
                     kind=schedule.kind,
                     config=schedule.config,

@@ -32,7 +32,7 @@ class ScheduleSerializer(serializers.ModelSerializer):
 
 class ScheduleCreateSerializer(serializers.Serializer):
     # Plain fields: cron/kind/config are validated by runs.schedules so the 400 names the field exactly.
-    name = serializers.CharField(max_length=200)
+    name = serializers.CharField(max_length=schedules.SCHEDULE_NAME_MAX, help_text="room for the fired runs' suffix")
     cron = serializers.CharField(max_length=100, help_text="five-field cron, e.g. '0 3 * * *' (UTC)")
     kind = serializers.CharField(default=kinds.DEFAULT_KIND)
     config = serializers.JSONField(default=dict)

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 from datetime import timedelta
 
 import pytest
@@ -91,3 +92,55 @@ def test_due_schedules_submit_one_run_each(django_user_model):
     due.refresh_from_db()
     assert due.last_run == run and now < due.next_run_at <= now + timedelta(minutes=10)
     assert schedules_submit_due(now=now) == []  # a second tick at the same time submits nothing
+
+
+def test_schedule_names_leave_room_for_their_runs_names(staff, django_user_model):
+    """A fired run is named '<schedule> @ YYYY-MM-DD HH:MM': a schedule name that would make it longer than
+    a run name may be is refused at creation (400 naming `name`), and the longest accepted one fires."""
+    from runs.execution.submit import NAME_MAX
+    from runs.schedules import SCHEDULE_NAME_MAX
+
+    assert SCHEDULE_NAME_MAX == NAME_MAX - len(" @ 2026-01-01 00:00")
+    for name in ("n" * (SCHEDULE_NAME_MAX + 1), "n" * NAME_MAX):
+        refused = staff.post("/api/schedules/", {"name": name, "cron": "0 3 * * *"}, format="json")
+        assert refused.status_code == 400 and refused.json()["field"] == "name", refused.content
+    created = staff.post("/api/schedules/", {"name": "n" * SCHEDULE_NAME_MAX, "cron": "0 3 * * *"}, format="json")
+    assert created.status_code == 201, created.content
+    url = f"/api/schedules/{created.json()['id']}/"
+    assert staff.patch(url, {"name": "n" * (SCHEDULE_NAME_MAX + 1)}, format="json").json()["field"] == "name"
+
+    Schedule.objects.filter(pk=created.json()["id"]).update(next_run_at=timezone.now() - timedelta(minutes=1))
+    (run_id,) = schedules_submit_due()
+    name = Run.objects.get(pk=run_id).name
+    assert len(name) == NAME_MAX and name.startswith("n" * SCHEDULE_NAME_MAX + " @ ")
+
+
+def test_admin_schedule_form_checks_like_the_api(django_user_model):
+    """The admin's schedule form goes through runs.schedules.schedule_check, as POST /api/schedules/ does: an
+    eval schedule whose owner may not see the source run is refused (before, the admin stored it), and so is a
+    name with no room for the fired runs' suffix."""
+    from django.test import Client
+
+    from runs.schedules import SCHEDULE_NAME_MAX
+
+    alice = django_user_model.objects.create_user(username="alice")
+    bob = django_user_model.objects.create_user(username="bob")
+    root = django_user_model.objects.create_superuser(username="root", password="pw-root-long-enough")
+    alices = Run.objects.create(owner=alice, name="a", origin="api", kind="rl_train", config={"steps": 1})
+    browser = Client()
+    browser.force_login(root)
+
+    def add(**fields):
+        form = {"name": "e", "cron": "0 3 * * *", "kind": "eval", "owner": bob.pk, "enabled": "on"} | fields
+        return browser.post("/admin/runs/schedule/add/", form)
+
+    refused = add(config=json.dumps({"source_run": alices.pk}))
+    assert refused.status_code == 200 and not Schedule.objects.exists()  # the form again, with the error
+    assert f"no rl_train run with id {alices.pk}" in refused.content.decode()
+    too_long = add(kind="rl_train", config='{"steps": 1}', name="n" * (SCHEDULE_NAME_MAX + 1))
+    assert too_long.status_code == 200 and not Schedule.objects.exists()
+    assert f"at most {SCHEDULE_NAME_MAX} characters" in too_long.content.decode()
+
+    ok = add(config=json.dumps({"source_run": alices.pk}), owner=alice.pk)  # alice may see her own run
+    assert ok.status_code == 302, ok.content.decode()[:2000]
+    assert Schedule.objects.get().owner == alice
