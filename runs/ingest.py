@@ -18,23 +18,23 @@ from django.utils import timezone
 
 from runs import enqueue, lifecycle
 from runs.controls import controls_ack, controls_pending
-from runs.errors import InvalidInput, InvalidTransition, RunNotFound, ServiceError
+from runs.errors import InvalidTransition, ServiceError
 from runs.events import event_ts, run_events_record
 from runs.execution.liveness import has_placement_group
 from runs.execution.outcome import event_outcome, run_job_finished
+from runs.ingest_validate import ingest_batch_validate
 from runs.metrics import spec as metric
 from runs.metrics.record import Batch
 from runs.metrics.run_hist import hist_fold
-from runs.models import FINISHED_STATUSES, Run, RunEvent, RunStatus, Slot
+from runs.models import FINISHED_STATUSES, Run, RunEvent, RunStatus, Slot, ingest_token_derive
 from runs.progress import progress_fold
 from runs.realtime import run_summary_publish
 from runs.retention import events_keep
 from runs.samples import samples_record
 from runs.slots import store as slot_store
 from runs.stores import run_events_publish
-from trainer.events import ControlCommand, EventSchemaError, IngestReply, validate_event
+from trainer.events import ControlCommand, IngestReply
 
-MAX_BATCH = 1000
 # Event types whose latest `data` the run summary keeps, under the same key.
 SUMMARY_TYPES: frozenset[str] = frozenset({"gate", "version", "sampler", "train", "checkpoint"})
 # Run.pending_reason of a `starting` run whose job waits for its placement group (its `resources` event
@@ -44,9 +44,16 @@ STARTING_PROCESSES = "starting_processes"
 
 
 class IngestUnauthorized(ServiceError):
-    """Missing or wrong per-run token."""
+    """Missing or wrong per-run token, or no such run: one answer for both, so run ids cannot be probed."""
 
     status_code = 401
+
+    def __init__(self) -> None:
+        super().__init__("a valid per-run ingest token is required (Authorization: Bearer <token>)")
+
+
+class AttemptReplaced(InvalidTransition):
+    """The batch's attempt is not the run's current one any more (requeued or resumed while it was posted)."""
 
 
 @dataclass(frozen=True)
@@ -70,33 +77,19 @@ class IngestResult:
 
 
 def run_for_ingest(*, run_id: int, token: str | None) -> Run:
-    """The run whose token this is, still accepting events: RunNotFound / IngestUnauthorized (constant-time
-    compare) / InvalidTransition (409: the run is finished, so its job should stop) otherwise."""
+    """The run whose token this is, still accepting events: IngestUnauthorized (no such run, or not its current
+    attempt's token: the same answer, after the same constant-time compare) / InvalidTransition (409: the run is
+    finished, so its job should stop) otherwise. run_events_ingest checks status and attempt again under the
+    run's row lock."""
     run = Run.objects.filter(pk=run_id).first()
     if run is None:
-        raise RunNotFound(f"run {run_id} does not exist")
+        ingest_token_derive(run_id=run_id, attempt=0, nonce="")  # the work of a compare: no timing difference
+        raise IngestUnauthorized()
     if not token or not run.ingest_token_matches(token):  # constant time; a new attempt's token differs
-        raise IngestUnauthorized("a valid per-run ingest token is required (Authorization: Bearer <token>)")
+        raise IngestUnauthorized()
     if run.status in FINISHED_STATUSES:
         raise InvalidTransition(f"run {run_id} is {run.status}; it accepts no more events", field="status")
     return run
-
-
-def ingest_batch_validate(payload: Any) -> list[dict[str, Any]]:
-    """Decode a posted body (a list of events, or {"events": [...]}) into run_events_record items."""
-    events = payload.get("events") if isinstance(payload, dict) else payload
-    if not isinstance(events, list):
-        raise InvalidInput("expected a JSON list of events or an object with a list under 'events'", field="events")
-    if len(events) > MAX_BATCH:
-        raise InvalidInput(f"at most {MAX_BATCH} events per post, got {len(events)}", field="events")
-    items = []
-    for index, raw in enumerate(events):
-        try:
-            event = validate_event(raw)
-        except EventSchemaError as exc:
-            raise InvalidInput(str(exc), field=f"events[{index}]") from exc
-        items.append({"type": event.type, "data": event.data, "ts": event.ts, "source_seq": event.seq})
-    return items
 
 
 def summary_fold(summary: dict[str, Any], events: list[RunEvent]) -> dict[str, Any]:
@@ -125,8 +118,12 @@ def run_events_ingest(*, run: Run, payload: Any) -> IngestResult:
     now = timezone.now()
     with transaction.atomic():
         # The run row lock is held to the end of the transaction: the budget check, the stored seqs and the
-        # summary fold of two concurrent posts cannot interleave.
-        count = Run.objects.select_for_update().values_list("last_seq", flat=True).get(pk=run.pk)
+        # summary fold of two concurrent posts cannot interleave, and status and attempt are read again under it
+        # (run_for_ingest read them before: a requeue, resume or finish may have committed since).
+        count, status_now, attempt = (
+            Run.objects.select_for_update().values_list("last_seq", "status", "attempt").get(pk=run.pk)
+        )
+        _still_current(run, status=status_now, attempt=attempt)
         kept, dropped = events_keep(stored=count, items=items)
         stored = run_events_record(run=run, source=source, events=kept)
         new_samples = samples_record(run=run, source=source, items=samples)
@@ -158,6 +155,17 @@ def run_events_ingest(*, run: Run, payload: Any) -> IngestResult:
         dropped=len(dropped),
         commands=controls_pending(run_id=run.pk) if status == RunStatus.RUNNING else [],
     )
+
+
+def _still_current(run: Run, *, status: str, attempt: int) -> None:
+    """409 (nothing stored: the transaction rolls back) when the run finished or moved to another attempt."""
+    if attempt != run.attempt:
+        raise AttemptReplaced(
+            f"attempt {run.attempt} of run {run.pk} was replaced by attempt {attempt}; it accepts no more events",
+            field="attempt",
+        )
+    if status in FINISHED_STATUSES:
+        raise InvalidTransition(f"run {run.pk} is {status}; it accepts no more events", field="status")
 
 
 def _ingest_record(stored: list[RunEvent], *, dropped: int, now: float, started: float) -> None:

@@ -11,7 +11,8 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, TypedDict, cast
 
-from trainer.sample_schema import REQUIRED_SAMPLE_KEYS, sample_data_check
+from trainer.event_schema import DATA_MODELS, HISTOGRAM_BUCKETS_MAX, DataSchemaError, data_clean, required_keys
+from trainer.sample_schema import sample_data_check
 
 EVENT_TYPES: frozenset[str] = frozenset(
     {
@@ -36,25 +37,16 @@ CONTROL_OUTCOMES: frozenset[str] = frozenset({"applied", "refused"})
 RESOURCE_STATES: frozenset[str] = frozenset({"waiting", "placed", "ready", "timeout"})
 GATE_STATES: frozenset[str] = frozenset({"open", "sealed", "draining", "installing", "poisoned"})
 
-# Keys each type's `data` must carry (more keys are allowed).
-REQUIRED_DATA_KEYS: dict[str, frozenset[str]] = {
-    "gate": frozenset({"state", "version", "active", "waiting", "engines"}),
-    # The job's placement group (docs/execution.md): waiting -> placed (the group is ready, its processes start) ->
-    # ready (every process started; the node of every bundle), or waiting -> timeout.
-    "resources": frozenset({"state"}),
-    # The job's answer to a staff command (ControlCommand): applied, or refused with the reason in `detail`.
-    "control": frozenset({"id", "kind", "outcome", "detail"}),
-    "version": frozenset({"version", "published_at", "pause_ms"}),
-    "sampler": frozenset({"epoch", "group_count", "dataset_size", "consumed_in_epoch"}),
-    "train": frozenset({"step", "loss", "reward_mean", "exact_match", "kl", "entropy", "staleness_max"}),
-    # One captured episode (trainer.sample_schema.SampleData); the platform stores it in its own table.
-    "sample": REQUIRED_SAMPLE_KEYS,
-}
+# Keys each type's `data` must carry (trainer/event_schema.py declares every field; others are dropped).
+# `resources`: the job's placement group (docs/execution.md): waiting -> placed (the group is ready, its processes
+# start) -> ready (every process started; the node of every bundle), or waiting -> timeout. `control`: the job's
+# answer to a staff command (ControlCommand). `sample`: one captured episode (trainer.sample_schema.SampleData),
+# which the platform stores in its own table.
+REQUIRED_DATA_KEYS: dict[str, frozenset[str]] = {t: keys for t in DATA_MODELS if (keys := required_keys(t))}
 
 
 # `train` data may carry `histograms`: {key: HistogramSummary} for these keys (trainer/histograms.py).
 HISTOGRAM_KEYS: tuple[str, ...] = ("reward", "advantage", "response_length", "staleness")
-HISTOGRAM_BUCKETS_MAX = 64
 
 SEQ_MAX = 2**63 - 1  # the platform stores seq as a signed 64-bit integer
 TS_END = 253402300800.0  # 10000-01-01T00:00:00Z: the first second datetime cannot represent
@@ -143,7 +135,15 @@ SPAN_MAP_KEYS: dict[str, tuple[str, ...]] = {"version": ("phases",), "rollout": 
 
 
 class EventSchemaError(ValueError):
-    """An event that does not follow the schema; the message names the offending field."""
+    """An event that does not follow the schema; the message starts with the offending field's path."""
+
+    @property
+    def field(self) -> str:
+        return str(self).split(": ", 1)[0]
+
+    @property
+    def reason(self) -> str:
+        return str(self).split(": ", 1)[-1]
 
 
 @dataclass(frozen=True)
@@ -169,21 +169,23 @@ def validate_event(obj: Any) -> Event:
         raise EventSchemaError(f"seq: expected at most {SEQ_MAX} (a signed 64-bit integer)")
     etype = obj.get("type")
     if etype not in EVENT_TYPES:
-        raise EventSchemaError(f"type: expected one of {sorted(EVENT_TYPES)}, got {etype!r}")
+        raise EventSchemaError(f"type: expected one of {sorted(EVENT_TYPES)}, got {_shown(etype)}")
     data = obj.get("data", {})
     if not isinstance(data, dict):
         raise EventSchemaError("data: expected a JSON object")
     missing = REQUIRED_DATA_KEYS.get(etype, frozenset()) - data.keys()
     if missing:
         raise EventSchemaError(f"data: {etype} event lacks {sorted(missing)}")
-    if etype == "control" and (data["kind"] not in CONTROL_KINDS or data["outcome"] not in CONTROL_OUTCOMES):
+    if etype == "control" and (
+        not _member(data["kind"], CONTROL_KINDS) or not _member(data["outcome"], CONTROL_OUTCOMES)
+    ):
         raise EventSchemaError(
             f"data: control event needs kind in {sorted(CONTROL_KINDS)} and outcome in {sorted(CONTROL_OUTCOMES)}"
         )
     if etype == "control" and (not isinstance(data["id"], int) or isinstance(data["id"], bool)):
         raise EventSchemaError("data.id: expected the integer id of the command")
-    if etype == "gate" and data["state"] not in GATE_STATES:
-        raise EventSchemaError(f"data.state: expected one of {sorted(GATE_STATES)}, got {data['state']!r}")
+    if etype == "gate" and not _member(data["state"], GATE_STATES):
+        raise EventSchemaError(f"data.state: expected one of {sorted(GATE_STATES)}, got {_shown(data['state'])}")
     if etype == "train" and "histograms" in data:
         validate_histograms(data["histograms"])
     if etype == "sample":
@@ -191,6 +193,10 @@ def validate_event(obj: Any) -> Event:
         if problem:
             raise EventSchemaError(problem)
     _validate_spans(etype, data)
+    try:
+        data = data_clean(etype, data)  # types and bounds; undeclared fields dropped
+    except DataSchemaError as exc:
+        raise EventSchemaError(str(exc)) from None
     ts = obj.get("ts", time.time())
     if not isinstance(ts, (int, float)) or isinstance(ts, bool) or not 0 <= ts < TS_END:
         # `not 0 <= ts` is also true for NaN; the upper bound keeps datetime (years 1-9999) able to hold it.
@@ -198,6 +204,16 @@ def validate_event(obj: Any) -> Event:
             f"ts: expected a number of seconds since the epoch, from 0 to below {TS_END:.0f} (the year 10000)"
         )
     return Event(seq=seq, type=etype, data=data, ts=float(ts), run=obj.get("run"))
+
+
+def _shown(value: Any) -> str:
+    """A posted value in a message, cut short (messages echo no more than 40 characters of input)."""
+    text = repr(value) if isinstance(value, (str, int, float, bool)) or value is None else type(value).__name__
+    return text if len(text) <= 40 else text[:40] + "..."
+
+
+def _member(value: Any, allowed: frozenset[str]) -> bool:
+    return isinstance(value, str) and value in allowed
 
 
 def _number(v: Any) -> bool:

@@ -5,7 +5,9 @@ its type, its limits and its validation. Shared by the trainer (builds it, `trai
 from __future__ import annotations
 
 import math
-from typing import Any, Literal, TypedDict
+from typing import Annotated, Any, Literal, TypedDict
+
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
 FINISH_REASONS: frozenset[str] = frozenset({"stop", "length", "aborted"})
 PICKS: frozenset[str] = frozenset({"sampled", "best", "worst"})
@@ -50,6 +52,47 @@ class SampleData(TypedDict):
     version_max: int
     staleness: int  # step - 1 - version_min: versions between its oldest token and the weights it trained
     length: int  # generated tokens
+
+
+_CONFIG = ConfigDict(strict=True, extra="ignore", allow_inf_nan=False, frozen=True)
+SampleInt = Annotated[int, Field(gt=-(2**62), lt=2**62)]
+SampleName = Annotated[str, StringConstraints(max_length=MAX_SAMPLE_NAME)]
+SampleText = Annotated[str, StringConstraints(max_length=MAX_SAMPLE_TEXT)]
+
+
+class SampleTurnModel(BaseModel):
+    model_config = _CONFIG
+
+    role: SampleName
+    text: SampleText
+    version: SampleInt | None = None
+    engine: SampleName | None = None
+    request: SampleName | None = None
+
+
+class SampleModel(BaseModel):
+    """SampleData as trainer/event_schema.py declares it: types and bounds; undeclared fields are dropped."""
+
+    model_config = _CONFIG
+
+    step: SampleInt
+    group: SampleInt
+    index: SampleInt
+    prompt_index: SampleInt
+    session: SampleName
+    engine: SampleName
+    finish_reason: SampleName
+    pick: SampleName
+    prompt: SampleText
+    completion: SampleText
+    turns: Annotated[list[SampleTurnModel], Field(max_length=MAX_SAMPLE_TURNS)]
+    reward: float
+    reward_parts: Annotated[dict[SampleName, float], Field(max_length=MAX_REWARD_PARTS)]
+    advantage: float
+    version_min: SampleInt
+    version_max: SampleInt
+    staleness: SampleInt
+    length: SampleInt
 
 
 _INTS = ("step", "group", "index", "prompt_index", "version_min", "version_max", "staleness", "length")

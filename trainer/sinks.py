@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 from typing import Any, Protocol, cast
 
+from trainer.event_schema import data_fit
 from trainer.events import CONTROL_KINDS, ControlCommand, EventDict, validate_event
 
 TOKEN_ENV = "RUN_INGEST_TOKEN"
@@ -222,6 +223,7 @@ class EventEmitter:
     def emit(self, type_: str, data: dict[str, Any]) -> EventDict:
         with self._lock:
             self.seq += 1
+            data = data_fit(type_, data)  # an over-long error or message is cut, not a failed run
             event = EventDict(run=self.run, seq=self.seq, ts=time.time(), type=type_, data=data)
             validate_event(event)  # a schema bug fails here, loudly, not in the platform
             for sink in self.sinks:

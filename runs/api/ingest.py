@@ -11,6 +11,7 @@ from rest_framework.views import APIView
 from runs.api.serializers import ErrorSerializer
 from runs.errors import ServiceError
 from runs.ingest import run_events_ingest, run_for_ingest
+from runs.ingest_validate import ingest_body_check
 
 
 class ControlCommandSerializer(serializers.Serializer):
@@ -33,6 +34,11 @@ class IngestResultSerializer(serializers.Serializer):
     commands = ControlCommandSerializer(many=True, help_text="staff commands the job has not answered yet")
 
 
+class TooLargeSerializer(serializers.Serializer):
+    detail = serializers.CharField()
+    limit = serializers.IntegerField(help_text="the cap in bytes")
+
+
 class RunIngestView(APIView):
     """Store a batch of trainer events (docs/realtime.md). Auth: `Authorization: Bearer <RUN_INGEST_TOKEN>`."""
 
@@ -42,13 +48,14 @@ class RunIngestView(APIView):
 
     @extend_schema(
         request={"application/json": {"type": "array", "items": {"type": "object"}}},
-        # 400: an event breaks the schema (named); 401: not this run's token; 404: no run; 409: run finished.
+        # 400: an event breaks the schema (its field and seq named); 401: not this run's current token, or no such
+        # run (one answer); 409: run finished, or the batch's attempt was replaced; 413: the batch is over the cap.
         responses={
             200: IngestResultSerializer,
             400: ErrorSerializer,
             401: ErrorSerializer,
-            404: ErrorSerializer,
             409: ErrorSerializer,
+            413: TooLargeSerializer,
         },
         auth=[],
     )
@@ -57,6 +64,7 @@ class RunIngestView(APIView):
         token = header[len("Bearer ") :].strip() if header.startswith("Bearer ") else None
         try:
             run = run_for_ingest(run_id=run_id, token=token)
+            ingest_body_check(len(request.body))  # before parsing (a chunked post has no Content-Length)
             result = run_events_ingest(run=run, payload=request.data)
         except ServiceError as exc:
             return Response(exc.as_dict(), status=exc.status_code)

@@ -95,21 +95,25 @@ def test_invalid_event_rejects_the_whole_batch_naming_the_field():
     bad = {"seq": 2, "type": "gate", "data": {"state": "open", "version": 0, "active": 0, "waiting": 0}}
     response = post(run, [train(1, step=1), bad])
     assert response.status_code == 400
-    assert response.json()["detail"] == "events[1]: data: gate event lacks ['engines']"
+    assert response.json()["detail"] == "events[1].data: event seq 2: gate event lacks ['engines']"
+    assert response.json()["field"] == "events[1].data"
     assert RunEvent.objects.filter(run=run).count() == 0
     assert post(run, {"events": "nope"}).json()["detail"].startswith("events: expected a JSON list")
-    assert post(run, [{"seq": 0, "type": "log"}]).json()["detail"] == "events[0]: seq: expected a positive integer"
+    assert post(run, [{"seq": 0, "type": "log"}]).json()["detail"] == "events[0].seq: expected a positive integer"
 
 
 def test_token_is_required_and_bound_to_its_run():
     alice = user_make("erin")
     run, other = run_make(alice), run_make(alice)
-    assert post(run, [train(1, 1)], token="").status_code == 401
-    assert post(run, [train(1, 1)], token=other.ingest_token).status_code == 401
+    refused = post(run, [train(1, 1)], token="")
+    assert refused.status_code == 401
+    wrong = post(run, [train(1, 1)], token=other.ingest_token)
     client = APIClient()
     client.force_authenticate(alice)  # a logged-in user is not the job
     assert client.post(f"/api/runs/{run.pk}/ingest/", [train(1, 1)], format="json").status_code == 401
-    assert post(type("R", (), {"pk": 999999, "ingest_token": "x"})(), []).status_code == 404
+    # No such run: the very same answer as a wrong token, so run ids cannot be probed with made-up tokens.
+    missing = post(type("R", (), {"pk": 999999, "ingest_token": other.ingest_token})(), [])
+    assert (missing.status_code, missing.json()) == (wrong.status_code, wrong.json()) == (401, refused.json())
     assert RunEvent.objects.filter(run=run).count() == 0
 
 

@@ -14,21 +14,31 @@ from django.utils import timezone
 
 from runs import selectors, services
 from runs.execution import capacity, liveness
-from runs.models import ClusterStatus, Run, RunEvent, RunStatus, Slot, SlotState
+from runs.models import ClusterNode, ClusterStatus, Run, RunEvent, RunStatus, Slot, SlotState
 from tests.runs.liveness_fixtures import _artifacts, submit  # noqa: F401 - _artifacts: an autouse fixture
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-def post(run: Run, events, *, token: str | None = None):
-    response = Client().post(
+def post_raw(run: Run, events, *, token: str | None = None):
+    return Client().post(
         f"/api/runs/{run.pk}/ingest/",
         data=events,
         content_type="application/json",
         HTTP_AUTHORIZATION=f"Bearer {token or run.ingest_token}",
     )
+
+
+def post(run: Run, events, *, token: str | None = None):
+    response = post_raw(run, events, token=token)
     assert response.status_code == 200, response.content
     return response.json()
+
+
+def nodes_known(*node_ids: str) -> None:
+    """Nodes the platform knows (the tick writes these from Ray): a job may only report placement on them."""
+    for node_id in node_ids:
+        ClusterNode.objects.get_or_create(node_id=node_id, defaults={"total": {"CPU": 8}, "seen_at": timezone.now()})
 
 
 def resources(seq: int, state: str, **data) -> dict:
@@ -46,6 +56,7 @@ def test_a_heartbeat_is_stamped_and_stores_nothing(user, handoffs):
 
 def test_waiting_then_ready_moves_the_run_to_running_with_its_placement(user, handoffs):
     run = submit(user)
+    nodes_known("na", "nb", "x")
     post(run, [resources(1, "waiting", waited_s=0.0, detail="PACK group of 2 bundles pending")])
     run.refresh_from_db()
     assert (run.status, run.pending_reason) == (RunStatus.STARTING, "waiting_for_resources")
@@ -72,13 +83,27 @@ def test_waiting_then_ready_moves_the_run_to_running_with_its_placement(user, ha
 
 
 def test_a_placed_event_with_hostile_nodes_keeps_the_granted_placement(user, handoffs):
-    """`placed` nodes that are not one node id per bundle are not stored (grants charge bundle i to node i): the
-    reason still says what happens."""
+    """`placed` nodes that are not one known node id per bundle are not stored (grants charge bundle i to node
+    i). Ids that are not strings of at most 64 characters, or not nodes the platform knows, refuse the post (400
+    naming the node); known ids of the wrong count are accepted and ignored: the reason still says what happens."""
     run = submit(user)
+    nodes_known("na", "nb", "a", "b")
     granted = Slot.objects.get(run=run).placement
     assert len(run.resources["bundles"]) == 3
-    hostile = [None, "node", [1, 2, 3], [], [{"id": "x"}] * 3, ["na"], ["na", "nb", "nb", "nc"], ["", "a", "b"]]
-    for seq, nodes in enumerate([*hostile, ["n" * 129, "a", "b"]], start=1):
+    refused = [
+        ("node", "events[0].data.nodes"),
+        ([1, 2, 3], "events[0].data.nodes[0]"),
+        ([{"id": "x"}] * 3, "events[0].data.nodes[0]"),
+        (["na", "nb", "nb", "nc"], "events[0].data.nodes[3]"),  # nc: not a node of the cluster
+        (["", "a", "b"], "events[0].data.nodes[0]"),
+        (["n" * 65, "a", "b"], "events[0].data.nodes[0]"),
+    ]
+    for seq, (nodes, field) in enumerate(refused, start=1):
+        response = post_raw(run, [resources(seq, "placed", waited_s=0.1, nodes=nodes)])
+        assert (response.status_code, response.json()["field"]) == (400, field), response.content
+        assert f"event seq {seq}" in response.json()["detail"]
+    assert not RunEvent.objects.filter(run=run).exclude(source="platform").exists()  # nothing of them stored
+    for seq, nodes in enumerate([None, [], ["na"], ["na", "nb", "nb", "a"]], start=1):
         reply = post(run, [resources(seq, "placed", waited_s=0.1, nodes=nodes)])
         assert reply["status"] == RunStatus.STARTING
         run.refresh_from_db()

@@ -134,7 +134,7 @@ def test_malformed_spans_are_refused_at_ingest(user, handoffs, django_capture_on
         f"/api/runs/{run.pk}/ingest/", [bad], format="json", HTTP_AUTHORIZATION=f"Bearer {run.ingest_token}"
     )
     assert response.status_code == 400
-    assert response.json()["field"] == "events[0]" and "data.phases.seal" in response.json()["detail"]
+    assert response.json()["field"] == "events[0].data.phases.seal" and "event seq 1" in response.json()["detail"]
 
 
 def test_a_job_cannot_make_unbounded_tracks():

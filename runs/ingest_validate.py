@@ -1,0 +1,102 @@
+"""Checking a job's posted batch before anything is stored: its size (bytes per batch: 413; bytes per event,
+events per batch: 400), each event against its type's schema (trainer/event_schema.py: undeclared fields are
+dropped, a wrong type or an over-long string or list is refused), and the nodes a `resources` event names
+(each must be a node the platform knows: a ClusterNode row). One refused event refuses the whole batch, with a
+400 naming the event's field (`events[3].data.message`) and its seq. Formats in docs/realtime.md.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from django.conf import settings
+
+from runs.errors import InvalidInput, ServiceError
+from runs.models import ClusterNode
+from trainer.events import EventSchemaError, validate_event
+
+MAX_BATCH = 1000
+EVENT_MAX_BYTES = 256 * 1024  # default of settings.INGEST_EVENT_MAX_BYTES
+BATCH_MAX_BYTES = 4 * 1024 * 1024  # default of settings.INGEST_MAX_BODY_BYTES (config/security.py)
+
+
+class BatchTooLarge(ServiceError):
+    """A posted batch over the byte cap: 413 `{"detail", "limit"}` (the cap in bytes)."""
+
+    status_code = 413
+
+    def __init__(self, size: int, limit: int) -> None:
+        super().__init__(f"the batch is {size} bytes; at most {limit} bytes per post")
+        self.limit = limit
+
+    def as_dict(self) -> dict[str, Any]:  # type: ignore[override]
+        return {"detail": str(self), "limit": self.limit}
+
+
+def ingest_limits() -> tuple[int, int]:
+    """(bytes per event, bytes per batch) in force."""
+    return (
+        int(getattr(settings, "INGEST_EVENT_MAX_BYTES", EVENT_MAX_BYTES)),
+        int(getattr(settings, "INGEST_MAX_BODY_BYTES", BATCH_MAX_BYTES)),
+    )
+
+
+def ingest_body_check(size: int) -> None:
+    """BatchTooLarge when a post's body is over the batch cap (checked before it is parsed)."""
+    limit = ingest_limits()[1]
+    if size > limit:
+        raise BatchTooLarge(size, limit)
+
+
+def ingest_batch_validate(payload: Any) -> list[dict[str, Any]]:
+    """Decode a posted body (a list of events, or {"events": [...]}) into run_events_record items, each event's
+    data cut to its declared fields; InvalidInput naming the first refused event's field and seq."""
+    events = payload.get("events") if isinstance(payload, dict) else payload
+    if not isinstance(events, list):
+        raise InvalidInput("expected a JSON list of events or an object with a list under 'events'", field="events")
+    if len(events) > MAX_BATCH:
+        raise InvalidInput(f"at most {MAX_BATCH} events per post, got {len(events)}", field="events")
+    event_max = ingest_limits()[0]
+    items = []
+    for index, raw in enumerate(events):
+        size = _bytes(raw)
+        if size > event_max:
+            raise InvalidInput(f"{_seq(raw)}the event is {size} bytes; at most {event_max}", field=f"events[{index}]")
+        try:
+            event = validate_event(raw)
+        except EventSchemaError as exc:
+            where = f"events[{index}]" + ("" if exc.field == "event" else f".{exc.field}")
+            raise InvalidInput(f"{_seq(raw)}{exc.reason}", field=where) from None
+        items.append({"type": event.type, "data": event.data, "ts": event.ts, "source_seq": event.seq})
+    _nodes_check(items)
+    return items
+
+
+def _nodes_check(items: list[dict[str, Any]]) -> None:
+    """Every node id a `resources` event names is a node the platform knows (one query per batch)."""
+    named = {node for item in items if item["type"] == "resources" for node in item["data"].get("nodes") or ()}
+    if not named:
+        return
+    known = set(ClusterNode.objects.filter(node_id__in=named).values_list("node_id", flat=True))
+    for index, item in enumerate(items):
+        for position, node in enumerate(item["data"].get("nodes") or ()):
+            if node not in known:
+                raise InvalidInput(
+                    f"event seq {item['source_seq']}: node {node[:64]!r} is not a node of the cluster",
+                    field=f"events[{index}].data.nodes[{position}]",
+                )
+
+
+def _seq(raw: Any) -> str:
+    """`event seq N: ` when the event has a usable seq (the message names it), else nothing."""
+    seq = raw.get("seq") if isinstance(raw, dict) else None
+    return f"event seq {seq}: " if isinstance(seq, int) and not isinstance(seq, bool) and 0 < seq < 2**63 else ""
+
+
+def _bytes(raw: Any) -> int:
+    """The event's size as compact JSON (what it costs to store and send)."""
+    try:
+        return len(json.dumps(raw, separators=(",", ":"), ensure_ascii=False).encode())
+    except (ValueError, TypeError, RecursionError):
+        return 1 << 62
