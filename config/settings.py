@@ -67,12 +67,26 @@ from config.limits import (
     MAX_BODY_BYTES,
     WS_MAX_MESSAGE_BYTES,
 )
-from config.security import (
+from config.security import (  # AXES_*: django-axes, for runs/auth_limit.py
     API_TOKEN_MAX_AGE_SECONDS,
-    AUTH_FAILURE_WINDOW_SECONDS,
+    API_TOKENS_PER_USER,
+    AUTH_BACKOFF_MAX_SECONDS,
+    AUTH_BACKOFF_SECONDS,
     AUTH_FAILURES_PER_IP,
-    AUTH_FAILURES_PER_USERNAME,
+    AUTH_FAILURES_PER_USER_ADDRESS,
     AUTH_PASSWORD_VALIDATORS,
+    AXES_CLIENT_IP_CALLABLE,
+    AXES_COOLOFF_TIME,
+    AXES_ENABLE_ADMIN,
+    AXES_FAILURE_LIMIT,
+    AXES_HANDLER,
+    AXES_LOCK_OUT_AT_FAILURE,
+    AXES_LOCKOUT_CALLABLE,
+    AXES_LOCKOUT_PARAMETERS,
+    AXES_RESET_COOL_OFF_ON_FAILURE_DURING_LOCKOUT,
+    AXES_RESET_ON_SUCCESS,
+    AXES_USERNAME_CALLABLE,
+    AXES_VERBOSE,
     CONTENT_SECURITY_POLICY,
     CSRF_COOKIE_SECURE,
     NUM_PROXIES,
@@ -101,7 +115,8 @@ INSTALLED_APPS = [
     "django.contrib.messages",
     "django.contrib.staticfiles",
     "rest_framework",
-    "rest_framework.authtoken",
+    "knox",  # API tokens, hashed at rest (runs/api/tokens.py)
+    "axes",  # sign-in limits (runs/auth_limit.py)
     "drf_spectacular",
     "channels",
     "runs",
@@ -118,6 +133,7 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "axes.middleware.AxesMiddleware",  # last (axes' docs): a sign-in its backend refused answers 429
 ]
 
 ROOT_URLCONF = "config.urls"
@@ -218,7 +234,7 @@ CELERY_BEAT_SCHEDULE = {
     },
 }
 
-# --- Cache: sign-in failure counters (runs/auth_limit.py) -------------------------------------------
+# --- Cache: sign-in failure counters (runs/auth_limit.py, django-axes) ------------------------------------------
 CACHES = {
     "default": {
         "BACKEND": "django.core.cache.backends.redis.RedisCache",
@@ -231,12 +247,12 @@ CACHES = {
 }
 
 # --- REST API -------------------------------------------------------------------------------------
-# Sign-in (pages, token endpoint, admin) counts failures against the limits in config/security.py.
-AUTHENTICATION_BACKENDS = ["runs.auth_limit.LimitedModelBackend"]
+# Sign-in (pages, token endpoint, admin): axes' backend first refuses while blocked (limits in config/security.py).
+AUTHENTICATION_BACKENDS = ["runs.auth_limit.SignInBackend", "django.contrib.auth.backends.ModelBackend"]
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
         "rest_framework.authentication.SessionAuthentication",
-        "runs.api.tokens.ExpiringTokenAuthentication",
+        "runs.api.tokens.HashedTokenAuthentication",
     ],
     # JSON only, with a nesting limit and no lone surrogates / NUL (runs/api/parsers.py).
     "DEFAULT_PARSER_CLASSES": ["runs.api.parsers.SafeJSONParser"],
@@ -246,6 +262,9 @@ REST_FRAMEWORK = {
     "PAGE_SIZE": 50,
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
 }
+# django-rest-knox: 64 hex characters of which only a SHA-512 digest (and the first 15, to find the row) is stored;
+# expiry is set from API_TOKEN_MAX_AGE_SECONDS at issue (runs/tokens.py), and `Token` stays the header's word.
+REST_KNOX = {"AUTH_HEADER_PREFIX": "Token", "AUTO_REFRESH": False}
 SPECTACULAR_SETTINGS = {
     "TITLE": "RL control plane API",
     "DESCRIPTION": "Submit reinforcement-learning training runs, watch slots and queues, tune concurrency.",

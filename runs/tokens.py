@@ -1,5 +1,8 @@
-"""API token lifetime (core, no HTTP): a token expires API_TOKEN_MAX_AGE_SECONDS after it was issued, and
-`token_issue` replaces an expired one. Used by the API (runs/api/tokens.py, runs/api/auth.py) and by the
+"""API tokens (core, no HTTP), on django-rest-knox: only a SHA-512 digest of each token is stored (and its first
+15 characters, to find the row), so the database holds no usable token. A token expires API_TOKEN_MAX_AGE_SECONDS
+after it was issued (knox's `expiry`, set at issue; a shorter setting applies at once to older tokens too).
+Each sign-in issues a new token (the value of an earlier one cannot be shown again); a user keeps at most
+API_TOKENS_PER_USER, the oldest going first. Used by the API (runs/api/tokens.py, runs/api/auth.py) and by the
 `platform_admin` command; the HTTP side (401 answers) stays in runs/api/tokens.py."""
 
 from __future__ import annotations
@@ -13,16 +16,32 @@ from django.utils import timezone
 
 
 def token_expired(token: Any) -> bool:
-    return token.created + timedelta(seconds=settings.API_TOKEN_MAX_AGE_SECONDS) <= timezone.now()
+    now = timezone.now()
+    past_expiry = token.expiry is not None and token.expiry <= now
+    return past_expiry or token.created + timedelta(seconds=settings.API_TOKEN_MAX_AGE_SECONDS) <= now
 
 
-def token_issue(user: Any) -> Any:
-    """The user's valid token: the current one, or a fresh one when there is none or it has expired."""
-    from rest_framework.authtoken.models import Token  # late: needs the apps ready
+def token_issue(user: Any) -> str:
+    """A new token for `user` (its value: the only time it exists outside the client). The user's expired tokens,
+    and the oldest past API_TOKENS_PER_USER, are deleted."""
+    from knox.models import AuthToken  # late: needs the apps ready
 
     with transaction.atomic():
-        token = Token.objects.select_for_update().filter(user=user).first()
-        if token is not None and token_expired(token):
-            token.delete()
-            token = None
-        return token or Token.objects.create(user=user)
+        mine = AuthToken.objects.select_for_update().filter(user=user).order_by("-created")
+        stale = [t.digest for t in mine if token_expired(t)]
+        keep = [t.digest for t in mine if t.digest not in stale][: max(settings.API_TOKENS_PER_USER - 1, 0)]
+        AuthToken.objects.filter(user=user).exclude(digest__in=keep).delete()
+        _row, key = AuthToken.objects.create(user=user, expiry=timedelta(seconds=settings.API_TOKEN_MAX_AGE_SECONDS))
+    return key
+
+
+def token_revoke(user: Any, token: Any = None) -> int:
+    """Delete `token` (the one a request came with), or all of the user's tokens when none is given (a session's
+    DELETE). Returns how many were deleted."""
+    from knox.models import AuthToken
+
+    rows = AuthToken.objects.filter(user=user)
+    if token is not None:
+        rows = rows.filter(digest=token.digest)
+    deleted, _ = rows.delete()
+    return deleted

@@ -1,6 +1,6 @@
-"""`/api/auth/token/`: POST exchanges username + password for an API token (sign-in limited: 429 while the
-username or the client address has too many recent failures, runs.auth_limit); DELETE revokes the caller's
-token. Expiry is enforced by runs.api.tokens."""
+"""`/api/auth/token/`: POST exchanges username + password for a new API token (sign-in limited: 429 with
+Retry-After while this username from this address, or this address, has too many recent failures,
+runs.auth_limit); DELETE revokes the caller's token. Tokens are hashed at rest and expire (runs/tokens.py)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ from typing import Any, NoReturn
 
 from django.contrib.auth import authenticate
 from django.contrib.auth.models import AnonymousUser
+from django.contrib.auth.signals import user_logged_in
 from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import status as http
-from rest_framework.authtoken.models import Token
 from rest_framework.exceptions import APIException
 from rest_framework.permissions import AllowAny, IsAuthenticated
 from rest_framework.request import Request
@@ -18,10 +18,10 @@ from rest_framework.response import Response
 from rest_framework.throttling import BaseThrottle
 
 from runs.api import serializers as s
-from runs.api.tokens import token_issue
 from runs.api.views import ServiceView, _body
-from runs.auth_limit import client_ip, signin_wait
+from runs.auth_limit import signin_wait
 from runs.errors import InvalidInput
+from runs.tokens import token_issue, token_revoke
 
 
 class SignInThrottled(APIException):
@@ -31,18 +31,18 @@ class SignInThrottled(APIException):
         self.wait = wait  # DRF's handler sends it as Retry-After
         super().__init__(
             detail={
-                "detail": f"too many failed sign-ins for this username or address; try again in {wait} s",
+                "detail": f"too many failed sign-ins for this username from this address; try again in {wait} s",
                 "field": None,
             }
         )
 
 
 class SignInThrottle(BaseThrottle):
-    """429 while the posted username or the client address has too many recent failed sign-ins."""
+    """429 while the posted username from this client address, or the address, has too many recent failures."""
 
     def allow_request(self, request: Request, view: Any) -> bool:
         username = request.data.get("username") if isinstance(request.data, dict) else None
-        self._wait = signin_wait(username if isinstance(username, str) else None, client_ip(request))
+        self._wait = signin_wait(request._request, username if isinstance(username, str) else None)
         return not self._wait
 
     def wait(self) -> float | None:
@@ -50,8 +50,8 @@ class SignInThrottle(BaseThrottle):
 
 
 class TokenView(ServiceView):
-    """POST: exchange username and password for an API token (`Authorization: Token <token>`).
-    DELETE: revoke the caller's token (authenticated by that token or by a session)."""
+    """POST: exchange username and password for a new API token (`Authorization: Token <token>`).
+    DELETE: revoke the caller's token (authenticated by that token), or all the user's tokens (by a session)."""
 
     def _posting(self) -> bool:
         return getattr(getattr(self, "request", None), "method", None) == "POST"
@@ -87,15 +87,21 @@ class TokenView(ServiceView):
         )
         if user is None or not user.is_active:
             raise InvalidInput("wrong username or password", field="password")
-        return Response({"token": token_issue(user).key})
+        # As knox's own login view does: last_login, and axes clears this (username, address)'s failures.
+        user_logged_in.send(sender=user.__class__, request=request._request, user=user)
+        return Response({"token": token_issue(user)})
 
     @extend_schema(
         operation_id="auth_token_revoke",
         request=None,
-        responses={204: OpenApiResponse(description="the caller's token is deleted (if it had one)")},
+        responses={
+            204: OpenApiResponse(
+                description="the token the request came with is deleted (by a session: all the user's)"
+            )
+        },
     )
     def delete(self, request: Request) -> Response:
         user = request.user
         assert not isinstance(user, AnonymousUser)  # get_permissions: IsAuthenticated for everything but POST
-        Token.objects.filter(user=user).delete()
+        token_revoke(user, request.auth)  # request.auth: the knox row for a token, None for a session
         return Response(status=http.HTTP_204_NO_CONTENT)

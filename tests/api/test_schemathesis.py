@@ -7,13 +7,14 @@ import pytest
 import schemathesis
 from django.core.wsgi import get_wsgi_application
 from hypothesis import HealthCheck, settings
-from rest_framework.authtoken.models import Token
 from schemathesis.checks import not_a_server_error
 from schemathesis.specs.openapi.checks import (
     content_type_conformance,
     response_schema_conformance,
     status_code_conformance,
 )
+
+from runs.tokens import token_issue
 
 CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance, response_schema_conformance]
 
@@ -23,7 +24,7 @@ def auth_headers(request, db, django_user_model, handoffs):
     user = django_user_model.objects.create_user(
         f"st-{request.param}", password="pw", is_staff=request.param == "staff"
     )
-    return {"Authorization": f"Token {Token.objects.create(user=user).key}"}
+    return {"Authorization": f"Token {token_issue(user)}"}
 
 
 @pytest.fixture

@@ -284,10 +284,10 @@ class Api:
 
 @pytest.fixture
 def api(platform: Platform, django_user_model) -> Api:
-    from rest_framework.authtoken.models import Token
+    from runs.tokens import token_issue
 
     user = django_user_model.objects.create_user(username="alice", password="pw", is_staff=True)
-    return Api(platform.web_url, Token.objects.create(user=user).key)
+    return Api(platform.web_url, token_issue(user))
 
 
 def ray_jobs_of_run(ray_cluster: RayCluster, run_id: int) -> list:

@@ -134,11 +134,11 @@ def cluster_reachable() -> bool | None:
 
 @pytest.mark.parametrize("outage_s", [OUTAGE_SECONDS])
 def test_runs_survive_a_ray_head_outage_and_then_succeed(own_platform, own_head, django_user_model, outage_s):
-    from rest_framework.authtoken.models import Token
+    from runs.tokens import token_issue
 
     started = time.monotonic()
     user = django_user_model.objects.create_user(username="ops", password="pw", is_staff=True)
-    api = Api(own_platform.web_url, Token.objects.create(user=user).key)
+    api = Api(own_platform.web_url, token_issue(user))
     logs = lambda: own_platform.log("worker")  # noqa: E731
     wait_for(lambda: cluster_reachable() is True, timeout=120, what="the tick to read the cluster", on_timeout=logs)
 

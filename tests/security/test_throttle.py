@@ -1,5 +1,6 @@
 """Sign-in limits on the token endpoint, the login page and the admin: repeated wrong passwords get 429 (counted
-in the real Redis, per username and per client address); other users and addresses keep signing in."""
+by django-axes in the real Redis, per username and client address and per client address); other users and the
+same user from other addresses keep signing in. Backoff and the 50-failure case: test_signin_limits.py."""
 
 from __future__ import annotations
 
@@ -23,9 +24,9 @@ pytestmark = pytest.mark.django_db
 
 @pytest.fixture(autouse=True)
 def limits(settings):
-    settings.AUTH_FAILURES_PER_USERNAME = 3
+    settings.AUTH_FAILURES_PER_USER_ADDRESS = 3
     settings.AUTH_FAILURES_PER_IP = 5
-    settings.AUTH_FAILURE_WINDOW_SECONDS = 600
+    settings.AUTH_BACKOFF_SECONDS = 600
 
 
 @pytest.fixture
@@ -51,7 +52,7 @@ def test_token_endpoint_wrong_passwords_then_429(users):
     assert blocked.status_code == 429, blocked.content
     assert 0 < int(blocked["Retry-After"]) <= 601
     assert "too many failed sign-ins" in blocked.json()["detail"]
-    assert token("10.0.0.2", "alice", "pw-alice").status_code == 429  # the username is blocked everywhere
+    assert token("10.0.0.2", "alice", "pw-alice").status_code == 200  # the same user from elsewhere: fine
     assert token("10.0.0.2", "bob", "pw-bob").status_code == 200  # another user, another address: fine
     assert token("10.0.0.1", "bob", "pw-bob").status_code == 200  # the address is not blocked (3 < 5)
 
@@ -95,14 +96,17 @@ def test_login_page_wrong_passwords_then_429(users):
     assert b"Too many failed sign-ins" in blocked.content and int(blocked["Retry-After"]) > 0
     assert "_auth_user_id" not in blocked.wsgi_request.session
     assert login("10.0.5.2", "bob", "pw-bob").status_code == 302  # another user, another address: logged in
-    # The same counters guard the token endpoint and the admin's own login form.
-    assert token("10.0.5.3", "alice", "pw-alice").status_code == 429
+    # The same counters guard the token endpoint; the user from another address signs in.
+    assert token("10.0.5.1", "alice", "pw-alice").status_code == 429
+    assert token("10.0.5.3", "alice", "pw-alice").status_code == 200
 
 
 def test_admin_login_counts_and_is_refused_while_blocked(django_user_model):
     django_user_model.objects.create_superuser("root", password="pw-root")
     for _ in range(3):
         assert login("10.0.6.1", "root", "wrong", "/admin/login/").status_code == 200
-    refused = login("10.0.6.2", "root", "pw-root", "/admin/login/")
-    assert refused.status_code == 200 and "_auth_user_id" not in refused.wsgi_request.session
-    assert login("10.0.6.2", "root", "pw-root").status_code == 429
+    refused = login("10.0.6.1", "root", "pw-root", "/admin/login/")  # axes' backend and middleware
+    assert refused.status_code == 429 and int(refused["Retry-After"]) > 0
+    assert "_auth_user_id" not in refused.wsgi_request.session
+    assert login("10.0.6.1", "root", "pw-root").status_code == 429
+    assert login("10.0.6.2", "root", "pw-root", "/admin/login/").status_code == 302  # another address

@@ -1,4 +1,5 @@
-"""Secrets and tokens: ingest tokens per attempt and never stored or shown; API tokens revocable and expiring."""
+"""Secrets and tokens: ingest tokens per attempt and never stored or shown; API tokens hashed at rest (knox),
+revocable and expiring."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from django.core.management import call_command, load_command_class
 from django.db import connection
 from django.test import Client
 from django.utils import timezone
-from rest_framework.authtoken.models import Token
+from knox.models import AuthToken
 from rest_framework.test import APIClient
 
 from runs.models import Run, RunStatus
@@ -126,56 +127,130 @@ def test_api_token_revoke(user):
     refused = client.get("/api/runs/")
     assert refused.status_code == 401 and refused["WWW-Authenticate"] == "Token"
     assert "revoked" in refused.json()["detail"]
-    assert not Token.objects.filter(user=user).exists()
+    assert not AuthToken.objects.filter(user=user).exists()
     fresh = token_for(APIClient(), "alice", "pw-alice").json()["token"]
     assert fresh != key
+
+
+def test_api_token_revoke_deletes_only_the_presented_token(user):
+    first = token_for(APIClient(), "alice", "pw-alice").json()["token"]
+    second = token_for(APIClient(), "alice", "pw-alice").json()["token"]  # a second script of the same user
+    assert first != second
+    assert APIClient(HTTP_AUTHORIZATION=f"Token {first}").delete("/api/auth/token/").status_code == 204
+    assert APIClient(HTTP_AUTHORIZATION=f"Token {first}").get("/api/runs/").status_code == 401
+    assert APIClient(HTTP_AUTHORIZATION=f"Token {second}").get("/api/runs/").status_code == 200
 
 
 def test_api_token_revoke_by_session_and_anonymous(user):
     key = token_for(APIClient(), "alice", "pw-alice").json()["token"]
     session = Client(enforce_csrf_checks=False)
     session.force_login(user)
-    assert session.delete("/api/auth/token/").status_code == 204
-    assert not Token.objects.filter(key=key).exists()
+    assert session.delete("/api/auth/token/").status_code == 204  # by a session: all the user's tokens
+    assert not AuthToken.objects.filter(user=user).exists()
+    assert APIClient(HTTP_AUTHORIZATION=f"Token {key}").get("/api/runs/").status_code == 401
     assert APIClient().delete("/api/auth/token/").status_code in (401, 403)
 
 
 def test_api_token_expires(user, settings):
     settings.API_TOKEN_MAX_AGE_SECONDS = 3600
     key = token_for(APIClient(), "alice", "pw-alice").json()["token"]
-    assert token_for(APIClient(), "alice", "pw-alice").json()["token"] == key  # still valid: the same one
-    Token.objects.filter(key=key).update(created=timezone.now() - timedelta(seconds=3601))
+    row = AuthToken.objects.get(user=user)
+    assert row.expiry is not None and abs((row.expiry - row.created).total_seconds() - 3600) < 5
     client = APIClient(HTTP_AUTHORIZATION=f"Token {key}")
+    assert client.get("/api/runs/").status_code == 200
+    AuthToken.objects.filter(user=user).update(expiry=timezone.now() - timedelta(seconds=1))
     expired = client.get("/api/runs/")
     assert expired.status_code == 401, expired.content
     assert expired["WWW-Authenticate"] == "Token"
     assert "expired" in expired.json()["detail"]
-    assert not Token.objects.filter(key=key).exists()  # deleted when presented
+    assert not AuthToken.objects.filter(user=user).exists()  # deleted when presented
     fresh = token_for(APIClient(), "alice", "pw-alice").json()["token"]
     assert fresh != key
     assert APIClient(HTTP_AUTHORIZATION=f"Token {fresh}").get("/api/runs/").status_code == 200
 
 
-def test_an_expired_token_not_presented_is_replaced_on_the_next_post(user, settings):
+def test_a_shorter_max_age_applies_at_once_to_older_tokens(user, settings):
+    key = token_for(APIClient(), "alice", "pw-alice").json()["token"]  # issued under the 30-day default
+    AuthToken.objects.filter(user=user).update(created=timezone.now() - timedelta(seconds=61))
+    settings.API_TOKEN_MAX_AGE_SECONDS = 60
+    expired = APIClient(HTTP_AUTHORIZATION=f"Token {key}").get("/api/runs/")
+    assert expired.status_code == 401 and "expired" in expired.json()["detail"]
+
+
+def test_expired_tokens_not_presented_are_deleted_on_the_next_post(user, settings):
     settings.API_TOKEN_MAX_AGE_SECONDS = 60
     key = token_for(APIClient(), "alice", "pw-alice").json()["token"]
-    Token.objects.filter(key=key).update(created=timezone.now() - timedelta(seconds=61))
+    AuthToken.objects.filter(user=user).update(created=timezone.now() - timedelta(seconds=61))
     fresh = token_for(APIClient(), "alice", "pw-alice").json()["token"]
     assert fresh != key
+    assert AuthToken.objects.filter(user=user).count() == 1
     assert APIClient(HTTP_AUTHORIZATION=f"Token {fresh}").get("/api/runs/").status_code == 200
+
+
+def test_a_user_keeps_at_most_api_tokens_per_user(user, settings):
+    settings.API_TOKENS_PER_USER = 3
+    keys = [token_for(APIClient(), "alice", "pw-alice").json()["token"] for _ in range(5)]
+    assert AuthToken.objects.filter(user=user).count() == 3
+    answers = [APIClient(HTTP_AUTHORIZATION=f"Token {k}").get("/api/runs/").status_code for k in keys]
+    assert answers == [401, 401, 200, 200, 200]  # the oldest went first
+
+
+def test_the_database_holds_no_usable_token(user):
+    key = token_for(APIClient(), "alice", "pw-alice").json()["token"]
+    assert len(key) == 64
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT row_to_json(t)::text FROM knox_authtoken t")
+        (row,) = (r for (r,) in cursor.fetchall())
+    assert key not in row  # only a digest and the first 15 characters (the lookup key) are stored
+    stored = AuthToken.objects.get(user=user)
+    assert key.startswith(stored.token_key) and len(stored.token_key) == 15
+    for copied in (stored.digest, stored.token_key, stored.digest[:64], stored.token_key + stored.digest[:49]):
+        refused = APIClient(HTTP_AUTHORIZATION=f"Token {copied}").get("/api/runs/")
+        assert refused.status_code == 401, copied
+        assert refused["WWW-Authenticate"] == "Token"
+    assert APIClient(HTTP_AUTHORIZATION=f"Token {key}").get("/api/runs/").status_code == 200
+
+
+@pytest.mark.parametrize(
+    "header", ["Token", "Token a b", "Token \xff\xfe", "Token " + "f" * 10_000], ids=["bare", "two", "latin1", "long"]
+)
+def test_a_malformed_token_header_is_a_401(user, header):
+    refused = APIClient(HTTP_AUTHORIZATION=header).get("/api/runs/")
+    assert refused.status_code == 401 and refused["WWW-Authenticate"] == "Token"
 
 
 def test_platform_admin_prints_a_valid_token(django_user_model, settings, capsys):
     settings.API_TOKEN_MAX_AGE_SECONDS = 60
     admin = django_user_model.objects.create_superuser("admin", password="pw-admin-long-enough")
-    old = Token.objects.create(user=admin)
-    Token.objects.filter(pk=old.pk).update(created=timezone.now() - timedelta(seconds=61))
+    _row, old = AuthToken.objects.create(user=admin)
+    AuthToken.objects.filter(user=admin).update(created=timezone.now() - timedelta(seconds=61))
     # The admin exists, so no password is used (passed only where this version of the command still asks).
     parser = load_command_class("runs", "platform_admin").create_parser("manage.py", "platform_admin")
     call_command("platform_admin", *(["--password", "unused"] if "--password" in parser.format_help() else []))
     key = json.loads(capsys.readouterr().out.strip().splitlines()[-1])["token"]
-    assert key != old.key
+    assert key != old
+    assert AuthToken.objects.filter(user=admin).count() == 1  # the expired one is gone
     assert APIClient(HTTP_AUTHORIZATION=f"Token {key}").get("/api/runs/").status_code == 200
+
+
+@pytest.mark.django_db(transaction=True)
+def test_migration_drops_the_plaintext_api_token_table():
+    from django.db.migrations.executor import MigrationExecutor
+
+    executor = MigrationExecutor(connection)
+    executor.migrate([("runs", "0010_run_redundant_indexes")])
+    with connection.cursor() as cursor:  # what rest_framework.authtoken left: keys in clear
+        cursor.execute("CREATE TABLE authtoken_token (key varchar(40) PRIMARY KEY, created timestamp, user_id int)")
+        cursor.execute("INSERT INTO authtoken_token VALUES ('plaintext-key', CURRENT_TIMESTAMP, 1)")
+        cursor.execute(
+            "INSERT INTO django_migrations (app, name, applied) VALUES ('authtoken', '0001_initial', CURRENT_TIMESTAMP)"
+        )
+    executor = MigrationExecutor(connection)
+    executor.migrate(executor.loader.graph.leaf_nodes())
+    assert "authtoken_token" not in connection.introspection.table_names()
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT count(*) FROM django_migrations WHERE app = 'authtoken'")
+        assert cursor.fetchone()[0] == 0
 
 
 @pytest.mark.django_db(transaction=True)

@@ -32,8 +32,8 @@ class Command(BaseCommand):
             if not password:
                 raise CommandError("set PLATFORM_ADMIN_PASSWORD to the password for the new admin")
             admin = User.objects.create_superuser(username=username, email="", password=password)
-        token = token_issue(admin)  # a fresh one if the stored one has expired
-        out: dict[str, Any] = {"username": admin.get_username(), "created": created, "token": token.key}
+        token = token_issue(admin)  # a new one each start: only its digest is stored, so an old one can't be shown
+        out: dict[str, Any] = {"username": admin.get_username(), "created": created, "token": token}
         if created:
             out["password"] = password
         self.stdout.write(json.dumps(out))
