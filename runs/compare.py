@@ -18,8 +18,14 @@ from runs.errors import InvalidInput
 from runs.messages import CompareJson, CompareRun, ConfigDiffRow
 from runs.models import Run, RunEvent
 from runs.selectors import run_list
+from trainer.event_schema import TrainData
 
 COMPARE_RUNS_MAX = 10
+# Train-event keys compared: the declared number fields (trainer/event_schema.py TrainData); nothing else a job
+# posted becomes a column, so a run has at most this many metrics.
+COMPARE_METRICS: frozenset[str] = frozenset(
+    name for name, info in TrainData.model_fields.items() if info.annotation in (float, float | None)
+) | frozenset({"staleness_max", "groups", "steps_total"})
 COMPARE_POINTS_MAX = 1000  # per run: a 10,000-step run comes back as every 10th step
 _ID_DIGITS_MAX = 18  # 18 digits fit a signed 64-bit id
 _NOT_METRICS = frozenset({"step"})
@@ -143,7 +149,7 @@ def run_compare(*, user: Any, run_ids: list[int], points: int = COMPARE_POINTS_M
         col["step"].append(step if isinstance(step, int) and not isinstance(step, bool) else i + 1)
         col["elapsed"].append(round(ts.timestamp() - t0, 3))
         for key, value in data.items():
-            v = _number(value)
+            v = _number(value) if key in COMPARE_METRICS else None
             if v is None or key in _NOT_METRICS:
                 continue
             series = col["metrics"].setdefault(key, [None] * i)

@@ -24,19 +24,34 @@ from runs.slots import store
 from runs.slots.grant import HIGHER_PRIORITY_WAITING, blocking_reason
 from runs.slots.policy import CLASSES
 from runs.slots.resources import free_after, total
+from trainer.event_schema import NAME_MAX, declared_keys
 
 REWARD_HISTORY = 40  # train-event rewards an active row's sparkline starts with
 
 
 def board_summary(summary: dict[str, Any]) -> dict[str, Any]:
-    """The parts of a run summary a board row draws (gate state, weight version, sampler, reward, step)."""
-    gate, version, train = summary.get("gate") or {}, summary.get("version") or {}, summary.get("train") or {}
+    """The parts of a run summary a board row draws (gate state, weight version, sampler, reward, step): declared
+    fields only (trainer/event_schema.py), each a number or a short name, whatever a job posted."""
+    gate, version, train = (_part(summary, k) for k in ("gate", "version", "train"))
+    sampler = _part(summary, "sampler")
     return {
-        "gate": {"state": gate.get("state")},
-        "version": {"version": version.get("version")},
-        "sampler": summary.get("sampler") or {},
-        "train": {"reward_mean": train.get("reward_mean"), "step": train.get("step")},
+        "gate": {"state": _scalar(gate.get("state"))},
+        "version": {"version": _scalar(version.get("version"))},
+        "sampler": {k: _scalar(sampler[k]) for k in declared_keys("sampler") if k in sampler},
+        "train": {"reward_mean": _scalar(train.get("reward_mean")), "step": _scalar(train.get("step"))},
     }
+
+
+def _part(summary: dict[str, Any], key: str) -> dict[str, Any]:
+    value = summary.get(key)
+    return value if isinstance(value, dict) else {}
+
+
+def _scalar(value: Any) -> Any:
+    """A number, true/false or a name of at most NAME_MAX characters; anything else is shown as unknown (null)."""
+    if value is None or isinstance(value, (bool, int, float)):
+        return value
+    return value if isinstance(value, str) and len(value) <= NAME_MAX else None
 
 
 def board_run(run: RunJson, requested_at: float | None = None) -> BoardRun:

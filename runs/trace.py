@@ -12,18 +12,29 @@ stored event (`otherData.epoch_start_s`). docs/observability.md, section "Trace 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from typing import Any
 
+from django.db import connection
+from django.db.models import JSONField
+from django.db.models.expressions import RawSQL
+
 from runs.models import Run, RunEvent
+from trainer.event_schema import NAME_MAX
 
 # Fixed track ids; engines and workers get ids from these bases in name order.
 DRIVER, LEARNER, GATE, STARTUP = 1, 2, 3, 4
 ENGINE_BASE, WORKER_BASE = 100, 10_000
 PUBLICATION_PHASES = ("seal", "drain", "install", "reopen")
-# Bounds: a job names its engines and workers, and a run may hold EVENTS_MAX_PER_RUN events.
+# Bounds: a job names its engines and workers, and a run may hold EVENTS_MAX_PER_RUN events. A trace reads the
+# run's latest TRACE_READ_MAX events of the traced types (older ones are left out: `otherData.truncated`) and
+# draws at most MAX_TRACE_EVENTS, so its time and memory are bounded whatever the job posted (docs/observability.md).
 MAX_TRACKS_PER_KIND = 256
-MAX_TRACE_EVENTS = 500_000
+MAX_TRACE_EVENTS = 100_000
+TRACE_READ_MAX = 10_000
+# Declared keys no track draws, cut before the rows leave PostgreSQL (`jsonb - key`).
+_UNDRAWN_KEYS = ("group_ids", "epochs", "histograms", "metrics", "dropped", "channel", "aborted_by", "engines")
 TRACE_TYPES = ("status", "rollout", "train", "version", "gate", "checkpoint", "resources")
 # The startup phase each status or `resources` state begins (docs/execution.md); any of them ends the one before.
 STARTUP_BEGINS = {"queued": "queued", "starting": "launch", "waiting": "placement", "placed": "process start"}
@@ -116,14 +127,21 @@ class TraceBuilder:
 
 
 def run_trace(*, run: Run) -> dict[str, Any]:
-    """The Chrome trace JSON of a run, from its stored events in seq order (one query, streamed)."""
-    rows = (
-        RunEvent.objects.filter(run_id=run.pk, type__in=TRACE_TYPES)
-        .order_by("seq")
-        .values_list("seq", "ts", "type", "data")
-        .iterator(chunk_size=2000)
+    """The Chrome trace JSON of a run, from its latest TRACE_READ_MAX stored events in seq order (streamed)."""
+    traced = RunEvent.objects.filter(run_id=run.pk, type__in=TRACE_TYPES)
+    first = traced.order_by("-seq").values_list("seq", flat=True)[TRACE_READ_MAX : TRACE_READ_MAX + 1].first()
+    rows = traced.filter(seq__gt=first) if first is not None else traced
+    if connection.vendor == "postgresql":
+        cut = "".join(f" - '{key}'" for key in _UNDRAWN_KEYS)  # literals of this module, not input
+        rows = rows.annotate(drawn=RawSQL(f'"runs_runevent"."data"{cut}', [], output_field=JSONField()))
+        picked = rows.order_by("seq").values_list("seq", "ts", "type", "drawn")
+    else:
+        picked = rows.order_by("seq").values_list("seq", "ts", "type", "data")
+    trace = trace_from_events(
+        run, ((seq, ts.timestamp(), etype, data) for seq, ts, etype, data in picked.iterator(chunk_size=2000))
     )
-    return trace_from_events(run, ((seq, ts.timestamp(), etype, data) for seq, ts, etype, data in rows))
+    trace["otherData"]["truncated"] = trace["otherData"]["truncated"] or first is not None
+    return trace
 
 
 def trace_from_events(run: Run, events: Iterable[tuple[int, float, str, Any]]) -> dict[str, Any]:
@@ -143,9 +161,10 @@ def trace_from_events(run: Run, events: Iterable[tuple[int, float, str, Any]]) -
 
 
 def _add(b: TraceBuilder, seq: int, ts: float, etype: str, data: dict[str, Any]) -> None:
-    step = data.get("step")
+    """The trace events of one stored event; only declared fields are read, each as a number or a short name."""
+    step = _num(data.get("step"))
     if etype == "status":
-        b.instant(b.track(DRIVER, "driver"), f"status {data.get('status')}", "status", ts, {"seq": seq})
+        b.instant(b.track(DRIVER, "driver"), f"status {_name(data.get('status'))}", "status", ts, {"seq": seq})
         if "previous" in data:  # the platform's moves (`previous` may be null), not the job's own status events
             b.startup(seq, ts, data.get("status"))
     elif etype == "resources":
@@ -158,15 +177,17 @@ def _add(b: TraceBuilder, seq: int, ts: float, etype: str, data: dict[str, Any])
                 b.span(b.track(base, str(name)[:64]), f"generate step {step}", "generation", span, {"seq": seq})
     elif etype == "train":
         learner = b.track(LEARNER, "learner")
-        b.span(learner, f"train step {step}", "training", data.get("span"), {"seq": seq, "loss": data.get("loss")})
+        b.span(
+            learner, f"train step {step}", "training", data.get("span"), {"seq": seq, "loss": _num(data.get("loss"))}
+        )
         b.span(learner, f"eval step {step}", "eval", data.get("eval_span"), {"seq": seq})
     elif etype == "checkpoint":
         b.span(b.track(LEARNER, "learner"), f"checkpoint step {step}", "checkpoint", data.get("span"), {"seq": seq})
     elif etype == "version":
         _publication(b, seq, data)
     elif etype == "gate":
-        args = {"seq": seq, "version": data.get("version"), "active": data.get("active")}
-        b.instant(b.track(GATE, "gate"), f"gate {data.get('state')}", "gate", ts, args)
+        args = {"seq": seq, "version": _num(data.get("version")), "active": _num(data.get("active"))}
+        b.instant(b.track(GATE, "gate"), f"gate {_name(data.get('state'))}", "gate", ts, args)
 
 
 def _publication(b: TraceBuilder, seq: int, data: dict[str, Any]) -> None:
@@ -175,17 +196,26 @@ def _publication(b: TraceBuilder, seq: int, data: dict[str, Any]) -> None:
     spans = [(name, phases[name]) for name in PUBLICATION_PHASES if _is_span(phases.get(name))]
     if not spans:
         return
-    gate, version = b.track(GATE, "gate"), data.get("version")
+    gate, version = b.track(GATE, "gate"), _num(data.get("version"))
     whole = {"start": min(s["start"] for _, s in spans), "end": max(s["end"] for _, s in spans)}
     b.span(
         gate,
         f"publish v{version}",
         "publication",
         whole,
-        {"seq": seq, "version": version, "pause_ms": data.get("pause_ms")},
+        {"seq": seq, "version": version, "pause_ms": _num(data.get("pause_ms"))},
     )
     for name, span in spans:
         b.span(gate, f"{name} v{version}", "publication", span, {"seq": seq, "version": version})
+
+
+def _num(value: Any) -> float | int | None:
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    return value if ok else None
+
+
+def _name(value: Any) -> str:
+    return str(value)[:NAME_MAX] if isinstance(value, (str, int, float)) or value is None else "?"
 
 
 def _dict(value: Any) -> dict[str, Any]:

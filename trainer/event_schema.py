@@ -20,9 +20,9 @@ from trainer.sample_schema import SampleModel
 
 NAME_MAX = 64  # characters of a name: an engine, worker, node, metric, state, level, reason
 TEXT_MAX = 4000  # characters of free text: an error, a log message, a detail, a path
-ENGINES_MAX = 64  # engines of a gate event, names in an engine list or a span map (num_engines/workers <= 16)
+ENGINES_MAX = 32  # engines of a gate event, names in an engine list or a span map (num_engines/workers <= 16)
 NODES_MAX = 64  # node ids of a `resources` event (one per bundle, and the driver's)
-IDS_MAX = 2048  # group ids (and their epochs) of one rollout batch or train step (prompts_per_step <= 512)
+IDS_MAX = 1024  # group ids (and their epochs) of one rollout batch or train step (prompts_per_step <= 512)
 MAP_MAX = 64  # entries of a name -> number map (metrics, dropped-by-filter counts, channel counters)
 HISTOGRAMS_MAX = 8
 HISTOGRAM_BUCKETS_MAX = 64

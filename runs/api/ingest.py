@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from django.core.exceptions import RequestDataTooBig
 from drf_spectacular.utils import extend_schema
 from rest_framework import serializers
 from rest_framework.request import Request
@@ -11,7 +12,7 @@ from rest_framework.views import APIView
 from runs.api.serializers import ErrorSerializer
 from runs.errors import ServiceError
 from runs.ingest import run_events_ingest, run_for_ingest
-from runs.ingest_validate import ingest_body_check
+from runs.ingest_validate import BatchTooLarge, ingest_body_check, ingest_limits
 
 
 class ControlCommandSerializer(serializers.Serializer):
@@ -64,8 +65,21 @@ class RunIngestView(APIView):
         token = header[len("Bearer ") :].strip() if header.startswith("Bearer ") else None
         try:
             run = run_for_ingest(run_id=run_id, token=token)
-            ingest_body_check(len(request.body))  # before parsing (a chunked post has no Content-Length)
+            ingest_body_check(_body_size(request))  # before parsing
             result = run_events_ingest(run=run, payload=request.data)
         except ServiceError as exc:
             return Response(exc.as_dict(), status=exc.status_code)
         return Response(result.as_dict())
+
+
+def _body_size(request: Request) -> int:
+    """The post's size: its Content-Length when it says, else its body read (a chunked post); over Django's own
+    read cap (DATA_UPLOAD_MAX_MEMORY_SIZE) it is too large too."""
+    declared = request.META.get("CONTENT_LENGTH")
+    if declared and declared.isdigit():
+        ingest_body_check(int(declared))
+    try:
+        return len(request.body)
+    except RequestDataTooBig:
+        limit = ingest_limits()[1]
+        raise BatchTooLarge(int(declared) if declared and declared.isdigit() else limit + 1, limit) from None
