@@ -9,6 +9,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from runs.api.serializers import ErrorSerializer
+from runs.api.throttles import HeavyReadThrottle, throttled_response
 from runs.api.views import ServiceView
 from runs.compare import COMPARE_POINTS_MAX, COMPARE_RUNS_MAX, compare_ids_parse, run_compare
 
@@ -42,6 +43,9 @@ class CompareSerializer(serializers.Serializer):
 
 
 class RunCompareView(ServiceView):
+    throttle_classes = [HeavyReadThrottle]
+    throttle_scope = "compare"
+
     @extend_schema(
         operation_id="runs_compare",
         parameters=[
@@ -53,7 +57,7 @@ class RunCompareView(ServiceView):
                 "points per run come back",
             )
         ],
-        responses={200: CompareSerializer, 400: ErrorSerializer},
+        responses={200: CompareSerializer, 400: ErrorSerializer, **throttled_response()},
     )
     def get(self, request: Request) -> Response:
         run_ids = compare_ids_parse(request.query_params.get("runs"))

@@ -20,6 +20,7 @@ from rest_framework.response import Response
 
 from runs import selectors
 from runs.api.serializers import ErrorSerializer
+from runs.api.throttles import HeavyReadThrottle, throttled_response
 from runs.api.views import RUN_ID, ServiceView
 from runs.errors import InvalidInput, RunNotFound
 from runs.models import Sample
@@ -127,9 +128,12 @@ FILTER_PARAMS = [
 
 
 class RunSamplesView(ServiceView):
+    throttle_classes = [HeavyReadThrottle]
+    throttle_scope = "samples"
+
     @extend_schema(
         operation_id="runs_samples",
-        responses={200: SamplePageSerializer, 400: ErrorSerializer, 404: ErrorSerializer},
+        responses={200: SamplePageSerializer, 400: ErrorSerializer, 404: ErrorSerializer, **throttled_response()},
         parameters=[
             RUN_ID,
             *FILTER_PARAMS,
@@ -148,10 +152,13 @@ class RunSamplesView(ServiceView):
 
 
 class RunSampleDetailView(ServiceView):
+    throttle_classes = [HeavyReadThrottle]
+    throttle_scope = "samples"
+
     @extend_schema(
         operation_id="runs_sample",
         parameters=[RUN_ID, OpenApiParameter("sample_id", int, OpenApiParameter.PATH)],
-        responses={200: SampleDetailSerializer, 404: ErrorSerializer},
+        responses={200: SampleDetailSerializer, 404: ErrorSerializer, **throttled_response()},
     )
     def get(self, request: Request, run_id: int, sample_id: int) -> Response:
         run = selectors.run_get(user=request.user, run_id=run_id)

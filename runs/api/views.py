@@ -18,6 +18,7 @@ from rest_framework.views import APIView
 
 from runs import limits, selectors, services
 from runs.api import serializers as s
+from runs.api.throttles import HeavyReadThrottle, throttled_response
 from runs.errors import InvalidInput, ServiceError
 from runs.execution.kinds import DEFAULT_KIND
 from runs.models import RunClass, RunStatus
@@ -212,10 +213,13 @@ class SlotsView(ServiceView):
 
 
 class SlotDryRunView(ServiceView):
+    throttle_classes = [HeavyReadThrottle]
+    throttle_scope = "dry_run"
+
     @extend_schema(
         operation_id="slots_dry_run",
         request=s.DryRunInputSerializer,
-        responses={200: s.DryRunSerializer, 400: s.ErrorSerializer},
+        responses={200: s.DryRunSerializer, 400: s.ErrorSerializer, **throttled_response()},
     )
     def post(self, request: Request) -> Response:
         body = _body(request)
@@ -281,6 +285,9 @@ class ConcurrencySettingsView(ServiceView):
 
 
 class RunTraceView(ServiceView):
+    throttle_classes = [HeavyReadThrottle]
+    throttle_scope = "trace"
+
     @extend_schema(
         operation_id="runs_trace",
         parameters=[RUN_ID],
@@ -290,6 +297,7 @@ class RunTraceView(ServiceView):
                 "opens in Perfetto. Sent as a download (Content-Disposition: attachment)."
             ),
             404: s.ErrorSerializer,
+            **throttled_response(),
         },
     )
     def get(self, request: Request, run_id: int) -> HttpResponse:
