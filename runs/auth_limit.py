@@ -30,6 +30,10 @@ from django.core.cache import BaseCache
 from django.http import HttpRequest, HttpResponse, JsonResponse
 
 
+def _username_field() -> str:  # axes.conf sets the setting at start-up
+    return str(settings.AXES_USERNAME_FORM_FIELD)  # type: ignore[misc]
+
+
 def client_ip(request: HttpRequest | Any) -> str:
     """The client's address: the socket peer, or with NUM_PROXIES trusted proxies the X-Forwarded-For entry that
     many hops from the right (what the first trusted proxy saw; a client cannot choose it). AXES_CLIENT_IP_CALLABLE."""
@@ -46,7 +50,7 @@ def client_ip(request: HttpRequest | Any) -> str:
 def signin_username(request: HttpRequest | Any, credentials: dict | None) -> str:
     """AXES_USERNAME_CALLABLE: the posted username, length-prefixed. Axes keys a (username, address) pair on the two
     strings joined, so without the prefix `admin1` from 10.0.0.1 would count against `admin` from 110.0.0.1."""
-    field = settings.AXES_USERNAME_FORM_FIELD
+    field = _username_field()
     name = (credentials or {}).get(field)
     if name is None and request is not None:
         name = request.POST.get(field)
@@ -141,7 +145,7 @@ def signin_wait(request: HttpRequest, username: str | None) -> int:
 def lockout_response(request: HttpRequest, original_response: Any = None, credentials: Any = None) -> HttpResponse:
     """AXES_LOCKOUT_CALLABLE: what AxesMiddleware answers for a sign-in the backend refused (the admin's form)."""
     credentials = credentials or getattr(request, "axes_credentials", None) or {}  # axes' async path omits them
-    wait = signin_wait(request, credentials.get(settings.AXES_USERNAME_FORM_FIELD)) or 1
+    wait = signin_wait(request, credentials.get(_username_field())) or 1
     message = f"too many failed sign-ins for this username from this address; try again in {wait} s"
     if request.path.startswith("/api/"):
         response: HttpResponse = JsonResponse({"detail": message, "field": None}, status=429)
