@@ -57,3 +57,53 @@ def refuse_insecure_secret_key(key: str, debug: bool) -> None:
             "random string, e.g. the output of `python -c 'import secrets; print(secrets.token_urlsafe(50))'` "
             "(`make run` generates one under var/)."
         )
+
+
+def embedded_secret_key() -> str | None:
+    """The key `make run` generated into VAR_DIR/secret-key (platform/up.py), or None when there is none: what
+    `manage.py` uses when DJANGO_SECRET_KEY is unset, so its commands work in a checkout where `make run` ran."""
+    try:
+        return (VAR_DIR / "secret-key").read_text().strip() or None
+    except OSError:
+        return None
+
+
+# Parts of a METRICS_TOKEN that mark a value copied from an example rather than generated.
+PLACEHOLDER_MARKERS = ("change-me", "changeme", "placeholder", "example", "your-token")
+METRICS_TOKEN_MIN_LENGTH = 32
+
+
+def metrics_token_problem(token: str) -> str | None:
+    """Why `token` is unfit to guard /metrics, or None (an empty token is none: staff sessions only)."""
+    if not token:
+        return None
+    if any(marker in token.lower() for marker in PLACEHOLDER_MARKERS):
+        return "it is a placeholder (such as platform/env.example's value)"
+    if len(token) < METRICS_TOKEN_MIN_LENGTH or len(set(token)) < 5:
+        return f"it is shorter than {METRICS_TOKEN_MIN_LENGTH} characters or has fewer than 5 distinct characters"
+    return None
+
+
+def refuse_placeholder_metrics_token(token: str) -> None:
+    """Stop start-up (every process, DEBUG or not) when METRICS_TOKEN is set to a placeholder or a short value."""
+    if problem := metrics_token_problem(token):
+        raise ImproperlyConfigured(
+            f"METRICS_TOKEN is unfit: {problem}. Set it to a long random string, e.g. the output of "
+            "`python -c 'import secrets; print(secrets.token_urlsafe(32))'`, or unset it (then /metrics "
+            "answers staff sessions only)."
+        )
+
+
+THROTTLE_RATE_PERIODS = ("s", "sec", "second", "m", "min", "minute", "h", "hour", "d", "day")
+
+
+def env_throttle_rate(name: str) -> str | None:
+    """A DRF throttle rate ("<requests>/<s|min|hour|day>") from the environment, or None when unset; a value
+    DRF could not parse stops start-up here rather than failing every throttled request."""
+    value = os.environ.get(name, "").strip()
+    if not value:
+        return None
+    count, _, period = value.partition("/")
+    if not (count.isascii() and count.isdigit() and int(count) > 0 and period in THROTTLE_RATE_PERIODS):
+        raise ImproperlyConfigured(f"{name}={value!r}: expected <requests>/<sec|min|hour|day>, e.g. 30/min")
+    return value

@@ -20,7 +20,9 @@ from config.env import (
     env_debug,
     env_int,
     env_list,
+    env_throttle_rate,
     refuse_insecure_secret_key,
+    refuse_placeholder_metrics_token,
 )
 from config.knobs import (
     CLUSTER_DEAD_NODE_RETENTION_SECONDS,
@@ -103,7 +105,9 @@ SECRET_KEY = os.environ.get("DJANGO_SECRET_KEY", INSECURE_DEFAULT_SECRET_KEY)
 SECRET_KEY_FALLBACKS = env_list("DJANGO_SECRET_KEY_FALLBACKS", "")
 DEBUG = env_debug()
 refuse_insecure_secret_key(SECRET_KEY, DEBUG)
-ALLOWED_HOSTS = env_list("DJANGO_ALLOWED_HOSTS", "localhost,127.0.0.1,[::1],testserver")
+refuse_placeholder_metrics_token(METRICS_TOKEN)
+# No `testserver` here: Django's test runner (pytest-django too) adds it for the test client, and only there.
+ALLOWED_HOSTS = env_list("DJANGO_ALLOWED_HOSTS", "localhost,127.0.0.1,[::1]")
 CSRF_TRUSTED_ORIGINS = env_list("DJANGO_CSRF_TRUSTED_ORIGINS", "")
 
 INSTALLED_APPS = [
@@ -265,6 +269,13 @@ REST_FRAMEWORK = {
 # django-rest-knox: 64 hex characters of which only a SHA-512 digest (and the first 15, to find the row) is stored;
 # expiry is set from API_TOKEN_MAX_AGE_SECONDS at issue (runs/tokens.py), and `Token` stays the header's word.
 REST_KNOX = {"AUTH_HEADER_PREFIX": "Token", "AUTO_REFRESH": False}
+# Per-user rates of the heavy reads (runs/api/throttles.py, which holds the defaults): THROTTLE_RATE_TRACE,
+# THROTTLE_RATE_COMPARE, THROTTLE_RATE_DRY_RUN, THROTTLE_RATE_SAMPLES, each "<requests>/<sec|min|hour|day>".
+HEAVY_READ_THROTTLE_RATES = {
+    scope: rate
+    for scope in ("trace", "compare", "dry_run", "samples")
+    if (rate := env_throttle_rate(f"THROTTLE_RATE_{scope.upper()}"))
+}
 SPECTACULAR_SETTINGS = {
     "TITLE": "RL control plane API",
     "DESCRIPTION": "Submit reinforcement-learning training runs, watch slots and queues, tune concurrency.",
