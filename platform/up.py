@@ -32,6 +32,7 @@ from pathlib import Path
 from embedded import port_is_free, private_dir, private_file, ray_service, redis_service, secret
 from supervise import Supervisor
 from terminal import banner_when_ready, shown_lines
+from web import daphne_argv
 
 REPO = Path(__file__).resolve().parent.parent
 VENV_BIN = Path(sys.executable).parent
@@ -238,17 +239,12 @@ def main(argv: list[str] | None = None) -> int:
     # Quiet: no Celery banners, the web access log (a line per request, one per second from a training job) to
     # a file.
     celery = [str(VENV_BIN / "celery"), "-A", "config", *([] if verbose else ["--quiet"])]
-    access_log = [] if verbose else ["--access-log", str(log_dir / "web-access.log")]
+    access_log = None if verbose else str(log_dir / "web-access.log")
     processes = dict(services)
-    processes["web"] = [
-        str(VENV_BIN / "daphne"),
-        "-b",
-        "127.0.0.1",
-        "-p",
-        env["PORT"],
-        *access_log,
-        "config.asgi:application",
-    ]
+    # --proxy-headers only with DJANGO_NUM_PROXIES > 0 (platform/web.py); the embedded default sets none.
+    processes["web"] = daphne_argv(
+        env, daphne=str(VENV_BIN / "daphne"), bind="127.0.0.1", port=env["PORT"], access_log=access_log
+    )
     processes["worker"] = [*celery, "worker", "--loglevel", "INFO", "--concurrency", "2", "--hostname", "worker@%h"]
     processes["tick"] = [*celery, "beat", "--loglevel", "INFO", "--schedule", str(var_dir / "celerybeat-schedule")]
 
