@@ -172,7 +172,13 @@ def test_cancel_from_run_page(server, users, context) -> None:
     page = context.new_page()
     login(page, server, "alice")
     page.goto(f"{server.url}/runs/{run.pk}/")
-    expect(page.get_by_role("button", name="Resume run")).to_be_hidden()
+    expect(page.get_by_role("button", name=re.compile("Resume from checkpoint"))).to_be_hidden()
+    expect(page.get_by_role("button", name="Start over from step 0")).to_be_hidden()
+    # The job reports its checkpoint of step 5 (live: the page learns the step from the stream).
+    em = emitter_for(server, run)
+    saved = {"step": 5, "version": 5, "path": f"/ckpt/{run.pk}/step-000005", "reason": "periodic", "state": "saved"}
+    em.post([em.event("checkpoint", saved)])
+    expect(page.locator('#log-body tr[data-type="checkpoint"]')).to_have_count(1)
     page.get_by_role("button", name="Cancel run").click()
     dialog = page.get_by_role("dialog")
     expect(dialog).to_be_visible()
@@ -188,15 +194,38 @@ def test_cancel_from_run_page(server, users, context) -> None:
     )
     assert statuses[-2:] == ["stopping", "cancelled"], statuses
     expect(page.locator("#log-body")).to_contain_text('"status":"stopping"')
-    expect(page.get_by_role("button", name="Resume run")).to_be_visible()
+    expect(page.get_by_role("button", name="Resume from checkpoint step 5")).to_be_visible()
+    expect(page.get_by_role("button", name="Start over from step 0")).to_be_visible()
     shot(page, "run-cancelled")
 
-    # Resume puts it back in line (a free slot: granted at once, then waiting for its launch).
-    page.get_by_role("button", name="Resume run").click()
+    # Resume puts it back in line from its checkpoint (a free slot: granted at once, then waiting for its launch).
+    page.get_by_role("button", name="Resume from checkpoint step 5").click()
+    expect(dialog).to_contain_text("continues from its checkpoint at step 5")
     dialog.get_by_role("button", name="Resume run").click()
     expect(page.get_by_test_id("run-status")).to_have_text(re.compile("queued|starting"))
     expect(page.get_by_role("button", name="Cancel run")).to_be_visible()
-    assert Run.objects.get(pk=run.pk).attempt == 1
+    expect(page.get_by_role("button", name="Start over from step 0")).to_be_hidden()
+    resumed = Run.objects.get(pk=run.pk)
+    assert (resumed.attempt, resumed.resume_requested) == (1, True)
+
+
+def test_a_run_without_a_checkpoint_offers_only_start_over(server, users, context) -> None:
+    run = svc.run_submit(owner=users["alice"], name="no-ckpt", origin="dashboard", kind="rl_train", config=TINY)
+    svc.run_finish(run=run, status=RunStatus.FAILED, error="lost before its first checkpoint")
+    page = context.new_page()
+    login(page, server, "alice")
+    page.goto(f"{server.url}/runs/{run.pk}/")
+    expect(page.get_by_role("button", name="Start over from step 0")).to_be_visible()
+    expect(page.get_by_role("button", name=re.compile("Resume from checkpoint"))).to_be_hidden()
+    page.get_by_role("button", name="Start over from step 0").click()
+    dialog = page.get_by_role("dialog")
+    expect(dialog).to_contain_text("it has no checkpoint")
+    dialog.get_by_role("button", name="Keep it").click()  # the confirmation guards it
+    assert Run.objects.get(pk=run.pk).status == RunStatus.FAILED
+    page.get_by_role("button", name="Start over from step 0").click()
+    dialog.get_by_role("button", name="Start over").click()
+    expect(page.get_by_test_id("run-status")).to_have_text(re.compile("queued|starting"))
+    assert Run.objects.get(pk=run.pk).resume_requested is False
 
 
 def test_staff_reserve_validation_and_board_limits(server, users, context) -> None:
