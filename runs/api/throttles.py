@@ -23,7 +23,9 @@ DEFAULT_RATES: dict[str, str] = {
 }
 
 
-def heavy_read_rate(scope: str) -> str | None:
+def heavy_read_rate(scope: str | None) -> str | None:
+    if scope is None:
+        return None  # a view without a scope: not throttled (DRF's own rule)
     rates = getattr(settings, "HEAVY_READ_THROTTLE_RATES", None) or {}
     return rates.get(scope, DEFAULT_RATES.get(scope))
 
