@@ -58,11 +58,11 @@ class RolloutScheduler:
         self._starved = False  # the source gave fewer groups than asked on the last dispatch
 
     # --- trainer-facing API -------------------------------------------------------------------------------
-    def generate(self, batch_id: Any, prefetch: int = 0) -> RolloutBatch:
-        """Block until batch_size kept groups are collected; filtered groups are replaced."""
+    def generate(self, batch_id: Any, prefetch: int = 0, size: int | None = None) -> RolloutBatch:
+        """Block until batch_size (or `size`) kept groups are collected; filtered groups are replaced."""
         with self._cond:
             self._raise_if_unusable()
-            self._core.start_batch(prefetch)
+            self._core.start_batch(prefetch, size)
             self._batch_id = batch_id
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name="rollout-scheduler", daemon=True)

@@ -124,12 +124,16 @@ class SchedulerCore:
         return worker, seq, group
 
     # --- batches ------------------------------------------------------------------------------------------
-    def start_batch(self, prefetch: int) -> None:
+    def start_batch(self, prefetch: int, size: int | None = None) -> None:
+        """Collect `size` kept groups (default `batch_size`: a smaller one tops up a batch whose consumer
+        dropped some of what it took)."""
         if self.demand or self.collecting:
             raise SchedulerStateError("a batch is already being collected")
         if prefetch < 0:
             raise ValueError("prefetch must be >= 0")
-        self.demand = self.batch_size
+        if size is not None and size < 1:
+            raise ValueError("size must be >= 1")
+        self.demand = self.batch_size if size is None else size
         self.prefetch = min(prefetch, self.capacity)
         self.paused = False
 

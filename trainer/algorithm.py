@@ -82,10 +82,14 @@ def ppo_loss(
 
 
 def logprob_parity(logp: torch.Tensor, b: TrainBatch, version: int) -> dict[str, float]:
-    """Mean and max of |engine - learner| log-prob over the batch's generated tokens that were sampled with
-    `version`, the weights `logp` was computed with. Tokens sampled with older weights (staleness > 0) are not
-    comparable and are left out; {} when no token is comparable."""
-    same = (b.mask > 0) & (b.versions.to(logp.device) == version)
+    """Mean and max of |engine - learner| log-prob over the generated tokens of the batch's rows whose every
+    turn was sampled with `version`, the weights `logp` was computed with (staleness 0), or {} when no row was.
+    A row with an older turn is left out whole: its later turns were sampled with `version` but on the session's
+    KV cache, which older weights computed, so the engine's numbers are not the learner's (measured up to 0.02
+    in a run at max_staleness 1)."""
+    generated = b.mask > 0
+    fresh = ((b.versions.to(logp.device) == version) | ~generated).all(dim=1)  # (B,) every turn at `version`
+    same = generated & fresh[:, None]
     if not bool(same.any()):
         return {}
     diff = (logp - b.behaviour_logp)[same].abs()

@@ -8,7 +8,8 @@ batches out of it, and the scheduler's ledger (receipts) says which of the taken
   driver puts them in the rollout event (`channel`).
 - Batch: the learner takes `batch_tokens(cfg)` tokens' worth (`Channel.get_batch`, FIFO). Groups of this
   project's tasks all have the same generated length, so that is `prompts_per_step` groups; longer or shorter
-  groups would make a batch of fewer or more.
+  groups would make a batch of fewer or more. Groups the ledger drops from it (stale, orphan) are replaced by a
+  top-up: `batch_tokens(cfg, n)` for the `n` missing (trainer/collect.py).
 """
 
 from __future__ import annotations
@@ -33,10 +34,12 @@ def group_tokens(group: Any) -> int:
     return len(group.tokens) * sum(1 for turn in group.token_turn if turn >= 0)
 
 
-def batch_tokens(cfg: TrainConfig) -> float:
-    """The learner's token budget per step: `prompts_per_step` groups of the task's generated length."""
+def batch_tokens(cfg: TrainConfig, groups: int | None = None) -> float:
+    """The learner's token budget per step: `prompts_per_step` groups (or `groups`, a top-up) of the task's
+    generated length."""
     task = task_build(cfg)
-    return float(cfg.prompts_per_step * cfg.group_size * task.turns * task.turn_len())
+    n = cfg.prompts_per_step if groups is None else groups
+    return float(n * cfg.group_size * task.turns * task.turn_len())
 
 
 def build_filters(cfg: TrainConfig) -> list[Any]:

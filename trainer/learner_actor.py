@@ -7,6 +7,7 @@ in local mode; the driver (`trainer.topology.Runtime`) calls it the same way in 
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import torch
@@ -34,6 +35,7 @@ class LearnerActor(Learner):
         self.key = channel_key(cfg)
         self._taken: dict[tuple[int, Any], Group] = {}  # the last batch taken, until it is trained
         self._fail_next = 0
+        self._step_delay_s = 0.0
 
     @property
     def channel(self) -> Channel:
@@ -41,12 +43,15 @@ class LearnerActor(Learner):
             self._channel = Channel.connect(self.channel_name)
         return self._channel
 
-    def take_batch(self, target_tokens: float, timeout_s: float = 60.0) -> list[Group]:
+    def take_batch(self, target_tokens: float, timeout_s: float = 60.0, more: bool = False) -> list[Group]:
         """Take a token-weighted batch from the channel (FIFO: the first group always, then more while their
-        generated tokens fit `target_tokens`) and hold it for `train_taken`. Returns the groups: the driver
-        asks the scheduler's ledger which of them to train, and reports on them."""
+        generated tokens fit `target_tokens`) and hold it for `train_taken`; with `more`, add them to the batch
+        already held (a top-up for groups the ledger dropped). Returns the groups taken now: the driver asks
+        the scheduler's ledger which of them to train, and reports on them."""
         groups: list[Group] = self.channel.get_batch(target_weight=target_tokens, key=self.key, timeout=timeout_s)
-        self._taken = {(g.group_id, g.meta.get("attempt")): g for g in groups}
+        if not more:
+            self._taken = {}
+        self._taken.update({(g.group_id, g.meta.get("attempt")): g for g in groups})
         return groups
 
     def train_taken(self, keys: list[tuple[int, Any]]) -> dict[str, float]:
@@ -58,10 +63,18 @@ class LearnerActor(Learner):
         if self._fail_next:
             self._fail_next -= 1
             raise InjectedFailure("injected training failure")
+        if self._step_delay_s:
+            time.sleep(self._step_delay_s)  # throttle(): a slow learner, on purpose
         return self.train_step(groups)
 
     def inject_failures(self, n: int) -> None:
         self._fail_next = n
+
+    def throttle(self, step_delay_s: float) -> None:
+        """Fault injection for tests and drills: every training step takes `step_delay_s` longer (0: off)."""
+        if not 0 <= step_delay_s <= 60:
+            raise ValueError("step_delay_s must be within [0, 60]")
+        self._step_delay_s = step_delay_s
 
     def evaluate(self, n_prompts: int) -> dict[str, float]:
         """Greedy exact-match and reward on (a fixed subset of) training and held-out prompts."""

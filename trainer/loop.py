@@ -17,6 +17,7 @@ from typing import Any
 
 from rollout.scheduler import RolloutScheduler
 from trainer import publishing, reports
+from trainer.collect import collect
 from trainer.config import TrainConfig
 from trainer.episodes import Group
 from trainer.histograms import run_edges
@@ -166,30 +167,31 @@ class TrainingRun:
 
         The scheduler returns once the workers have put enough kept groups into the channel; the learner then
         takes a token-weighted batch of them and the scheduler's ledger claims what it took: too-stale groups go
-        back to the sampler (generated again), a copy no receipt stands for is dropped (trainer/data_path.py)."""
-        rt, cfg = self.rt, self.cfg
-        t0, started_at = time.monotonic(), time.time()
-        prefetch = cfg.max_staleness * cfg.prompts_per_step
-        batch = rt.scheduler.generate(self.version, prefetch=prefetch)
-        taken = rt.take_batch()
-        floor = self.version - cfg.max_staleness  # staleness guard: older groups are generated again
-        verdicts = rt.scheduler.claim([(g.group_id, g.meta.get("attempt"), g.min_version < floor) for g in taken])
-        groups = sorted((g for g, v in zip(taken, verdicts) if v == "train"), key=lambda g: g.group_id)
+        back to the sampler (generated again), a copy no receipt stands for is dropped (trainer/data_path.py),
+        and every dropped group is replaced by a top-up, so the batch is exactly `prompts_per_step` groups unless
+        the run is stopping (trainer/collect.py)."""
+        rt = self.rt
+        got = collect(rt, self.cfg, self.version, stopping=self._stop_asked)
         aborted_by: dict[str, int] = {}
-        if batch.aborted:
+        if got.batch.aborted:
             publishing.find_dead_engines(self)
             for stats in rt.workers_call("stats"):
                 for kind, n in stats.get("aborted_by", {}).items():
                     aborted_by[kind] = aborted_by.get(kind, 0) + n
-        seconds = time.monotonic() - t0
-        stale = verdicts.count("stale")
         data = reports.rollout_data(
-            self.version + 1, self.version, groups, batch, stale, seconds, aborted_by, started_at=started_at
+            self.version + 1,
+            self.version,
+            got.groups,
+            got.batch,
+            got.stale,
+            got.seconds,
+            aborted_by,
+            started_at=got.started_at,
         )
-        data["channel"] = {**rt.channel.metrics(), "taken": len(taken), "orphans": verdicts.count("orphan")}
+        data["channel"] = {**rt.channel.metrics(), **got.channel_counts()}
         self.emit("rollout", data)
-        self.metrics["filtered_rate"] = reports.batch_filtered_rate(batch)
-        return groups
+        self.metrics["filtered_rate"] = reports.batch_filtered_rate(got.batch)
+        return got.groups
 
     def train_step(self, groups: list[Group]) -> dict[str, Any]:
         """Step 2: one GRPO step on the learner's taken batch (these groups of it); the run's version becomes the

@@ -87,10 +87,11 @@ class Runtime:
             return ray.get(getattr(self.trainer, method).remote(*args), timeout=timeout)
         return getattr(self.trainer, method)(*args)
 
-    def take_batch(self) -> list[Any]:
-        """The learner takes a token-weighted batch from the channel (trainer/data_path.py) and holds it; the
-        groups come back for the ledger's claim and the reports."""
-        taken: list[Any] = self.trainer_call("take_batch", batch_tokens(self.cfg))
+    def take_batch(self, groups: int | None = None, more: bool = False) -> list[Any]:
+        """The learner takes a token-weighted batch (of `groups` groups' tokens; default a step's) from the
+        channel (trainer/data_path.py) and holds it, `more`: adding to what it holds; the groups come back for
+        the ledger's claim and the reports."""
+        taken: list[Any] = self.trainer_call("take_batch", batch_tokens(self.cfg, groups), 60.0, more)
         return taken
 
     def train_taken(self, groups: list[Any]) -> dict[str, Any]:

@@ -47,6 +47,19 @@ def test_a_finished_batch_stays_handed_until_claimed_and_stale_ones_go_back():
     assert core.totals["claimed"] == 2 and core.totals["stale"] == 1
 
 
+def test_a_top_up_batch_collects_only_the_groups_asked_for():
+    core = _core_with_batch(batch_size=3, prefetch=0, kept=3)
+    assert core.claim([(0, "a", False), (1, "a", True), (2, "b", False)]) == ["train", "stale", "orphan"]
+    core.start_batch(prefetch=0, size=2)  # replace the stale one and the orphan: two, not a whole batch
+    assert core.demand == 2 and core.budget() == 2
+    for group in (3, 4):
+        core.register(("t", group), 0, group)
+        core.complete(("t", group), _receipt(group), KEEP)
+    assert core.collect() and core.finish_batch()[0] == [_receipt(3), _receipt(4)]
+    with pytest.raises(ValueError, match="size"):
+        core.start_batch(prefetch=0, size=0)
+
+
 def test_a_copy_no_result_stands_for_is_an_orphan():
     core = _core_with_batch(batch_size=2, prefetch=0, kept=2)
     # An earlier attempt's copy of group 0, an unknown group: neither is trained, the ledger is unchanged.

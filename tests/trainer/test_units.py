@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from trainer.algorithm import group_advantages
+from trainer.algorithm import TrainBatch, group_advantages, logprob_parity
 from trainer.config import TrainConfig
 from trainer.policy import build_policy, sample_tokens
 from trainer.problems import AgentTask, DigitTask, Prompt, decode, encode, task_build
@@ -84,6 +84,21 @@ def test_group_advantages_are_normalized_within_each_group() -> None:
     adv = group_advantages(torch.tensor([[1.0, 0.0, 0.0, 1.0], [0.5, 0.5, 0.5, 0.5]]))
     assert torch.allclose(adv[0], torch.tensor([1.0, -1.0, -1.0, 1.0]), atol=1e-4)
     assert torch.equal(adv[1], torch.zeros(4))  # zero variance: no signal (such groups are filtered)
+
+
+def test_logprob_parity_compares_only_rows_sampled_wholly_with_the_trained_weights() -> None:
+    # Three rows of 4 next-token positions: the prompt (not generated), then two turns of generated tokens.
+    mask = torch.tensor([[0.0, 1.0, 1.0, 1.0]] * 3)
+    versions = torch.tensor([[-1, 3, 3, 3], [-1, 2, 3, 3], [-1, 2, 2, 2]])  # fresh, spans a publication, stale
+    behaviour = torch.tensor([[9.0, -1.0, -2.0, -3.0], [9.0, -1.0, -2.0, -3.0], [9.0, -1.0, -2.0, -3.0]])
+    learner = torch.tensor([[0.0, -1.5, -2.0, -3.25], [0.0, -1.0, -7.0, -3.0], [0.0, -5.0, -5.0, -5.0]])
+    zeros = torch.zeros(3)
+    b = TrainBatch(torch.zeros(3, 5, dtype=torch.long), mask, behaviour, zeros, zeros, zeros, versions)
+    # Only row 0 counts: row 1's version-3 turn ran on a cache that version 2 computed; row 2 is stale; the
+    # prompt position (log-prob 9 vs 0) is not generated.
+    assert logprob_parity(learner, b, version=3) == {"logprob_diff_mean": 0.25, "logprob_diff_max": 0.5}
+    assert logprob_parity(learner, b, version=2) == {"logprob_diff_mean": 3.0, "logprob_diff_max": 4.0}  # row 2
+    assert logprob_parity(learner, b, version=4) == {}  # nothing sampled with version 4: nothing reported
 
 
 def test_kv_cache_turns_match_a_full_forward_pass() -> None:
