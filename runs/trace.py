@@ -31,10 +31,19 @@ PUBLICATION_PHASES = ("seal", "drain", "install", "reopen")
 # run's latest TRACE_READ_MAX events of the traced types (older ones are left out: `otherData.truncated`) and
 # draws at most MAX_TRACE_EVENTS, so its time and memory are bounded whatever the job posted (docs/observability.md).
 MAX_TRACKS_PER_KIND = 256
-MAX_TRACE_EVENTS = 100_000
-TRACE_READ_MAX = 10_000
-# Declared keys no track draws, cut before the rows leave PostgreSQL (`jsonb - key`).
-_UNDRAWN_KEYS = ("group_ids", "epochs", "histograms", "metrics", "dropped", "channel", "aborted_by", "engines")
+MAX_TRACE_EVENTS = 50_000
+TRACE_READ_MAX = 5_000
+# The data keys tracks draw: on PostgreSQL only these leave the database (older rows may hold anything).
+_DRAWN_KEYS = ("status", "previous", "state", "step", "span", "eval_span", "spans", "loss", "version", "active")
+_DRAWN_KEYS += ("phases", "pause_ms")
+_DATA = '"runs_runevent"."data"'
+_PAIRS = ", ".join(f"'{key}', {_DATA} -> '{key}'" for key in _DRAWN_KEYS)  # literals of this module, not input
+# Nulls are stripped (absent and null read the same), except a platform status event's `previous` (its presence
+# marks the platform's moves).
+_DRAWN_SQL = (
+    f"jsonb_strip_nulls(jsonb_build_object({_PAIRS})) || CASE WHEN {_DATA} ? 'previous' "
+    f"THEN jsonb_build_object('previous', {_DATA} -> 'previous') ELSE '{{}}'::jsonb END"
+)
 TRACE_TYPES = ("status", "rollout", "train", "version", "gate", "checkpoint", "resources")
 # The startup phase each status or `resources` state begins (docs/execution.md); any of them ends the one before.
 STARTUP_BEGINS = {"queued": "queued", "starting": "launch", "waiting": "placement", "placed": "process start"}
@@ -132,8 +141,7 @@ def run_trace(*, run: Run) -> dict[str, Any]:
     first = traced.order_by("-seq").values_list("seq", flat=True)[TRACE_READ_MAX : TRACE_READ_MAX + 1].first()
     rows = traced.filter(seq__gt=first) if first is not None else traced
     if connection.vendor == "postgresql":
-        cut = "".join(f" - '{key}'" for key in _UNDRAWN_KEYS)  # literals of this module, not input
-        rows = rows.annotate(drawn=RawSQL(f'"runs_runevent"."data"{cut}', [], output_field=JSONField()))
+        rows = rows.annotate(drawn=RawSQL(_DRAWN_SQL, [], output_field=JSONField()))
         picked = rows.order_by("seq").values_list("seq", "ts", "type", "drawn")
     else:
         picked = rows.order_by("seq").values_list("seq", "ts", "type", "data")
