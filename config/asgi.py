@@ -13,9 +13,11 @@ from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 
-from config.body_limit import BodyLimitMiddleware  # noqa: E402
+from config.body_limit import BodyLimitMiddleware, daphne_body_ceiling, malloc_give_back  # noqa: E402
 from frontend.routing import websocket_urlpatterns  # noqa: E402
 
+daphne_body_ceiling()
+malloc_give_back()
 application = ProtocolTypeRouter(
     {
         "http": BodyLimitMiddleware(django_asgi_app),

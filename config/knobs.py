@@ -29,7 +29,7 @@ EVENTS_MAX_PER_RUN = env_int("EVENTS_MAX_PER_RUN", 50_000)
 EVENTS_DOWNSAMPLE_EVERY = env_int("EVENTS_DOWNSAMPLE_EVERY", 10)
 EVENTS_PAGE_MAX = env_int("EVENTS_PAGE_MAX", 1000)
 # Bytes of one posted event as compact JSON (runs/ingest_validate.py; over it the batch is refused, 400 naming the
-# event). A batch's cap is INGEST_MAX_BODY_BYTES (config/security.py, 413).
+# event). A batch's cap is INGEST_MAX_BODY_BYTES (config/limits.py, 413).
 INGEST_EVENT_MAX_BYTES = env_int("INGEST_EVENT_MAX_BYTES", 256 * 1024)
 # Captured samples (runs/samples.py): a run keeps its config's `samples_keep` newest samples, at most
 # SAMPLES_MAX_PER_RUN; GET /api/runs/<id>/samples/ pages are at most SAMPLES_PAGE_MAX rows.

@@ -11,8 +11,9 @@ from config.env import env_int
 # by the ASGI app (config/body_limit.py: 413 by Content-Length at once, else by counting the streamed bytes) and
 # again by the API's JSON parser (runs/api/parsers.py); over it the answer is 413 {"detail", "limit"}.
 MAX_BODY_BYTES = env_int("MAX_BODY_BYTES", 1024 * 1024)
-# A job's event batches (POST /api/runs/<id>/ingest/): 1,000 events of the trainer's schema fit with room.
-INGEST_MAX_BODY_BYTES = env_int("INGEST_MAX_BODY_BYTES", 4 * 1024 * 1024)
+# A job's event batches (POST /api/runs/<id>/ingest/): 1,000 gate or train events take ~250 KB, the trainer
+# posts at most 200 per batch. Decoded strings take up to 4 bytes a character, so a body may cost 4x its size.
+INGEST_MAX_BODY_BYTES = env_int("INGEST_MAX_BODY_BYTES", 2 * 1024 * 1024)
 # What a client that has not signed in may send: the token endpoint and the login pages.
 ANON_MAX_BODY_BYTES = env_int("ANON_MAX_BODY_BYTES", 16 * 1024)
 # (path regex, cap) in order; the first whose regex matches the whole path applies, else MAX_BODY_BYTES.
@@ -27,7 +28,7 @@ DATA_UPLOAD_MAX_MEMORY_SIZE = max(MAX_BODY_BYTES, INGEST_MAX_BODY_BYTES)
 JSON_MAX_KEY_CHARS = env_int("JSON_MAX_KEY_CHARS", 256)
 JSON_MAX_STRING_CHARS = env_int("JSON_MAX_STRING_CHARS", 64 * 1024)
 JSON_MAX_ITEMS = env_int("JSON_MAX_ITEMS", 10_000)
-JSON_MAX_NODES = env_int("JSON_MAX_NODES", 100_000)
+JSON_MAX_NODES = env_int("JSON_MAX_NODES", 50_000)
 # Websocket messages from browsers (they send none today): past this the socket closes with 4413. daphne itself
 # refuses messages over 1 MiB (its --websocket-max-message-size) with 1009 before the application sees them.
 WS_MAX_MESSAGE_BYTES = env_int("WS_MAX_MESSAGE_BYTES", 4096)

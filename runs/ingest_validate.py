@@ -18,7 +18,7 @@ from trainer.events import EventSchemaError, validate_event
 
 MAX_BATCH = 1000
 EVENT_MAX_BYTES = 256 * 1024  # default of settings.INGEST_EVENT_MAX_BYTES
-BATCH_MAX_BYTES = 4 * 1024 * 1024  # default of settings.INGEST_MAX_BODY_BYTES (config/security.py)
+BATCH_MAX_BYTES = 2 * 1024 * 1024  # default of settings.INGEST_MAX_BODY_BYTES (config/limits.py)
 
 
 class BatchTooLarge(ServiceError):

@@ -32,9 +32,9 @@ from rest_framework.parsers import JSONParser
 # Deeper than any config, event or settings body the platform accepts; far below the recursion limit.
 MAX_DEPTH = 64
 _BAD_CHARS = re.compile("[\ud800-\udfff\x00]")
-# A JSON string (to its closing quote, or to the end of an unterminated one: possessive, so linear whatever the
-# input), or whitespace: what the value count skips.
-_SKIP = re.compile(rb'"[^"\\]*+(?:\\[\s\S][^"\\]*+)*+(?:"|\\?\Z)|\s++')
+# A JSON string, to its closing quote or to the end of an unterminated one (possessive, so linear whatever the
+# input): what the value count skips.
+_STRING = re.compile(rb'"[^"\\]*+(?:\\[\s\S][^"\\]*+)*+(?:"|\\?\Z)')
 
 
 @dataclass(frozen=True)
@@ -44,7 +44,7 @@ class JsonLimits:
     key_chars: int = 256
     string_chars: int = 64 * 1024
     items: int = 10_000
-    nodes: int = 100_000
+    nodes: int = 50_000
     depth: int = MAX_DEPTH
 
     @classmethod
@@ -80,11 +80,24 @@ def body_limit(path: str) -> int:
     return int(getattr(settings, "MAX_BODY_BYTES", 1024 * 1024))
 
 
-def json_values(raw: bytes) -> int:
-    """How many values a JSON text holds, counted without decoding it (exact for valid JSON): the root, plus one
-    per `[`, `{` and `,` outside strings, less one per empty `[]` or `{}`."""
-    bare = _SKIP.sub(b"", raw)
-    return 1 + sum(bare.count(c) for c in (b",", b"[", b"{")) - bare.count(b"[]") - bare.count(b"{}")
+def _structure(raw: bytes, start: int, end: int) -> int:
+    return raw.count(b",", start, end) + raw.count(b"[", start, end) + raw.count(b"{", start, end)
+
+
+def json_values_over(raw: bytes, most: int) -> bool:
+    """Whether a JSON text holds more than `most` values, counted on its bytes before anything is decoded: one,
+    plus one per `,`, `[` and `{` outside strings (so an empty list or object counts once more than it holds).
+    No copy of the text is made: when the count with the characters inside strings is within `most`, so is the
+    count without them; else strings are skipped one by one until the count passes `most` or the text ends."""
+    if 1 + _structure(raw, 0, len(raw)) <= most:
+        return False
+    count, after = 1, 0
+    for string in _STRING.finditer(raw):
+        count += _structure(raw, after, string.start())
+        if count > most:
+            return True
+        after = string.end()
+    return count + _structure(raw, after, len(raw)) > most
 
 
 def _refuse(message: str, field: str) -> ParseError:
@@ -168,7 +181,7 @@ class SafeJSONParser(JSONParser):
         if len(raw) > limit:
             raise BodyTooLarge(limit)
         limits = JsonLimits.from_settings()
-        if json_values(raw) > limits.nodes:
+        if json_values_over(raw, limits.nodes):
             raise _refuse(f"holds more than {limits.nodes} values", "body")
         try:
             text = raw.decode("utf-8")
