@@ -37,7 +37,7 @@ Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
-ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+ASGIApp = Callable[..., Awaitable[None]]  # Django's handler types its arguments more narrowly
 
 
 def body_limit(path: str) -> int:
@@ -130,7 +130,7 @@ def daphne_body_ceiling() -> None:
                 super().handleContentChunk(kept)
 
     # daphne's HTTPFactory.buildProtocol looks the name up at each connection.
-    protocol.WebRequest = CeilingRequest
+    setattr(protocol, "WebRequest", CeilingRequest)  # noqa: B010 - a module of daphne's, typed as ModuleType
 
 
 M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter (malloc.h)

@@ -65,10 +65,11 @@ class BodyTooLarge(APIException):
 
     def __init__(self, limit: int) -> None:
         super().__init__()
-        self.detail = {  # type: ignore[assignment]
+        detail: dict[str, Any] = {
             "detail": ErrorDetail(f"body: larger than the limit of {limit} bytes", code=self.default_code),
             "limit": limit,
         }
+        self.detail = detail
 
 
 def body_limit(path: str) -> int:
