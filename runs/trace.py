@@ -13,7 +13,8 @@ stored event (`otherData.epoch_start_s`). docs/observability.md, section "Trace 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from datetime import datetime
 from typing import Any
 
 from django.db import connection
@@ -34,8 +35,8 @@ MAX_TRACKS_PER_KIND = 256
 MAX_TRACE_EVENTS = 50_000
 TRACE_READ_MAX = 5_000
 # The data keys tracks draw: on PostgreSQL only these leave the database (older rows may hold anything).
-_DRAWN_KEYS = ("status", "previous", "state", "step", "span", "eval_span", "spans", "loss", "version", "active")
-_DRAWN_KEYS += ("phases", "pause_ms")
+_DRAWN_KEYS: tuple[str, ...] = ("status", "previous", "state", "step", "span", "eval_span", "spans", "loss")
+_DRAWN_KEYS += ("version", "active", "phases", "pause_ms")
 _DATA = '"runs_runevent"."data"'
 _PAIRS = ", ".join(f"'{key}', {_DATA} -> '{key}'" for key in _DRAWN_KEYS)  # literals of this module, not input
 # Nulls are stripped (absent and null read the same), except a platform status event's `previous` (its presence
@@ -140,14 +141,13 @@ def run_trace(*, run: Run) -> dict[str, Any]:
     traced = RunEvent.objects.filter(run_id=run.pk, type__in=TRACE_TYPES)
     first = traced.order_by("-seq").values_list("seq", flat=True)[TRACE_READ_MAX : TRACE_READ_MAX + 1].first()
     rows = traced.filter(seq__gt=first) if first is not None else traced
+    picked: Iterator[tuple[int, datetime, str, Any]]
     if connection.vendor == "postgresql":
-        rows = rows.annotate(drawn=RawSQL(_DRAWN_SQL, [], output_field=JSONField()))
-        picked = rows.order_by("seq").values_list("seq", "ts", "type", "drawn")
+        drawn = rows.annotate(drawn=RawSQL(_DRAWN_SQL, [], output_field=JSONField()))
+        picked = drawn.order_by("seq").values_list("seq", "ts", "type", "drawn").iterator(chunk_size=2000)
     else:
-        picked = rows.order_by("seq").values_list("seq", "ts", "type", "data")
-    trace = trace_from_events(
-        run, ((seq, ts.timestamp(), etype, data) for seq, ts, etype, data in picked.iterator(chunk_size=2000))
-    )
+        picked = rows.order_by("seq").values_list("seq", "ts", "type", "data").iterator(chunk_size=2000)
+    trace = trace_from_events(run, ((seq, ts.timestamp(), etype, data) for seq, ts, etype, data in picked))
     trace["otherData"]["truncated"] = trace["otherData"]["truncated"] or first is not None
     return trace
 
