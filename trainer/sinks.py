@@ -20,6 +20,7 @@ from typing import Any, Protocol, cast
 
 from trainer.event_schema import data_fit
 from trainer.events import CONTROL_KINDS, ControlCommand, EventDict, validate_event
+from trainer.post_packing import POST_MAX_EVENTS, next_post, refused_event
 
 TOKEN_ENV = "RUN_INGEST_TOKEN"
 # The platform's launcher hands the token over in a 0600 file, not in the job's env (which the Ray job API shows).
@@ -84,7 +85,7 @@ class HttpSink:
         url: str,
         *,
         token: str | None = None,
-        max_batch: int = 200,
+        max_batch: int = POST_MAX_EVENTS,
         flush_interval_s: float = 0.5,
         timeout_s: float = 10.0,
         session: Any = None,
@@ -143,7 +144,9 @@ class HttpSink:
             with self._cond:
                 if not self._buf and not self._closing:
                     self._cond.wait(self.flush_interval_s)
-                batch, self._buf = self._buf[: self.max_batch], self._buf[self.max_batch :]
+                # Within the platform's caps on one post (trainer/post_packing.py), oldest first.
+                cut = next_post(self._buf, max_events=self.max_batch)
+                batch, self._buf = self._buf[:cut], self._buf[cut:]
                 done = self._closing and not batch and not self._buf
             if done:
                 return
@@ -171,8 +174,16 @@ class HttpSink:
                     return False
                 if resp.status_code < 500:  # our fault: retrying the same bytes cannot help
                     print(f"event post rejected ({resp.status_code}): {resp.text[:300]}", file=sys.stderr)
-                    self.dropped += count
-                    return False
+                    refused = refused_event(resp.status_code, _json(resp), count) if isinstance(body, list) else None
+                    if refused is None:
+                        self.dropped += count
+                        return False
+                    # One event refused: only it is lost; the rest are posted again at once.
+                    body, count = body[:refused] + body[refused + 1 :], count - 1
+                    self.dropped += 1
+                    if not count:
+                        return False
+                    continue
                 reason = f"HTTP {resp.status_code}"
             # Read timeouts are retried too: the server may have stored the batch, and a re-post is a no-op.
             except (requests.ConnectionError, requests.Timeout) as exc:
@@ -187,10 +198,8 @@ class HttpSink:
 
     def _note_commands(self, resp: Any) -> None:
         """Keep the staff commands an ingest reply carries (IngestReply.commands); malformed ones are skipped."""
-        try:
-            commands = resp.json().get("commands") or []
-        except (ValueError, AttributeError):
-            return
+        reply = _json(resp)
+        commands = reply.get("commands") or [] if isinstance(reply, dict) else []
         with self._cond:
             for c in commands if isinstance(commands, list) else []:
                 if isinstance(c, dict) and isinstance(c.get("id"), int) and c.get("kind") in CONTROL_KINDS:
@@ -246,6 +255,14 @@ class EventEmitter:
     def close(self, timeout_s: float = 10.0) -> None:
         for sink in self.sinks:
             sink.close(timeout_s)
+
+
+def _json(resp: Any) -> Any:
+    """A response's JSON body, or None when it has none."""
+    try:
+        return resp.json()
+    except ValueError:
+        return None
 
 
 def sink_for(target: str | None) -> list[EventSink]:
