@@ -176,6 +176,10 @@ class TrainData(_Data):
 
 class WorkerData(_Data):
     event: Name
+    workers: Int | None = None  # the job's `started` event: its topology and where the learner runs
+    mode: Name | None = None
+    device: Name | None = None
+    num_gpus: float | None = None
     engine: Name | None = None
     engines: Names | None = None
     tombstoned_sessions: Int | None = None

@@ -18,8 +18,9 @@ import time
 from pathlib import Path
 from typing import Any, Protocol, cast
 
+from trainer.event_declared import undeclared_fields
 from trainer.event_schema import data_fit
-from trainer.events import CONTROL_KINDS, ControlCommand, EventDict, validate_event
+from trainer.events import CONTROL_KINDS, ControlCommand, EventDict, EventSchemaError, validate_event
 from trainer.post_packing import POST_MAX_EVENTS, next_post, refused_event
 
 TOKEN_ENV = "RUN_INGEST_TOKEN"
@@ -235,6 +236,11 @@ class EventEmitter:
             data = data_fit(type_, data)  # an over-long error or message is cut, not a failed run
             event = EventDict(run=self.run, seq=self.seq, ts=time.time(), type=type_, data=data)
             validate_event(event)  # a schema bug fails here, loudly, not in the platform
+            undeclared = undeclared_fields(type_, data)
+            if undeclared:  # the platform would drop them: declare them in trainer/event_schema.py
+                raise EventSchemaError(
+                    f"{undeclared[0]}: not declared in trainer/event_schema.py (the platform drops it)"
+                )
             for sink in self.sinks:
                 sink.write(event)
             self.last_emit = time.monotonic()

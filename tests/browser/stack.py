@@ -164,10 +164,11 @@ class Emitter:
         return {key: histogram(v, edges[key]) for key, v in values.items()}
 
     def start(self) -> list[dict[str, Any]]:
-        """What a job emits first: workers up, gate open at version 0, the sampler at the start."""
+        """What a job emits first: its topology (as the trainer's `started` worker event), gate open at version
+        0, the sampler at the start."""
+        started = {"event": "started", "engines": ["engine-0"], "workers": 2, "mode": "colocated", "device": "cpu"}
         return [
-            self.event("worker", {"worker": "worker-0", "state": "alive", "capacity": 16, "sessions": 0}),
-            self.event("worker", {"worker": "worker-1", "state": "alive", "capacity": 16, "sessions": 0}),
+            self.event("worker", started),
             self.event("version", {"version": 0, "published_at": self.t, "pause_ms": 0.0}),
             self.gate("open", 0.05),
             self.event(
@@ -216,9 +217,6 @@ class Emitter:
                     "histograms": self.histograms(groups * 8),
                 },
             )
-        )
-        out.append(
-            self.event("worker", {"worker": f"worker-{x % 2}", "state": "alive", "capacity": 16, "sessions": 4 + x % 3})
         )
         if x % 5 == 0:
             out.append(

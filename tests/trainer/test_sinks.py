@@ -90,6 +90,20 @@ def test_emitter_refuses_events_that_break_the_schema() -> None:
         em.emit("train", {"step": 1})
 
 
+def test_emitter_refuses_fields_the_schema_does_not_declare() -> None:
+    """The platform drops undeclared fields: the emitter refuses them instead, top level and nested, so a field
+    the trainer sends but the schema forgot fails the run's own tests, not silently the run page."""
+    em = EventEmitter([])
+    started = {"event": "started", "engines": ["engine-0"], "workers": 2, "mode": "colocated", "device": "cpu"}
+    em.emit("worker", {**started, "num_gpus": 0.0})
+    with pytest.raises(EventSchemaError, match=r"^data\.shiny: not declared"):
+        em.emit("worker", {**started, "shiny": 1})
+    gate = {"state": "open", "version": 0, "active": 0, "waiting": 0}
+    em.emit("gate", {**gate, "engines": [{"engine": "engine-0", "state": "open"}]})
+    with pytest.raises(EventSchemaError, match=r"^data\.engines\[0\]\.extra: not declared"):
+        em.emit("gate", {**gate, "engines": [{"engine": "engine-0", "extra": 1}]})
+
+
 def test_http_sink_batches_with_bearer_token_and_retries_read_timeouts(monkeypatch) -> None:
     monkeypatch.setenv("RUN_INGEST_TOKEN", "tok-123")
     server = Ingest(["slow", "ok"])
