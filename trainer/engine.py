@@ -133,9 +133,8 @@ class Engine:
         if reason:
             self.rejections += 1
             raise RejectedBeforeGeneration(f"request {lease.request_id!r}: {reason}")
-        uniforms = [] if greedy else self.ops.draw_uniforms(seed, n, len(feed))
-        uniforms = uniforms or [[0.0] * len(feed)] * n
-        request = self.ops.GenRequest(session_id, lease.request_id, lease.version, feed, n, greedy, uniforms)
+        generator = self.ops.request_generator(seed, greedy)
+        request = self.ops.GenRequest(session_id, lease.request_id, lease.version, feed, n, greedy, generator)
         request.future = asyncio.get_running_loop().create_future()
         if sess is not None:
             sess.busy = True
