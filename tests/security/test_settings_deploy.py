@@ -38,7 +38,8 @@ def manage(env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
 
 
 def test_check_deploy_is_clean_for_the_production_env_example():
-    env = env_example() | {"DJANGO_SECRET_KEY": secrets.token_urlsafe(50)}
+    # The example's secrets are placeholders (refused at start): a deployment sets its own, as here.
+    env = env_example() | {"DJANGO_SECRET_KEY": secrets.token_urlsafe(50), "METRICS_TOKEN": secrets.token_urlsafe(32)}
     result = manage(env, "check", "--deploy", "--fail-level", "WARNING")
     assert result.returncode == 0, result.stdout + result.stderr
     assert "no issues" in result.stdout
