@@ -1,13 +1,15 @@
 """Checking a job's posted batch before anything is stored: its size (bytes per batch: 413; bytes per event,
 events per batch: 400), each event against its type's schema (trainer/event_schema.py: undeclared fields are
 dropped, a wrong type or an over-long string or list is refused), and the nodes a `resources` event names
-(each must be a node the platform knows: a ClusterNode row). One refused event refuses the whole batch, with a
-400 naming the event's field (`events[3].data.message`) and its seq. Formats in docs/realtime.md.
+(a claim naming a node the platform does not know, no ClusterNode row, is dropped from the event). One refused
+event refuses the whole batch, with a 400 naming the event's field (`events[3].data.message`) and its seq.
+Formats in docs/realtime.md.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 from typing import Any
 
 from django.conf import settings
@@ -19,6 +21,7 @@ from trainer.events import EventSchemaError, validate_event
 MAX_BATCH = 1000
 EVENT_MAX_BYTES = 256 * 1024  # default of settings.INGEST_EVENT_MAX_BYTES
 BATCH_MAX_BYTES = 2 * 1024 * 1024  # default of settings.INGEST_MAX_BODY_BYTES (config/limits.py)
+log = logging.getLogger(__name__)
 
 
 class BatchTooLarge(ServiceError):
@@ -69,23 +72,25 @@ def ingest_batch_validate(payload: Any) -> list[dict[str, Any]]:
             where = f"events[{index}]" + ("" if exc.field == "event" else f".{exc.field}")
             raise InvalidInput(f"{_seq(raw)}{exc.reason}", field=where) from None
         items.append({"type": event.type, "data": event.data, "ts": event.ts, "source_seq": event.seq})
-    _nodes_check(items)
+    _unknown_nodes_dropped(items)
     return items
 
 
-def _nodes_check(items: list[dict[str, Any]]) -> None:
-    """Every node id a `resources` event names is a node the platform knows (one query per batch)."""
+def _unknown_nodes_dropped(items: list[dict[str, Any]]) -> None:
+    """A `resources` event whose `nodes` name a node the platform does not know (a ClusterNode row; one query per
+    batch) loses its `nodes`: that placement claim is refused (the slot keeps the granted placement, so a job
+    cannot make admission charge made-up nodes), while the event itself, and what it means for the run (ready:
+    running), stays. Refusing the whole event would leave the run `starting` when Ray places a bundle on a node
+    that joined after the tick's last read."""
     named = {node for item in items if item["type"] == "resources" for node in item["data"].get("nodes") or ()}
     if not named:
         return
     known = set(ClusterNode.objects.filter(node_id__in=named).values_list("node_id", flat=True))
-    for index, item in enumerate(items):
-        for position, node in enumerate(item["data"].get("nodes") or ()):
-            if node not in known:
-                raise InvalidInput(
-                    f"event seq {item['source_seq']}: node {node[:64]!r} is not a node of the cluster",
-                    field=f"events[{index}].data.nodes[{position}]",
-                )
+    for item in items:
+        unknown = [node for node in item["data"].get("nodes") or () if node not in known]
+        if unknown:
+            item["data"] = {k: v for k, v in item["data"].items() if k != "nodes"}
+            log.warning("run event seq %s: placement on unknown node(s) %s refused", item["source_seq"], unknown[:4])
 
 
 def _seq(raw: Any) -> str:
