@@ -18,13 +18,15 @@ import torch.nn.functional as F
 
 from trainer.policy import Block, TinyTransformer
 
-# Rows of one matrix product in a step. CPU matrix products pick their kernel, and so their rounding, from the
-# shapes (and the CPU): a row computed among 1, 5 or 60 others would come out different in the last bits. Every
-# linear layer of a step therefore runs on chunks of exactly CHUNK_ROWS rows (zero-padded), so each row gets the
-# numbers it gets alone, whoever shares its step (tests/trainer/test_batching.py). Measured on an AVX-512 Xeon
-# with torch 2.13: plain products were batch-invariant only from 3 rows (64 inputs), 11 (256) or 16 (512) on.
-# 64, not 16: fewer products per step (bench/engine.py at 64 sessions: 16 rows 3.8x the old engine, 64 rows 4.9x).
-CHUNK_ROWS = 64
+# Rows of one matrix product. CPU matrix products pick their kernel, and so their rounding, from the shapes (and
+# the CPU): a row computed among 1, 5 or 60 others would come out different in the last bits. Every linear layer
+# of a step therefore multiplies chunks of exactly CHUNK_ROWS rows (zero-padded), all chunks in one batched
+# product (`torch.baddbmm`, one fixed-shape product per chunk), so each row gets the numbers it gets alone,
+# whoever shares its step (tests/trainer/test_batching.py). Measured on an AVX-512 Xeon with torch 2.13: plain
+# products were batch-invariant only from 3 rows (64 inputs), 11 (256) or 16 (512) on. 16, not 64: a lone
+# session's step (8 rows decoding, or one prompt row prefilling) pads to 16 rows, not 64; the batched product
+# keeps the many chunks of a full step one call (bench/engine.py, docs/trainer.md "Measured").
+CHUNK_ROWS = 16
 
 
 def kv_bytes_per_row(n_layer: int, d_model: int, block_size: int, element_size: int = 4) -> int:
@@ -47,6 +49,12 @@ class KVPool:
         self.v = [torch.empty(shape, device=device) for _ in model.blocks]
         self._kbuf: torch.Tensor | None = None  # gather() output, reused by every layer and step
         self._vbuf: torch.Tensor | None = None
+        # Constants of every step: the key positions (the scratch column's is past every query position, so the
+        # causal comparison alone masks it), the head numbers, and the model's parameters as the step uses them.
+        self.key_pos = torch.arange(model.block_size + 1, device=device)
+        self.key_pos[-1] = 1 << 30
+        self.heads = torch.arange(n_head, device=device)
+        self.weights = StepWeights(model)
 
     def gather(self, layer: int, rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """K and V of `rows` at `layer`, (B, H, L+1, hd), copied into buffers kept across steps: a fresh
@@ -75,6 +83,31 @@ class KVPool:
             t.index_fill_(0, idx, 0.0)
 
 
+class StepWeights:
+    """The model's parameters as `pooled_step` uses them, looked up once: per block its layer norms and its
+    linear layers as (weight transposed to (in, out), bias). Views, not copies: an install's load_state_dict
+    copies new weights into the same tensors, so these stay current."""
+
+    def __init__(self, model: TinyTransformer) -> None:
+        def lin(layer: torch.nn.Module) -> tuple[torch.Tensor, torch.Tensor | None]:
+            assert isinstance(layer, torch.nn.Linear)
+            return layer.weight.t(), layer.bias
+
+        def norm(layer: torch.nn.LayerNorm) -> tuple[torch.Tensor, torch.Tensor, float]:
+            assert layer.weight is not None and layer.bias is not None
+            return layer.weight, layer.bias, layer.eps
+
+        self.tok, self.pos = model.tok.weight, model.pos.weight
+        self.blocks = [
+            (norm(b.ln1), lin(b.qkv), lin(b.proj), norm(b.ln2), lin(b.mlp[0]), lin(b.mlp[2])) for b in _blocks(model)
+        ]
+        self.ln_f, self.head = norm(model.ln_f), lin(model.head)
+        self.n_head = _blocks(model)[0].n_head
+        for b in _blocks(model):
+            act = b.mlp[1]
+            assert isinstance(act, torch.nn.GELU) and act.approximate == "none", "the step computes exact GELU"
+
+
 @torch.no_grad()
 def pooled_step(
     model: TinyTransformer,
@@ -86,47 +119,52 @@ def pooled_step(
 ) -> torch.Tensor:
     """Feed `tokens` (B, T) to pool rows `rows` (B,) whose caches hold `start` (B,) tokens; row b's first
     `valid[b]` tokens are real, the rest padding. Writes their K/V into the pool; returns the logits after each
-    row's last real token (B, V). Callers guarantee start + valid <= block_size."""
+    row's last real token (B, V). Callers guarantee start + valid <= block_size. `model`'s parameters are read
+    through `pool.weights` (the same tensors).
+
+    The residual stream is kept flat, (B*T, C) zero-padded to whole chunks, from the embedding to the last
+    layer: layer norms, products and activations work row by row, so the padding rows ride along and only
+    attention looks at the (B, T) structure."""
+    w = pool.weights
     B, T = tokens.shape
-    L = pool.width
+    M, L, H = B * T, pool.width, w.n_head
     offs = torch.arange(T, device=tokens.device)
-    pos = start[:, None] + offs[None, :]  # (B, T) absolute positions
-    real = offs[None, :] < valid[:, None]
-    write_at = torch.where(real, pos, L)  # padding goes to the scratch column
-    keys = torch.arange(L + 1, device=tokens.device)
-    # Query at position p sees keys 0..p, never the scratch column. (B, 1, T, L+1)
-    mask = ((keys[None, None, :] <= pos[:, :, None]) & (keys < L))[:, None]
-    x = model.tok(tokens) + model.pos(pos.clamp(max=L - 1))  # (B, T, C)
-    C = x.shape[2]
-    blocks = _blocks(model)
-    H = blocks[0].n_head
+    pos = start[:, None] + offs  # (B, T) absolute positions
+    write_at = torch.where(offs < valid[:, None], pos, L)  # padding goes to the scratch column
+    # Query at position p sees keys 0..p, never the scratch column (its key position is past every query's).
+    mask = (pool.key_pos <= pos[:, :, None])[:, None]  # (B, 1, T, L+1)
+    x = _pad_rows((F.embedding(tokens, w.tok) + F.embedding(pos.clamp(max=L - 1), w.pos)).view(M, -1))  # (Mp, C)
+    C = x.shape[1]
+    hd = C // H
     # Where each (row, position, head) writes in the pool seen as (S*H*(L+1), hd): one index_copy_ per tensor.
-    heads = torch.arange(H, device=x.device)
-    flat = ((rows[:, None, None] * H + heads) * (L + 1) + write_at[:, :, None]).reshape(-1)  # (B*T*H,)
-    for i, block in enumerate(blocks):
-        q, k, v = _linear(block.qkv, block.ln1(x)).chunk(3, dim=2)
-        pool.k[i].view(-1, C // H).index_copy_(0, flat, k.reshape(B * T * H, C // H))
-        pool.v[i].view(-1, C // H).index_copy_(0, flat, v.reshape(B * T * H, C // H))
-        q = q.view(B, T, H, C // H).transpose(1, 2)  # (B, H, T, hd)
+    flat = ((rows[:, None, None] * H + pool.heads) * (L + 1) + write_at[:, :, None]).view(-1)  # (B*T*H,)
+    for i, (ln1, qkv_w, proj_w, ln2, up_w, down_w) in enumerate(w.blocks):
+        qkv = _linear(qkv_w, F.layer_norm(x, (C,), *ln1))[:M]  # (M, 3C)
+        pool.k[i].view(-1, hd).index_copy_(0, flat, qkv[:, C : 2 * C].reshape(M * H, hd))
+        pool.v[i].view(-1, hd).index_copy_(0, flat, qkv[:, 2 * C :].reshape(M * H, hd))
+        q = qkv[:, :C].view(B, T, H, hd).transpose(1, 2)  # (B, H, T, hd)
         keys, values = pool.gather(i, rows)  # (B, H, L+1, hd)
         y = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask)
-        x = x + _linear(block.proj, y.transpose(1, 2).reshape(B, T, C))
-        up, act, down = block.mlp
-        x = x + _linear(down, act(_linear(up, block.ln2(x))))
-    last = x[torch.arange(B, device=x.device), valid - 1]  # (B, C)
-    return _linear(model.head, model.ln_f(last))  # (B, V)
+        x = x + _linear(proj_w, _pad_rows(y.transpose(1, 2).reshape(M, C)))
+        x = x + _linear(down_w, F.gelu(_linear(up_w, F.layer_norm(x, (C,), *ln2))))
+    last = x[torch.arange(0, M, T, device=x.device) + valid - 1]  # (B, C)
+    return _linear(w.head, _pad_rows(F.layer_norm(last, (C,), *w.ln_f)))[:B]  # (B, V)
 
 
-def _linear(layer: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
-    """`layer(x)` (a torch.nn.Linear) over x's last dimension, computed CHUNK_ROWS rows at a time."""
-    assert isinstance(layer, torch.nn.Linear)
-    flat = x.reshape(-1, x.shape[-1])
-    m = flat.shape[0]
-    padded = -(-m // CHUNK_ROWS) * CHUNK_ROWS
-    if padded != m:
-        flat = torch.cat([flat, flat.new_zeros(padded - m, flat.shape[1])])
-    out = torch.cat([F.linear(c, layer.weight, layer.bias) for c in flat.view(-1, CHUNK_ROWS, flat.shape[1]).unbind(0)])
-    return out[:m].reshape(*x.shape[:-1], out.shape[-1])
+def _pad_rows(x: torch.Tensor) -> torch.Tensor:
+    """(m, C) -> (whole chunks of rows, C), the added rows zero."""
+    extra = -x.shape[0] % CHUNK_ROWS
+    return F.pad(x, (0, 0, 0, extra)) if extra else x
+
+
+def _linear(layer: tuple[torch.Tensor, torch.Tensor | None], x: torch.Tensor) -> torch.Tensor:
+    """A linear layer, (weight (in, out), bias), over x (whole chunks of rows, in): one fixed-shape product per
+    chunk, all in one call."""
+    weight, bias = layer
+    n = x.shape[0] // CHUNK_ROWS
+    chunks, weights = x.view(n, CHUNK_ROWS, x.shape[1]), weight.expand(n, *weight.shape)
+    out = torch.bmm(chunks, weights) if bias is None else torch.baddbmm(bias, chunks, weights)
+    return out.view(n * CHUNK_ROWS, -1)
 
 
 def _blocks(model: TinyTransformer) -> list[Block]:
