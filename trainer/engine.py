@@ -29,6 +29,9 @@ if TYPE_CHECKING:
 
     from trainer.engine_step import GenRequest
 
+# A lone request's step predicted to take less CPU than this runs on the event loop, not the step thread.
+INLINE_STEP_S = 0.002
+
 
 class Engine:
     def __init__(
@@ -73,6 +76,7 @@ class Engine:
         self._staged: tuple[int, dict[str, torch.Tensor]] | None = None  # weights sent ahead (stage_version)
         self._sessions_in_flight: set[str] = set()
         self._step_delay_s = 0.0
+        self._lone_cost_s = float("inf")  # CPU seconds per fed position of the last lone step (unknown yet)
         self._to_clear: list[int] = []
         self.tokens_fed = 0  # tokens run through the model (prompt + new turn tokens), shows cache reuse
         self.requests = self.rejections = self.gone = self.steps = 0
@@ -172,7 +176,11 @@ class Engine:
                 return  # waiting requests (if any) need rows a finishing session frees: end_session kicks again
             batch, fresh, self._to_clear = list(self.batcher.active), self._to_clear, []
             try:
-                await loop.run_in_executor(self._executor, self._steps, batch, fresh)
+                if self._inline(batch):
+                    self._steps(batch, fresh, once=True)
+                    await asyncio.sleep(0)  # between two steps the loop admits, cancels and answers
+                else:
+                    await loop.run_in_executor(self._executor, self._steps, batch, fresh)
             except Exception as exc:  # noqa: BLE001 - a failed step fails its requests, not the engine
                 for request in batch:
                     if not request.future.done():
@@ -180,18 +188,30 @@ class Engine:
                         self._abort(request, f"its step failed ({type(exc).__name__})")
                 continue  # their leases settle "error" (fail closed: the gate poisons)
 
-    def _steps(self, batch: list[GenRequest], fresh_rows: list[int]) -> None:
-        """On the step thread: steps over `batch` until a request finishes or stops, or another waits to join
-        (then the event loop answers, retires and admits). One hop per event, not per token."""
+    def _inline(self, batch: list[GenRequest]) -> bool:
+        """Run the next step on the event loop itself: a lone request (nobody waiting to join) whose step is
+        predicted to take under INLINE_STEP_S of CPU. The hop to the step thread and back (two thread wake-ups)
+        costs a lone session more than such a step; a longer step, or a batch, goes to the step thread."""
+        if len(batch) != 1 or self.batcher.waiting or self._step_delay_s:
+            return False
+        return self._lone_cost_s * self.ops.step_positions(batch[0]) < INLINE_STEP_S
+
+    def _steps(self, batch: list[GenRequest], fresh_rows: list[int], once: bool = False) -> None:
+        """Steps over `batch` (on the step thread, or once on the loop) until a request finishes or stops, or
+        another waits to join (then the event loop answers, retires and admits). One hop per event, not per token."""
         if fresh_rows:
             self.pool.clear(fresh_rows)
         while True:
             if self._step_delay_s:
                 time.sleep(self._step_delay_s)  # throttle(): a slow device, on purpose
+            lone, began = len(batch) == 1, time.thread_time()
+            positions = self.ops.step_positions(batch[0]) if lone else 0
             self.ops.run_step(self.model, self.pool, batch, self.cfg.temperature)
+            if lone:  # what a lone step costs per fed position: _inline predicts from it
+                self._lone_cost_s = (time.thread_time() - began) / positions
             self.steps += 1
             # Racy reads of loop-owned state are fine here: a change seen one step late costs one step.
-            if self.batcher.waiting or any(r.done or r.future.done() for r in batch):
+            if once or self.batcher.waiting or any(r.done or r.future.done() for r in batch):
                 return
 
     def throttle(self, step_delay_s: float) -> None:

@@ -69,6 +69,14 @@ def run_step(model: TinyTransformer, pool: KVPool, batch: list[GenRequest], temp
         _advance(model, pool, running, [len(r.feed) for r in running], last, temperature)
 
 
+def step_positions(r: GenRequest) -> int:
+    """Token positions the next step feeds for `r` (what its step's cost grows with)."""
+    if r.tokens:
+        return len(r.feed)
+    rows = _feed_rows(r)
+    return len(rows) * max(MIN_PREFILL, len(rows[0]))
+
+
 def _feed_rows(r: GenRequest) -> list[list[int]]:
     """A fresh session whose rows all feed the same prompt (a GRPO group) computes it once: one row."""
     if r.length == 0 and all(row == r.feed[0] for row in r.feed):
@@ -110,14 +118,8 @@ def _advance(
             sources += [r.session.rows[0]] * (g - c)
             targets += r.session.rows[c:]
         r.length += fed
-    logits = pooled_step(
-        model,
-        pool,
-        torch.tensor(rows, device=device),
-        tokens,
-        torch.tensor(start, device=device),
-        torch.tensor(valid, device=device),
-    )
+    meta = torch.tensor([rows, start, valid], device=device)  # one tensor from Python lists per step, not three
+    logits = pooled_step(model, pool, meta[0], tokens, meta[1], meta[2])
     if targets:
         pool.copy_rows(sources, targets)
     logp = F.log_softmax(logits.float() / temperature, dim=-1)[torch.tensor(expand, device=device)]  # (B, V)

@@ -54,6 +54,7 @@ class KVPool:
         self.key_pos = torch.arange(model.block_size + 1, device=device)
         self.key_pos[-1] = 1 << 30
         self.heads = torch.arange(n_head, device=device)
+        self.mask_values = torch.tensor([float("-inf"), 0.0], device=device)  # masked, seen
         self.weights = StepWeights(model)
 
     def gather(self, layer: int, rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -128,11 +129,15 @@ def pooled_step(
     w = pool.weights
     B, T = tokens.shape
     M, L, H = B * T, pool.width, w.n_head
-    offs = torch.arange(T, device=tokens.device)
-    pos = start[:, None] + offs  # (B, T) absolute positions
-    write_at = torch.where(offs < valid[:, None], pos, L)  # padding goes to the scratch column
+    if T == 1:  # a decode step: one real token per row
+        pos = write_at = start[:, None]  # (B, 1) absolute positions
+    else:
+        offs = torch.arange(T, device=tokens.device)
+        pos = start[:, None] + offs  # (B, T)
+        write_at = torch.where(offs < valid[:, None], pos, L)  # padding goes to the scratch column
     # Query at position p sees keys 0..p, never the scratch column (its key position is past every query's).
-    mask = (pool.key_pos <= pos[:, :, None])[:, None]  # (B, 1, T, L+1)
+    # An additive mask, made once: what attention would make of a boolean one in every layer.
+    mask = pool.mask_values[(pool.key_pos <= pos[:, :, None]).long()][:, None]  # (B, 1, T, L+1)
     x = _pad_rows((F.embedding(tokens, w.tok) + F.embedding(pos.clamp(max=L - 1), w.pos)).view(M, -1))  # (Mp, C)
     C = x.shape[1]
     hd = C // H
@@ -147,8 +152,9 @@ def pooled_step(
         y = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask)
         x = x + _linear(proj_w, _pad_rows(y.transpose(1, 2).reshape(M, C)))
         x = x + _linear(down_w, F.gelu(_linear(up_w, F.layer_norm(x, (C,), *ln2))))
-    last = x[torch.arange(0, M, T, device=x.device) + valid - 1]  # (B, C)
-    return _linear(w.head, _pad_rows(F.layer_norm(last, (C,), *w.ln_f)))[:B]  # (B, V)
+    if T > 1:  # each row's last real position (a decode step's rows already are their last positions)
+        x = _pad_rows(x[torch.arange(0, M, T, device=x.device) + valid - 1])  # (B padded, C)
+    return _linear(w.head, F.layer_norm(x, (C,), *w.ln_f))[:B]  # (B, V)
 
 
 def _pad_rows(x: torch.Tensor) -> torch.Tensor:
