@@ -72,6 +72,12 @@ class KVPool:
 
     def copy_rows(self, sources: list[int], targets: list[int]) -> None:
         """Row `targets[i]` gets the cache of row `sources[i]` (samples of one prompt share its prefill)."""
+        span = _span(targets)
+        one = len(set(sources)) == 1
+        if span is not None and one and not span.start <= sources[0] < span.stop:  # a prompt's rows, side by side
+            for t in (*self.k, *self.v):
+                t[span].copy_(t[sources[0]])
+            return
         device = self.k[0].device
         src, dst = torch.tensor(sources, device=device), torch.tensor(targets, device=device)
         for t in (*self.k, *self.v):
@@ -79,9 +85,21 @@ class KVPool:
 
     def clear(self, rows: list[int]) -> None:
         """Zero the slots a new session takes (masked keys are multiplied by 0: they must not be NaN)."""
+        span = _span(rows)
+        if span is not None:  # rows are handed out lowest first: usually side by side
+            for t in (*self.k, *self.v):
+                t[span].zero_()
+            return
         idx = torch.tensor(rows, device=self.k[0].device)
         for t in (*self.k, *self.v):
             t.index_fill_(0, idx, 0.0)
+
+
+def _span(rows: list[int]) -> slice | None:
+    """`rows` as a slice when they are consecutive and ascending."""
+    if rows and rows[-1] - rows[0] == len(rows) - 1 and all(b == a + 1 for a, b in zip(rows, rows[1:])):
+        return slice(rows[0], rows[-1] + 1)
+    return None
 
 
 class StepWeights:
