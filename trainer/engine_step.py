@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 
 from trainer.batching import Session
-from trainer.kvpool import KVPool, pooled_step
+from trainer.kvpool import KVPool, pooled_step, row_span
 from trainer.policy import TinyTransformer
 
 # A prefill forward feeds at least this many positions (padding): attention over 1-3 query positions takes
@@ -65,7 +65,7 @@ def run_step(model: TinyTransformer, pool: KVPool, batch: list[GenRequest], temp
         padded = [row + [0] * (width - len(row)) for f in feeds for row in f]
         _advance(model, pool, joiners, [len(f) for f in feeds], torch.tensor(padded, device=device), temperature)
     if running:
-        last = torch.cat([r.tokens[-1] for r in running])  # (B, 1)
+        last = torch.cat([r.tokens[-1] for r in running]) if len(running) > 1 else running[0].tokens[-1]  # (B, 1)
         _advance(model, pool, running, [len(r.feed) for r in running], last, temperature)
 
 
@@ -118,8 +118,8 @@ def _advance(
             sources += [r.session.rows[0]] * (g - c)
             targets += r.session.rows[c:]
         r.length += fed
-    meta = torch.tensor([rows, start, valid], device=device)  # one tensor from Python lists per step, not three
-    logits = pooled_step(model, pool, meta[0], tokens, meta[1], meta[2])
+    meta = torch.tensor([rows, start, valid], device=device).unbind()  # one tensor from the lists, not three
+    logits = pooled_step(model, pool, meta[0], tokens, meta[1], meta[2], row_span(rows))
     if targets:
         pool.copy_rows(sources, targets)
     logp = F.log_softmax(logits.float() / temperature, dim=-1)[torch.tensor(expand, device=device)]  # (B, V)

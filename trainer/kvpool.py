@@ -57,9 +57,12 @@ class KVPool:
         self.mask_values = torch.tensor([float("-inf"), 0.0], device=device)  # masked, seen
         self.weights = StepWeights(model)
 
-    def gather(self, layer: int, rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """K and V of `rows` at `layer`, (B, H, L+1, hd), copied into buffers kept across steps: a fresh
-        multi-megabyte tensor per call costs more in page faults than the copy itself (measured 7 ms vs 0.4 ms)."""
+    def gather(self, layer: int, rows: torch.Tensor, span: slice | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """K and V of `rows` at `layer`, (B, H, L+1, hd): when they are the pool rows `span` (side by side), a view;
+        else copied into buffers kept across steps: a fresh multi-megabyte tensor per call costs more in page
+        faults than the copy itself (measured 7 ms vs 0.4 ms)."""
+        if span is not None:
+            return self.k[layer][span], self.v[layer][span]
         B = rows.shape[0]
         if self._kbuf is None or self._kbuf.shape[0] < B:
             shape = (max(B, 2 * (0 if self._kbuf is None else self._kbuf.shape[0])), *self.k[0].shape[1:])
@@ -72,7 +75,7 @@ class KVPool:
 
     def copy_rows(self, sources: list[int], targets: list[int]) -> None:
         """Row `targets[i]` gets the cache of row `sources[i]` (samples of one prompt share its prefill)."""
-        span = _span(targets)
+        span = row_span(targets)
         one = len(set(sources)) == 1
         if span is not None and one and not span.start <= sources[0] < span.stop:  # a prompt's rows, side by side
             for t in (*self.k, *self.v):
@@ -85,7 +88,7 @@ class KVPool:
 
     def clear(self, rows: list[int]) -> None:
         """Zero the slots a new session takes (masked keys are multiplied by 0: they must not be NaN)."""
-        span = _span(rows)
+        span = row_span(rows)
         if span is not None:  # rows are handed out lowest first: usually side by side
             for t in (*self.k, *self.v):
                 t[span].zero_()
@@ -95,36 +98,48 @@ class KVPool:
             t.index_fill_(0, idx, 0.0)
 
 
-def _span(rows: list[int]) -> slice | None:
+def row_span(rows: list[int]) -> slice | None:
     """`rows` as a slice when they are consecutive and ascending."""
     if rows and rows[-1] - rows[0] == len(rows) - 1 and all(b == a + 1 for a, b in zip(rows, rows[1:])):
         return slice(rows[0], rows[-1] + 1)
     return None
 
 
+Linear = tuple[torch.Tensor, torch.Tensor | None]  # (weight expanded to (chunks, in, out), bias)
+
+
 class StepWeights:
-    """The model's parameters as `pooled_step` uses them, looked up once: per block its layer norms and its
-    linear layers as (weight transposed to (in, out), bias). Views, not copies: an install's load_state_dict
-    copies new weights into the same tensors, so these stay current."""
+    """The model's parameters as `pooled_step` uses them, looked up once: per block its two layer norms and its
+    four linear layers as (weight transposed to (in, out), bias), and the final norm and head. Views, not copies:
+    an install's load_state_dict copies new weights into the same tensors, so these stay current."""
 
     def __init__(self, model: TinyTransformer) -> None:
         def lin(layer: torch.nn.Module) -> tuple[torch.Tensor, torch.Tensor | None]:
             assert isinstance(layer, torch.nn.Linear)
             return layer.weight.t(), layer.bias
 
-        def norm(layer: torch.nn.LayerNorm) -> tuple[torch.Tensor, torch.Tensor, float]:
-            assert layer.weight is not None and layer.bias is not None
+        def norm(layer: torch.nn.Module) -> tuple[torch.Tensor, torch.Tensor, float]:
+            assert isinstance(layer, torch.nn.LayerNorm) and layer.weight is not None and layer.bias is not None
             return layer.weight, layer.bias, layer.eps
 
-        self.tok, self.pos = model.tok.weight, model.pos.weight
-        self.blocks = [
-            (norm(b.ln1), lin(b.qkv), lin(b.proj), norm(b.ln2), lin(b.mlp[0]), lin(b.mlp[2])) for b in _blocks(model)
-        ]
-        self.ln_f, self.head = norm(model.ln_f), lin(model.head)
-        self.n_head = _blocks(model)[0].n_head
-        for b in _blocks(model):
+        blocks = _blocks(model)
+        for b in blocks:
             act = b.mlp[1]
             assert isinstance(act, torch.nn.GELU) and act.approximate == "none", "the step computes exact GELU"
+        self.tok, self.pos, self.n_head = model.tok.weight, model.pos.weight, blocks[0].n_head
+        self.norms = [(norm(b.ln1), norm(b.ln2)) for b in blocks]
+        self.ln_f = norm(model.ln_f)
+        self._linears = [lin(b.qkv) for b in blocks] + [lin(b.proj) for b in blocks]
+        self._linears += [lin(b.mlp[0]) for b in blocks] + [lin(b.mlp[2]) for b in blocks] + [lin(model.head)]
+        self._chunked: dict[int, list[tuple[torch.Tensor, torch.Tensor | None]]] = {}
+
+    def linears(self, n: int) -> tuple[list[tuple[Linear, Linear, Linear, Linear]], Linear]:
+        """The linear layers for `n` chunks, weights expanded to (n, in, out) (views, made once per `n`): per
+        block (qkv, proj, up, down), and the head."""
+        if n not in self._chunked:
+            self._chunked[n] = [(w.expand(n, *w.shape), b) for w, b in self._linears]
+        lins, k = self._chunked[n], len(self.norms)
+        return list(zip(lins[:k], lins[k : 2 * k], lins[2 * k : 3 * k], lins[3 * k : 4 * k])), lins[-1]
 
 
 @torch.no_grad()
@@ -135,15 +150,16 @@ def pooled_step(
     tokens: torch.Tensor,
     start: torch.Tensor,
     valid: torch.Tensor,
+    span: slice | None = None,
 ) -> torch.Tensor:
     """Feed `tokens` (B, T) to pool rows `rows` (B,) whose caches hold `start` (B,) tokens; row b's first
     `valid[b]` tokens are real, the rest padding. Writes their K/V into the pool; returns the logits after each
     row's last real token (B, V). Callers guarantee start + valid <= block_size. `model`'s parameters are read
-    through `pool.weights` (the same tensors).
+    through `pool.weights` (the same tensors). `span`: `rows` as a slice, when they are side by side.
 
-    The residual stream is kept flat, (B*T, C) zero-padded to whole chunks, from the embedding to the last
-    layer: layer norms, products and activations work row by row, so the padding rows ride along and only
-    attention looks at the (B, T) structure."""
+    The residual stream is kept in chunks, (n, CHUNK_ROWS, C) with the B*T positions zero-padded to whole
+    chunks, from the embedding to the last layer: layer norms, products and activations work row by row, so the
+    padding rows ride along and only attention looks at the (B, T) structure."""
     w = pool.weights
     B, T = tokens.shape
     M, L, H = B * T, pool.width, w.n_head
@@ -156,39 +172,37 @@ def pooled_step(
     # Query at position p sees keys 0..p, never the scratch column (its key position is past every query's).
     # An additive mask, made once: what attention would make of a boolean one in every layer.
     mask = pool.mask_values[(pool.key_pos <= pos[:, :, None]).long()][:, None]  # (B, 1, T, L+1)
-    x = _pad_rows((F.embedding(tokens, w.tok) + F.embedding(pos.clamp(max=L - 1), w.pos)).view(M, -1))  # (Mp, C)
-    C = x.shape[1]
+    x = _chunks((F.embedding(tokens, w.tok) + F.embedding(pos.clamp(max=L - 1), w.pos)).view(M, -1))  # (n, R, C)
+    C = x.shape[2]
     hd = C // H
     # Where each (row, position, head) writes in the pool seen as (S*H*(L+1), hd): one index_copy_ per tensor.
     flat = ((rows[:, None, None] * H + pool.heads) * (L + 1) + write_at[:, :, None]).view(-1)  # (B*T*H,)
-    for i, (ln1, qkv_w, proj_w, ln2, up_w, down_w) in enumerate(w.blocks):
-        qkv = _linear(qkv_w, F.layer_norm(x, (C,), *ln1))[:M]  # (M, 3C)
+    blocks, head = w.linears(x.shape[0])
+    for i, ((ln1, ln2), (qkv_w, proj_w, up_w, down_w)) in enumerate(zip(w.norms, blocks)):
+        qkv = _linear(qkv_w, F.layer_norm(x, (C,), *ln1)).view(-1, 3 * C)[:M]  # (M, 3C)
         pool.k[i].view(-1, hd).index_copy_(0, flat, qkv[:, C : 2 * C].reshape(M * H, hd))
         pool.v[i].view(-1, hd).index_copy_(0, flat, qkv[:, 2 * C :].reshape(M * H, hd))
         q = qkv[:, :C].view(B, T, H, hd).transpose(1, 2)  # (B, H, T, hd)
-        keys, values = pool.gather(i, rows)  # (B, H, L+1, hd)
+        keys, values = pool.gather(i, rows, span)  # (B, H, L+1, hd)
         y = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask)
-        x = x + _linear(proj_w, _pad_rows(y.transpose(1, 2).reshape(M, C)))
+        x = x + _linear(proj_w, _chunks(y.transpose(1, 2).reshape(M, C)))
         x = x + _linear(down_w, F.gelu(_linear(up_w, F.layer_norm(x, (C,), *ln2))))
     if T > 1:  # each row's last real position (a decode step's rows already are their last positions)
-        x = _pad_rows(x[torch.arange(0, M, T, device=x.device) + valid - 1])  # (B padded, C)
-    return _linear(w.head, F.layer_norm(x, (C,), *w.ln_f))[:B]  # (B, V)
+        x = _chunks(x.view(-1, C)[torch.arange(0, M, T, device=x.device) + valid - 1])  # (B in chunks, C)
+        head = w.linears(x.shape[0])[1]
+    return _linear(head, F.layer_norm(x, (C,), *w.ln_f)).view(-1, head[0].shape[2])[:B]  # (B, V)
 
 
-def _pad_rows(x: torch.Tensor) -> torch.Tensor:
-    """(m, C) -> (whole chunks of rows, C), the added rows zero."""
+def _chunks(x: torch.Tensor) -> torch.Tensor:
+    """(m, C) -> (chunks, CHUNK_ROWS, C), the rows that fill the last chunk zero."""
     extra = -x.shape[0] % CHUNK_ROWS
-    return F.pad(x, (0, 0, 0, extra)) if extra else x
+    return (F.pad(x, (0, 0, 0, extra)) if extra else x).view(-1, CHUNK_ROWS, x.shape[1])
 
 
-def _linear(layer: tuple[torch.Tensor, torch.Tensor | None], x: torch.Tensor) -> torch.Tensor:
-    """A linear layer, (weight (in, out), bias), over x (whole chunks of rows, in): one fixed-shape product per
-    chunk, all in one call."""
+def _linear(layer: Linear, x: torch.Tensor) -> torch.Tensor:
+    """A linear layer over x (chunks, CHUNK_ROWS, in): one fixed-shape product per chunk, all in one call."""
     weight, bias = layer
-    n = x.shape[0] // CHUNK_ROWS
-    chunks, weights = x.view(n, CHUNK_ROWS, x.shape[1]), weight.expand(n, *weight.shape)
-    out = torch.bmm(chunks, weights) if bias is None else torch.baddbmm(bias, chunks, weights)
-    return out.view(n * CHUNK_ROWS, -1)
+    return torch.bmm(x, weight) if bias is None else torch.baddbmm(bias, x, weight)
 
 
 def _blocks(model: TinyTransformer) -> list[Block]:
