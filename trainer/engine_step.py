@@ -128,6 +128,10 @@ def _advance(
     sampled = (cdf < u).sum(dim=-1, keepdim=True).clamp(max=logp.shape[1] - 1)
     tok = torch.where(torch.tensor(greedy, device=device)[:, None], logp.argmax(dim=-1, keepdim=True), sampled)
     tok_logp = logp.gather(1, tok)  # (B, 1)
+    if len(requests) == 1:  # a lone request: its rows are all of them
+        requests[0].tokens.append(tok)
+        requests[0].logps.append(tok_logp)
+        return
     offset = 0
     for r in requests:
         g = len(r.feed)
