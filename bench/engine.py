@@ -10,11 +10,12 @@ prompt) until a fixed number of episodes is done:
   c63d432): a request takes its gate lease and runs `trainer.policy.sample_tokens` on its session's cache
   synchronously, holding the event loop, so requests are served one at a time whatever C is;
 - batched (`tokens_per_s_batched`): `trainer.engine.Engine` (max_batch 64), requests of all clients share
-  forward steps on its step thread.
-Also printed, not stored: the new engine with max_batch=1 (one request per step: batching off, the step thread
-still on). Each round measures serial then batched back to back (then the max_batch=1 engine); tokens/s are medians over
-rounds, and `ratio` is the median of the per-round ratios batched / serial (on this shared machine the load moves
-within seconds, so a ratio of two measurements taken together is steadier than a ratio of two medians).
+  forward steps on its step thread (a lone request's cheap steps run on the event loop: docs/trainer.md).
+Also printed, not stored: the new engine with max_batch=1 (one request per step: batching off). Each round
+measures serial then batched back to back (then the max_batch=1 engine); at least 3 rounds (default 5). Stored per
+concurrency: tokens/s as medians over rounds, `ratio` the median of the per-round ratios batched / serial (on this
+shared machine the load moves within seconds, so a ratio of two measurements taken together is steadier than a
+ratio of two medians), the spread `ratio_min`/`ratio_max` and every round's ratio (`ratios`), never the best.
 """
 
 from __future__ import annotations
@@ -99,26 +100,40 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args()
+    if args.rounds < 3 and not args.quick:
+        parser.error("--rounds must be at least 3 (the median of one or two rounds is not a median)")
     torch.set_num_threads(1)
     cfg = TrainConfig(mode="local", device="cpu")
     rounds = 1 if args.quick else args.rounds
-    result: dict[str, dict[str, dict[str, float]]] = {"concurrency": {}}
+    result: dict[str, Any] = {"concurrency": {}, "rounds": rounds}
     for c in CONCURRENCY:
-        episodes = max(32, 8 * c) if not args.quick else max(16, 2 * c)
+        # At least 256 episodes: a lone session's run is then ~1 s, long enough to outlast a scheduler hiccup.
+        episodes = max(256, 8 * c) if not args.quick else max(16, 2 * c)
         serial, batched, one = [], [], []
         for _ in range(rounds):
             serial.append(asyncio.run(_clients(OldEngine(cfg), cfg, c, episodes)))
             batched.append(asyncio.run(_clients(Engine(cfg, "batched", max_batch=64, threads=1), cfg, c, episodes)))
             one.append(asyncio.run(_clients(Engine(cfg, "max_batch_1", max_batch=1, threads=1), cfg, c, episodes)))
         s, b = statistics.median(serial), statistics.median(batched)
-        ratio = statistics.median(x / y for x, y in zip(batched, serial))
-        result["concurrency"][str(c)] = {"tokens_per_s_batched": b, "tokens_per_s_serial": s, "ratio": ratio}
+        ratios = [x / y for x, y in zip(batched, serial)]
+        ratio = statistics.median(ratios)
+        result["concurrency"][str(c)] = {
+            "tokens_per_s_batched": b,
+            "tokens_per_s_serial": s,
+            "ratio": ratio,
+            "ratio_min": min(ratios),
+            "ratio_max": max(ratios),
+            "ratios": ratios,
+            "episodes": episodes,
+        }
         print(
             f"concurrency {c:3d}: batched {b:8.0f} tok/s  serial (old engine) {s:8.0f} tok/s  ratio {ratio:5.2f}"
+            f" (spread {min(ratios):.2f}-{max(ratios):.2f})"
             f"  (new engine, max_batch=1: {statistics.median(one):8.0f} tok/s)",
             flush=True,
         )
         print(f"    rounds: batched {[round(x) for x in batched]}  serial {[round(x) for x in serial]}", flush=True)
+    result["load_average"] = os.getloadavg()  # the machine is shared: read the numbers with the load beside them
     out = ROOT / "bench" / "results" / "engine.json"
     out.write_text(json.dumps(result, indent=2) + "\n")
     print(f"wrote {out}")

@@ -29,6 +29,9 @@ if TYPE_CHECKING:
 
     from trainer.engine_step import GenRequest
 
+# A lone request's step predicted to take less CPU than this runs on the event loop, not the step thread.
+INLINE_STEP_S = 0.002
+
 
 class Engine:
     def __init__(
@@ -73,6 +76,7 @@ class Engine:
         self._staged: tuple[int, dict[str, torch.Tensor]] | None = None  # weights sent ahead (stage_version)
         self._sessions_in_flight: set[str] = set()
         self._step_delay_s = 0.0
+        self._lone_cost_s = float("inf")  # CPU seconds per fed position of the last lone step (unknown yet)
         self._to_clear: list[int] = []
         self.tokens_fed = 0  # tokens run through the model (prompt + new turn tokens), shows cache reuse
         self.requests = self.rejections = self.gone = self.steps = 0
@@ -159,39 +163,79 @@ class Engine:
 
     def _kick(self) -> None:
         if self._stepper is None or self._stepper.done():
-            self._stepper = asyncio.get_running_loop().create_task(self._step_loop())
+            if not self._run_inline():  # a lone cheap request is often answered right here, no task, no hop
+                self._stepper = asyncio.get_running_loop().create_task(self._step_loop())
 
     async def _step_loop(self) -> None:
         """Admit, step, retire, until nothing is left to run; every step advances every active request."""
         loop = asyncio.get_running_loop()
-        while True:
-            self._retire()
-            self.batcher.admit(self._place)
-            if not self.batcher.active:
-                return  # waiting requests (if any) need rows a finishing session frees: end_session kicks again
-            batch, fresh, self._to_clear = list(self.batcher.active), self._to_clear, []
+        while not self._run_inline():
+            batch = list(self.batcher.active)
+            if self._inline(batch):  # the inline budget ran out mid-request: let the loop admit, cancel, answer
+                await asyncio.sleep(0)
+                continue
+            fresh, self._to_clear = self._to_clear, []
             try:
                 await loop.run_in_executor(self._executor, self._steps, batch, fresh)
             except Exception as exc:  # noqa: BLE001 - a failed step fails its requests, not the engine
-                for request in batch:
-                    if not request.future.done():
-                        request.future.set_exception(RuntimeError(f"engine {self.engine_id!r} step failed: {exc!r}"))
-                        self._abort(request, f"its step failed ({type(exc).__name__})")
-                continue  # their leases settle "error" (fail closed: the gate poisons)
+                self._fail(batch, exc)
 
-    def _steps(self, batch: list[GenRequest], fresh_rows: list[int]) -> None:
-        """On the step thread: steps over `batch` until a request finishes or stops, or another waits to join
-        (then the event loop answers, retires and admits). One hop per event, not per token."""
+    def _run_inline(self) -> bool:
+        """Retire, admit, and run on the loop the steps that fit the inline budget (`_inline`); True when nothing
+        is left to run (waiting requests, if any, need rows a finishing session frees: end_session kicks again)."""
+        while True:
+            self._retire()
+            self.batcher.admit(self._place)
+            batch = list(self.batcher.active)
+            if not batch:
+                return True
+            if not self._inline(batch):
+                return False
+            fresh, self._to_clear = self._to_clear, []
+            try:
+                if not self._steps(batch, fresh, inline=True):
+                    return False
+            except Exception as exc:  # noqa: BLE001 - a failed step fails its requests, not the engine
+                self._fail(batch, exc)
+
+    def _fail(self, batch: list[GenRequest], exc: Exception) -> None:
+        """A failed step fails every request in it; their leases settle "error" (fail closed: the gate poisons)."""
+        for request in batch:
+            if not request.future.done():
+                request.future.set_exception(RuntimeError(f"engine {self.engine_id!r} step failed: {exc!r}"))
+                self._abort(request, f"its step failed ({type(exc).__name__})")
+
+    def _inline(self, batch: list[GenRequest], spent_s: float = 0.0) -> bool:
+        """Run the next step on the event loop itself: a lone request (nobody waiting to join) whose step is
+        predicted to end within INLINE_STEP_S of CPU (counting `spent_s` already spent inline). The hop to the step
+        thread and back (two thread wake-ups) costs a lone session more than such steps; longer ones, or a batch,
+        go to the step thread."""
+        if len(batch) != 1 or self.batcher.waiting or self._step_delay_s:
+            return False
+        return spent_s + self._lone_cost_s * self.ops.step_positions(batch[0]) < INLINE_STEP_S
+
+    def _steps(self, batch: list[GenRequest], fresh_rows: list[int], inline: bool = False) -> bool:
+        """Steps over `batch` until a request finishes or stops, or another waits to join (then the event loop
+        answers, retires and admits): one hop per event, not per token. On the step thread; or `inline`, on the
+        loop, while the steps fit the inline budget. True: it stopped at such an event (not at the budget)."""
         if fresh_rows:
             self.pool.clear(fresh_rows)
+        spent = 0.0
         while True:
             if self._step_delay_s:
                 time.sleep(self._step_delay_s)  # throttle(): a slow device, on purpose
+            lone, began = len(batch) == 1, time.thread_time()
+            positions = self.ops.step_positions(batch[0]) if lone else 0
             self.ops.run_step(self.model, self.pool, batch, self.cfg.temperature)
+            if lone:  # what a lone step costs per fed position: _inline predicts from it
+                took = time.thread_time() - began
+                self._lone_cost_s, spent = took / positions, spent + took
             self.steps += 1
             # Racy reads of loop-owned state are fine here: a change seen one step late costs one step.
             if self.batcher.waiting or any(r.done or r.future.done() for r in batch):
-                return
+                return True
+            if inline and not self._inline(batch, spent):
+                return False
 
     def throttle(self, step_delay_s: float) -> None:
         """Fault injection for tests and drills: every forward step takes `step_delay_s` longer (0: off)."""

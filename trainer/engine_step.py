@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 
 from trainer.batching import Session
-from trainer.kvpool import KVPool, pooled_step
+from trainer.kvpool import KVPool, pooled_step, row_span
 from trainer.policy import TinyTransformer
 
 # A prefill forward feeds at least this many positions (padding): attention over 1-3 query positions takes
@@ -81,8 +81,16 @@ def run_step(model: TinyTransformer, pool: KVPool, batch: list[GenRequest], temp
         padded = [row + [0] * (width - len(row)) for f in feeds for row in f]
         _advance(model, pool, joiners, [len(f) for f in feeds], torch.tensor(padded, device=device), temperature)
     if running:
-        last = torch.cat([r.tokens[-1] for r in running])  # (B, 1)
+        last = torch.cat([r.tokens[-1] for r in running]) if len(running) > 1 else running[0].tokens[-1]  # (B, 1)
         _advance(model, pool, running, [len(r.feed) for r in running], last, temperature)
+
+
+def step_positions(r: GenRequest) -> int:
+    """Token positions the next step feeds for `r` (what its step's cost grows with)."""
+    if r.tokens:
+        return len(r.feed)
+    rows = _feed_rows(r)
+    return len(rows) * max(MIN_PREFILL, len(rows[0]))
 
 
 def _feed_rows(r: GenRequest) -> list[list[int]]:
@@ -124,14 +132,8 @@ def _advance(
             sources += [r.session.rows[0]] * (g - c)
             targets += r.session.rows[c:]
         r.length += fed
-    logits = pooled_step(
-        model,
-        pool,
-        torch.tensor(rows, device=device),
-        tokens,
-        torch.tensor(start, device=device),
-        torch.tensor(valid, device=device),
-    )
+    meta = torch.tensor([rows, start, valid], device=device).unbind()  # one tensor from the lists, not three
+    logits = pooled_step(model, pool, meta[0], tokens, meta[1], meta[2], row_span(rows))
     if targets:
         pool.copy_rows(sources, targets)
     logp = F.log_softmax(logits.float() / temperature, dim=-1)[torch.tensor(expand, device=device)]  # (B, V)
@@ -139,6 +141,10 @@ def _advance(
     sampled = (logp.exp().double() / noise).argmax(dim=-1, keepdim=True)  # torch.multinomial(p, 1), exactly
     tok = torch.where(torch.tensor(greedy, device=device)[:, None], logp.argmax(dim=-1, keepdim=True), sampled)
     tok_logp = logp.gather(1, tok)  # (B, 1)
+    if len(requests) == 1:  # a lone request: its rows are all of them
+        requests[0].tokens.append(tok)
+        requests[0].logps.append(tok_logp)
+        return
     offset = 0
     for r in requests:
         g = len(r.feed)

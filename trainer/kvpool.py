@@ -18,13 +18,15 @@ import torch.nn.functional as F
 
 from trainer.policy import Block, TinyTransformer
 
-# Rows of one matrix product in a step. CPU matrix products pick their kernel, and so their rounding, from the
-# shapes (and the CPU): a row computed among 1, 5 or 60 others would come out different in the last bits. Every
-# linear layer of a step therefore runs on chunks of exactly CHUNK_ROWS rows (zero-padded), so each row gets the
-# numbers it gets alone, whoever shares its step (tests/trainer/test_batching.py). Measured on an AVX-512 Xeon
-# with torch 2.13: plain products were batch-invariant only from 3 rows (64 inputs), 11 (256) or 16 (512) on.
-# 64, not 16: fewer products per step (bench/engine.py at 64 sessions: 16 rows 3.8x the old engine, 64 rows 4.9x).
-CHUNK_ROWS = 64
+# Rows of one matrix product. CPU matrix products pick their kernel, and so their rounding, from the shapes (and
+# the CPU): a row computed among 1, 5 or 60 others would come out different in the last bits. Every linear layer
+# of a step therefore multiplies chunks of exactly CHUNK_ROWS rows (zero-padded), all chunks in one batched
+# product (`torch.baddbmm`, one fixed-shape product per chunk), so each row gets the numbers it gets alone,
+# whoever shares its step (tests/trainer/test_batching.py). Measured on an AVX-512 Xeon with torch 2.13: plain
+# products were batch-invariant only from 3 rows (64 inputs), 11 (256) or 16 (512) on. 16, not 64: a lone
+# session's step (8 rows decoding, or one prompt row prefilling) pads to 16 rows, not 64; the batched product
+# keeps the many chunks of a full step one call (bench/engine.py, docs/trainer.md "Measured").
+CHUNK_ROWS = 16
 
 
 def kv_bytes_per_row(n_layer: int, d_model: int, block_size: int, element_size: int = 4) -> int:
@@ -47,10 +49,20 @@ class KVPool:
         self.v = [torch.empty(shape, device=device) for _ in model.blocks]
         self._kbuf: torch.Tensor | None = None  # gather() output, reused by every layer and step
         self._vbuf: torch.Tensor | None = None
+        # Constants of every step: the key positions (the scratch column's is past every query position, so the
+        # causal comparison alone masks it), the head numbers, and the model's parameters as the step uses them.
+        self.key_pos = torch.arange(model.block_size + 1, device=device)
+        self.key_pos[-1] = 1 << 30
+        self.heads = torch.arange(n_head, device=device)
+        self.mask_values = torch.tensor([float("-inf"), 0.0], device=device)  # masked, seen
+        self.weights = StepWeights(model)
 
-    def gather(self, layer: int, rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """K and V of `rows` at `layer`, (B, H, L+1, hd), copied into buffers kept across steps: a fresh
-        multi-megabyte tensor per call costs more in page faults than the copy itself (measured 7 ms vs 0.4 ms)."""
+    def gather(self, layer: int, rows: torch.Tensor, span: slice | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """K and V of `rows` at `layer`, (B, H, L+1, hd): when they are the pool rows `span` (side by side), a view;
+        else copied into buffers kept across steps: a fresh multi-megabyte tensor per call costs more in page
+        faults than the copy itself (measured 7 ms vs 0.4 ms)."""
+        if span is not None:
+            return self.k[layer][span], self.v[layer][span]
         B = rows.shape[0]
         if self._kbuf is None or self._kbuf.shape[0] < B:
             shape = (max(B, 2 * (0 if self._kbuf is None else self._kbuf.shape[0])), *self.k[0].shape[1:])
@@ -63,6 +75,12 @@ class KVPool:
 
     def copy_rows(self, sources: list[int], targets: list[int]) -> None:
         """Row `targets[i]` gets the cache of row `sources[i]` (samples of one prompt share its prefill)."""
+        span = row_span(targets)
+        one = len(set(sources)) == 1
+        if span is not None and one and not span.start <= sources[0] < span.stop:  # a prompt's rows, side by side
+            for t in (*self.k, *self.v):
+                t[span].copy_(t[sources[0]])
+            return
         device = self.k[0].device
         src, dst = torch.tensor(sources, device=device), torch.tensor(targets, device=device)
         for t in (*self.k, *self.v):
@@ -70,9 +88,58 @@ class KVPool:
 
     def clear(self, rows: list[int]) -> None:
         """Zero the slots a new session takes (masked keys are multiplied by 0: they must not be NaN)."""
+        span = row_span(rows)
+        if span is not None:  # rows are handed out lowest first: usually side by side
+            for t in (*self.k, *self.v):
+                t[span].zero_()
+            return
         idx = torch.tensor(rows, device=self.k[0].device)
         for t in (*self.k, *self.v):
             t.index_fill_(0, idx, 0.0)
+
+
+def row_span(rows: list[int]) -> slice | None:
+    """`rows` as a slice when they are consecutive and ascending."""
+    if rows and rows[-1] - rows[0] == len(rows) - 1 and all(b == a + 1 for a, b in zip(rows, rows[1:])):
+        return slice(rows[0], rows[-1] + 1)
+    return None
+
+
+Linear = tuple[torch.Tensor, torch.Tensor | None]  # (weight expanded to (chunks, in, out), bias)
+
+
+class StepWeights:
+    """The model's parameters as `pooled_step` uses them, looked up once: per block its two layer norms and its
+    four linear layers as (weight transposed to (in, out), bias), and the final norm and head. Views, not copies:
+    an install's load_state_dict copies new weights into the same tensors, so these stay current."""
+
+    def __init__(self, model: TinyTransformer) -> None:
+        def lin(layer: torch.nn.Module) -> tuple[torch.Tensor, torch.Tensor | None]:
+            assert isinstance(layer, torch.nn.Linear)
+            return layer.weight.t(), layer.bias
+
+        def norm(layer: torch.nn.Module) -> tuple[torch.Tensor, torch.Tensor, float]:
+            assert isinstance(layer, torch.nn.LayerNorm) and layer.weight is not None and layer.bias is not None
+            return layer.weight, layer.bias, layer.eps
+
+        blocks = _blocks(model)
+        for b in blocks:
+            act = b.mlp[1]
+            assert isinstance(act, torch.nn.GELU) and act.approximate == "none", "the step computes exact GELU"
+        self.tok, self.pos, self.n_head = model.tok.weight, model.pos.weight, blocks[0].n_head
+        self.norms = [(norm(b.ln1), norm(b.ln2)) for b in blocks]
+        self.ln_f = norm(model.ln_f)
+        self._linears = [lin(b.qkv) for b in blocks] + [lin(b.proj) for b in blocks]
+        self._linears += [lin(b.mlp[0]) for b in blocks] + [lin(b.mlp[2]) for b in blocks] + [lin(model.head)]
+        self._chunked: dict[int, list[tuple[torch.Tensor, torch.Tensor | None]]] = {}
+
+    def linears(self, n: int) -> tuple[list[tuple[Linear, Linear, Linear, Linear]], Linear]:
+        """The linear layers for `n` chunks, weights expanded to (n, in, out) (views, made once per `n`): per
+        block (qkv, proj, up, down), and the head."""
+        if n not in self._chunked:
+            self._chunked[n] = [(w.expand(n, *w.shape), b) for w, b in self._linears]
+        lins, k = self._chunked[n], len(self.norms)
+        return list(zip(lins[:k], lins[k : 2 * k], lins[2 * k : 3 * k], lins[3 * k : 4 * k])), lins[-1]
 
 
 @torch.no_grad()
@@ -83,50 +150,59 @@ def pooled_step(
     tokens: torch.Tensor,
     start: torch.Tensor,
     valid: torch.Tensor,
+    span: slice | None = None,
 ) -> torch.Tensor:
     """Feed `tokens` (B, T) to pool rows `rows` (B,) whose caches hold `start` (B,) tokens; row b's first
     `valid[b]` tokens are real, the rest padding. Writes their K/V into the pool; returns the logits after each
-    row's last real token (B, V). Callers guarantee start + valid <= block_size."""
+    row's last real token (B, V). Callers guarantee start + valid <= block_size. `model`'s parameters are read
+    through `pool.weights` (the same tensors). `span`: `rows` as a slice, when they are side by side.
+
+    The residual stream is kept in chunks, (n, CHUNK_ROWS, C) with the B*T positions zero-padded to whole
+    chunks, from the embedding to the last layer: layer norms, products and activations work row by row, so the
+    padding rows ride along and only attention looks at the (B, T) structure."""
+    w = pool.weights
     B, T = tokens.shape
-    L = pool.width
-    offs = torch.arange(T, device=tokens.device)
-    pos = start[:, None] + offs[None, :]  # (B, T) absolute positions
-    real = offs[None, :] < valid[:, None]
-    write_at = torch.where(real, pos, L)  # padding goes to the scratch column
-    keys = torch.arange(L + 1, device=tokens.device)
-    # Query at position p sees keys 0..p, never the scratch column. (B, 1, T, L+1)
-    mask = ((keys[None, None, :] <= pos[:, :, None]) & (keys < L))[:, None]
-    x = model.tok(tokens) + model.pos(pos.clamp(max=L - 1))  # (B, T, C)
+    M, L, H = B * T, pool.width, w.n_head
+    if T == 1:  # a decode step: one real token per row
+        pos = write_at = start[:, None]  # (B, 1) absolute positions
+    else:
+        offs = torch.arange(T, device=tokens.device)
+        pos = start[:, None] + offs  # (B, T)
+        write_at = torch.where(offs < valid[:, None], pos, L)  # padding goes to the scratch column
+    # Query at position p sees keys 0..p, never the scratch column (its key position is past every query's).
+    # An additive mask, made once: what attention would make of a boolean one in every layer.
+    mask = pool.mask_values[(pool.key_pos <= pos[:, :, None]).long()][:, None]  # (B, 1, T, L+1)
+    x = _chunks((F.embedding(tokens, w.tok) + F.embedding(pos.clamp(max=L - 1), w.pos)).view(M, -1))  # (n, R, C)
     C = x.shape[2]
-    blocks = _blocks(model)
-    H = blocks[0].n_head
+    hd = C // H
     # Where each (row, position, head) writes in the pool seen as (S*H*(L+1), hd): one index_copy_ per tensor.
-    heads = torch.arange(H, device=x.device)
-    flat = ((rows[:, None, None] * H + heads) * (L + 1) + write_at[:, :, None]).reshape(-1)  # (B*T*H,)
-    for i, block in enumerate(blocks):
-        q, k, v = _linear(block.qkv, block.ln1(x)).chunk(3, dim=2)
-        pool.k[i].view(-1, C // H).index_copy_(0, flat, k.reshape(B * T * H, C // H))
-        pool.v[i].view(-1, C // H).index_copy_(0, flat, v.reshape(B * T * H, C // H))
-        q = q.view(B, T, H, C // H).transpose(1, 2)  # (B, H, T, hd)
-        keys, values = pool.gather(i, rows)  # (B, H, L+1, hd)
+    flat = ((rows[:, None, None] * H + pool.heads) * (L + 1) + write_at[:, :, None]).view(-1)  # (B*T*H,)
+    blocks, head = w.linears(x.shape[0])
+    for i, ((ln1, ln2), (qkv_w, proj_w, up_w, down_w)) in enumerate(zip(w.norms, blocks)):
+        qkv = _linear(qkv_w, F.layer_norm(x, (C,), *ln1)).view(-1, 3 * C)[:M]  # (M, 3C)
+        pool.k[i].view(-1, hd).index_copy_(0, flat, qkv[:, C : 2 * C].reshape(M * H, hd))
+        pool.v[i].view(-1, hd).index_copy_(0, flat, qkv[:, 2 * C :].reshape(M * H, hd))
+        q = qkv[:, :C].view(B, T, H, hd).transpose(1, 2)  # (B, H, T, hd)
+        keys, values = pool.gather(i, rows, span)  # (B, H, L+1, hd)
         y = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask)
-        x = x + _linear(block.proj, y.transpose(1, 2).reshape(B, T, C))
-        up, act, down = block.mlp
-        x = x + _linear(down, act(_linear(up, block.ln2(x))))
-    last = x[torch.arange(B, device=x.device), valid - 1]  # (B, C)
-    return _linear(model.head, model.ln_f(last))  # (B, V)
+        x = x + _linear(proj_w, _chunks(y.transpose(1, 2).reshape(M, C)))
+        x = x + _linear(down_w, F.gelu(_linear(up_w, F.layer_norm(x, (C,), *ln2))))
+    if T > 1:  # each row's last real position (a decode step's rows already are their last positions)
+        x = _chunks(x.view(-1, C)[torch.arange(0, M, T, device=x.device) + valid - 1])  # (B in chunks, C)
+        head = w.linears(x.shape[0])[1]
+    return _linear(head, F.layer_norm(x, (C,), *w.ln_f)).view(-1, head[0].shape[2])[:B]  # (B, V)
 
 
-def _linear(layer: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
-    """`layer(x)` (a torch.nn.Linear) over x's last dimension, computed CHUNK_ROWS rows at a time."""
-    assert isinstance(layer, torch.nn.Linear)
-    flat = x.reshape(-1, x.shape[-1])
-    m = flat.shape[0]
-    padded = -(-m // CHUNK_ROWS) * CHUNK_ROWS
-    if padded != m:
-        flat = torch.cat([flat, flat.new_zeros(padded - m, flat.shape[1])])
-    out = torch.cat([F.linear(c, layer.weight, layer.bias) for c in flat.view(-1, CHUNK_ROWS, flat.shape[1]).unbind(0)])
-    return out[:m].reshape(*x.shape[:-1], out.shape[-1])
+def _chunks(x: torch.Tensor) -> torch.Tensor:
+    """(m, C) -> (chunks, CHUNK_ROWS, C), the rows that fill the last chunk zero."""
+    extra = -x.shape[0] % CHUNK_ROWS
+    return (F.pad(x, (0, 0, 0, extra)) if extra else x).view(-1, CHUNK_ROWS, x.shape[1])
+
+
+def _linear(layer: Linear, x: torch.Tensor) -> torch.Tensor:
+    """A linear layer over x (chunks, CHUNK_ROWS, in): one fixed-shape product per chunk, all in one call."""
+    weight, bias = layer
+    return torch.bmm(x, weight) if bias is None else torch.baddbmm(bias, x, weight)
 
 
 def _blocks(model: TinyTransformer) -> list[Block]:

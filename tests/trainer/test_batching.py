@@ -283,7 +283,8 @@ def test_a_failed_step_fails_its_requests_and_poisons_the_gate(monkeypatch) -> N
 
 def test_a_rows_numbers_do_not_depend_on_the_rows_that_share_its_step() -> None:
     """pooled_step on random rows (random cache lengths, real token counts and padding, prefill widths >= 4 as
-    the engine pads them, and decode steps of one token) gives every row exactly the logits it gets alone."""
+    the engine pads them, and decode steps of one token) gives every row exactly the logits it gets alone, whether
+    the step reads the rows' caches through the gather buffers or (side-by-side rows, `span`) as a pool view."""
     import random
 
     from trainer.kvpool import pooled_step
@@ -304,17 +305,27 @@ def test_a_rows_numbers_do_not_depend_on_the_rows_that_share_its_step() -> None:
     for trial in range(60):
         decode = trial % 3 == 0
         B = rng.randint(1, 30)
-        rows = torch.tensor(rng.sample(range(100), B))
+        side_by_side = trial % 5 == 1
+        first = rng.randint(0, 100 - B)
+        rows = torch.arange(first, first + B) if side_by_side else torch.tensor(rng.sample(range(100), B))
         start = torch.tensor([rng.randint(0, pool.width - 8) for _ in range(B)])
         valid = torch.ones(B, dtype=torch.long) if decode else torch.tensor([rng.randint(1, 6) for _ in range(B)])
         width = 1 if decode else max(4, int(valid.max()) + rng.randint(0, 2))
         tokens = torch.randint(0, 12, (B, 8))
         restore()
-        together = pooled_step(model, pool, rows, tokens[:, :width], start, valid)
+        span = slice(first, first + B) if side_by_side else None
+        together = pooled_step(model, pool, rows, tokens[:, :width], start, valid, span)
         for b in range(B):
             restore()
             alone_width = 1 if decode else max(4, int(valid[b]) + rng.randint(0, 2))
+            alone_span = slice(int(rows[b]), int(rows[b]) + 1) if b % 2 else None
             alone = pooled_step(
-                model, pool, rows[b : b + 1], tokens[b : b + 1, :alone_width], start[b : b + 1], valid[b : b + 1]
+                model,
+                pool,
+                rows[b : b + 1],
+                tokens[b : b + 1, :alone_width],
+                start[b : b + 1],
+                valid[b : b + 1],
+                alone_span,
             )
             assert torch.equal(alone[0], together[b]), (trial, b)
