@@ -3,6 +3,7 @@ packing as pure logic, then a backlog of real-size train events through a live p
 
 from __future__ import annotations
 
+import json
 import random
 from typing import Any
 
@@ -54,10 +55,12 @@ def test_refused_event_reads_the_field_of_a_400_only() -> None:
 
 
 @pytest.mark.django_db(transaction=True)
-def test_a_backlog_of_full_train_events_lands_whole_and_a_refused_event_costs_only_itself(live_server) -> None:
+def test_a_backlog_of_full_train_events_lands_whole_and_a_refused_event_costs_only_itself(live_server, settings):
     """300 train events at their largest, written while the sink could not post (as after an outage), are well
-    over the platform's 50,000 values per post as one body; every one is stored. A `resources` event naming a
-    node the platform does not know is refused alone: the events around it are stored."""
+    over the platform's 50,000 values per post as one body; every one is stored. An event over the platform's
+    per-event byte cap (here lowered to 8,000 bytes, above any of the train events) is refused alone: the events
+    around it are stored."""
+    settings.INGEST_EVENT_MAX_BYTES = 8000
     run = run_make(user_make("packer"))
     url = f"{live_server.url}/api/runs/{run.pk}/ingest/"
     sink = HttpSink(url, token=run.ingest_token, flush_interval_s=60.0, heartbeat_s=3600.0)
@@ -65,9 +68,11 @@ def test_a_backlog_of_full_train_events_lands_whole_and_a_refused_event_costs_on
     with sink._cond:  # hold the post thread off until the backlog is written, as a platform outage would
         for step in range(1, 301):
             emitter.emit("train", _train_data(step))
-        emitter.emit("resources", {"state": "placed", "nodes": ["no-such-node"]})
+        emitter.emit("checkpoint", {"step": 300, "path": "p" * 4000, "error": "e" * 4000})
         emitter.emit("train", _train_data(301))
-    assert sum(json_values(e) for e in sink._buf) > 50_000
+        assert sum(json_values(e) for e in sink._buf) > 50_000
+        sizes = [len(json.dumps(e, separators=(",", ":"))) for e in sink._buf]
+        assert max(sizes[:300]) < 8000 < sizes[300]
     emitter.close(timeout_s=60)
     stored = list(run.events.order_by("seq").values_list("source_seq", "type"))
     assert [seq for seq, _ in stored] == [*range(1, 301), 302]
