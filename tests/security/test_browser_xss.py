@@ -120,27 +120,35 @@ def test_hostile_strings_render_as_text_everywhere(server, users, context) -> No
     live = svc.run_transition(run=live, status=RunStatus.RUNNING)
     em = emitter_for(server, live)
     em.post(em.start() + em.step_events() + em.step_events())
+    # Hostile values of the wrong type, or longer than a name may be, are refused at ingest (400, nothing stored);
+    # hostile strings the schema allows (names of 64 characters, free text, undeclared keys it drops) are stored
+    # and must render as text.
+    with pytest.raises(AssertionError, match=r"ingest refused \(400\)"):
+        em.post(
+            [
+                em.event("gate", {"state": "open", "version": HOSTILE, "active": HOSTILE, "waiting": 0, "engines": []}),
+                em.event("sampler", {"epoch": HOSTILE, "group_count": 0, "dataset_size": 0, "consumed_in_epoch": 0}),
+                em.event("log", {"level": HOSTILE, "message": HOSTILE}),
+            ]
+        )
+    name = PAYLOADS[0]  # a hostile name within the schema's 64 characters
     em.post(
         [
-            em.event("log", {"level": HOSTILE, "message": HOSTILE, HOSTILE: HOSTILE}),
-            em.event("worker", {"event": "started", "worker": HOSTILE, "mode": HOSTILE, HOSTILE: [HOSTILE]}),
-            em.event("worker", {"event": "engine_lost", "engine": HOSTILE, "tombstoned_sessions": HOSTILE}),
+            em.event("log", {"level": name, "message": HOSTILE, HOSTILE: HOSTILE}),
+            em.event("worker", {"event": "started", "mode": name, "device": name, HOSTILE: [HOSTILE]}),
+            em.event("worker", {"event": name, "engine": name, "error": HOSTILE}),
             em.event(
                 "gate",
                 {
                     "state": "open",
-                    "version": HOSTILE,
-                    "active": HOSTILE,
+                    "version": 2,
+                    "active": 0,
                     "waiting": 0,
-                    "engines": [{"id": HOSTILE, "state": HOSTILE, HOSTILE: HOSTILE}],
+                    "engines": [{"engine": name, "state": name, HOSTILE: HOSTILE}],
                 },
             ),
-            em.event("checkpoint", {"step": HOSTILE, "version": HOSTILE, "path": HOSTILE}),
+            em.event("checkpoint", {"step": 2, "version": 2, "path": HOSTILE, "error": HOSTILE}),
             em.event("rollout", {"note": HOSTILE}),
-            em.event(
-                "sampler",
-                {"epoch": HOSTILE, "group_count": HOSTILE, "dataset_size": HOSTILE, "consumed_in_epoch": HOSTILE},
-            ),
         ]
     )
     # A run that failed with a hostile error message, and one with a hostile stored config.
