@@ -50,11 +50,13 @@ class RunIngestView(APIView):
     @extend_schema(
         request={"application/json": {"type": "array", "items": {"type": "object"}}},
         # 400: an event breaks the schema (its field and seq named); 401: not this run's current token, or no such
-        # run (one answer); 409: run finished, or the batch's attempt was replaced; 413: the batch is over the cap.
+        # run (one answer); 409: run finished, or the batch's attempt was replaced; 413: the batch is over the cap;
+        # 404: the path names no run id at all (not an integer: routing answers before the view).
         responses={
             200: IngestResultSerializer,
             400: ErrorSerializer,
             401: ErrorSerializer,
+            404: ErrorSerializer,
             409: ErrorSerializer,
             413: TooLargeSerializer,
         },
