@@ -55,7 +55,13 @@ def test_killed_ray_worker_is_retired_and_its_finished_result_recovered(ray_driv
         ray.get(w0.release.remote())
         wait_until(lambda: ray.get(w0.finished.remote()) == [1], timeout=60)
         ray.kill(w0, no_restart=True)
-        wait_until(lambda: _dead(ray, w0), timeout=60)  # the driver knows: group 0's call has failed too
+        wait_until(lambda: _dead(ray, w0), timeout=60)
+        # The driver must also see both of w0's calls resolved (group 0 failed, group 1 done) before the
+        # scheduler looks again; otherwise it may take group 1 as an ordinary result and never retire w0 first.
+        with s._cond:
+            w0_calls = [token for token, (worker, _, _) in s._core.pending.items() if worker == 0]
+        assert len(w0_calls) == 2
+        wait_until(lambda: len(ray.wait(w0_calls, num_returns=2, timeout=0, fetch_local=False)[0]) == 2, timeout=60)
         release.set()
         t.join(60)
         batch = out["batch"]
