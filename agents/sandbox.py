@@ -153,21 +153,24 @@ async def _run_confined(code: bytes, uid: int, python: str, limits: SandboxLimit
                 "nofile": limits.open_files,
             },
         }
-        proc = await asyncio.create_subprocess_exec(
-            python,
-            "-I",
-            "-S",
-            "-B",
-            str(LAUNCHER),
-            json.dumps(config),
-            stdin=asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-            env={},
-            cwd=tmp,
-            start_new_session=True,
-            pass_fds=(status_write,),
-        )
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                python,
+                "-I",
+                "-S",
+                "-B",
+                str(LAUNCHER),
+                json.dumps(config),
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
+                env={},
+                cwd=tmp,
+                start_new_session=True,
+                pass_fds=(status_write,),
+            )
+        except OSError as exc:  # no interpreter to launch with: nothing ran
+            return refused("sandbox_unavailable", f"cannot start the sandbox launcher: {exc}")
         os.close(status_write)
         status_write = -1
         return await _supervise(proc, StatusPipe(status_read), limits, started)
@@ -184,12 +187,11 @@ async def _supervise(proc: asyncio.subprocess.Process, status: StatusPipe, limit
     outputs = [bytearray(), bytearray()]
 
     async def drain(stream: asyncio.StreamReader, into: bytearray) -> None:
-        while chunk := await stream.read(65536):
+        while chunk := await stream.read(65536):  # to the end: past the cap, read and drop until it is killed
             room = limits.output_bytes - len(into)
             into += chunk[: max(room, 0)]
             if len(chunk) > room:
                 over_cap.set()
-                return
 
     readers = [asyncio.ensure_future(drain(s, b)) for s, b in ((proc.stdout, outputs[0]), (proc.stderr, outputs[1]))]
     finished = asyncio.ensure_future(asyncio.gather(*readers, proc.wait()))
@@ -203,11 +205,11 @@ async def _supervise(proc: asyncio.subprocess.Process, status: StatusPipe, limit
             killed_for = "timeout"
         if killed_for:
             _kill(proc, status, group=False)
-        try:
-            await asyncio.wait_for(proc.wait(), timeout=2)
-        except TimeoutError:
+        # Its writers are dead once the namespace is: the pipes end, then the launcher reports and exits.
+        done, _ = await asyncio.wait({finished}, timeout=2)
+        if not done:
             _kill(proc, status, group=True)
-            await proc.wait()
+            await asyncio.wait({finished}, timeout=2)
     finally:
         for task in (*readers, finished, cap_hit):
             task.cancel()
