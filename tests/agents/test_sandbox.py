@@ -61,14 +61,14 @@ print(json.dumps({"uid": os.getuid(), "gid": os.getgid(), "groups": os.getgroups
 def test_normal_snippet_prints():
     result = run("print('hello', 6 * 7)")
     assert (result.ok, result.stdout, result.exit_code, result.error) == (True, "hello 42\n", 0, None)
-    assert 0 < result.wall_s < 3
+    assert 0 < result.wall_s < 10  # generous: the machine is shared
 
 
 def test_fork_bomb_is_contained():
     code = "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass\n"
     started = time.monotonic()
     result = run(code, SandboxLimits(cpu_s=1, wall_s=2.0, processes=8))
-    assert time.monotonic() - started < 8
+    assert time.monotonic() - started < 15  # wall limit 2 s, plus the kill and a loaded machine
     assert not result.ok and result.error in ("timeout", "killed"), result
     assert sandbox_processes() == []  # the whole tree died with the namespace
 
