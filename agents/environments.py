@@ -1,0 +1,137 @@
+"""The environment interface and its registry: what an agent episode is, and how a run's config names one.
+
+An `Environment` hands out tasks (`tasks(split)`: the sampler picks one by index, so a task is identified by its
+split and index and a resumed run sees the same ones), and `run_episode(client, session_id, task)` drives one
+episode with a real `openai.AsyncOpenAI` client pointed at the run's session server, turn by turn, then scores
+it. The client is the only way an episode reaches the policy: everything the policy saw and produced is in the
+session server's trajectory record, which is what training uses (never the text of the replies re-tokenized).
+
+Names: the built-in environments below, any installed under the `rlcp.environments` entry-point group, and a
+`module:Class` path only when staff listed that exact string as allowed (the platform's
+`AGENT_ENVIRONMENTS_ALLOWED`): a run config never makes this process import what nobody allowed.
+"""
+
+from __future__ import annotations
+
+import importlib
+import re
+from abc import ABC, abstractmethod
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from importlib.metadata import entry_points
+from typing import Any, ClassVar, Literal
+
+Split = Literal["train", "held_out"]
+ENTRY_POINT_GROUP = "rlcp.environments"
+BUILTIN: dict[str, str] = {
+    "digits": "agents.envs.digits:DigitsEnvironment",
+    "tools": "agents.envs.tools:ToolsEnvironment",
+    "code": "agents.envs.code:CodeEnvironment",
+}
+_PATH = re.compile(r"^[A-Za-z_][A-Za-z0-9_.]{0,199}:[A-Za-z_][A-Za-z0-9_]{0,99}$")
+
+
+@dataclass(frozen=True)
+class Task:
+    """One problem: the opening conversation and what a right answer is."""
+
+    index: int
+    messages: tuple[dict[str, str], ...]
+    answer: str
+    meta: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class EpisodeResult:
+    """What an episode earned. `parts` are the reward's named components (the run page charts them);
+    `tool_calls`, `tool_errors` and `valid_tool_calls` count what the agent asked of its tools."""
+
+    reward: float
+    exact: float
+    parts: dict[str, float] = field(default_factory=dict)
+    turns: int = 0
+    tool_calls: int = 0
+    valid_tool_calls: int = 0
+    tool_errors: int = 0
+
+
+class Environment(ABC):
+    """Subclass, give it a `name`, and register it (entry point or allowed path). One instance serves many
+    concurrent episodes: keep per-episode state in `run_episode`'s locals."""
+
+    name: ClassVar[str]
+    max_turns: ClassVar[int] = 1
+    max_tokens: ClassVar[int] = 16  # per request, the stop token included
+
+    def __init__(self, seed: int = 0, **options: Any) -> None:
+        self.seed = seed
+        self.options = options
+
+    @abstractmethod
+    def tasks(self, split: Split) -> list[Task]:
+        """Every task of the split, in a fixed order (the same for the same seed and options)."""
+
+    @abstractmethod
+    async def run_episode(self, client: Any, session_id: str, task: Task, *, model: str = "policy") -> EpisodeResult:
+        """Drive one episode through `client` (openai.AsyncOpenAI) on session `session_id`, then score it."""
+
+
+async def chat(
+    client: Any, session_id: str, messages: list[dict[str, str]], *, model: str, max_tokens: int, greedy: bool = False
+) -> str:
+    """One turn: the policy's reply to `messages` on `session_id` (the session id travels in the body)."""
+    reply = await client.chat.completions.create(
+        model=model,
+        messages=messages,
+        max_tokens=max_tokens,
+        temperature=0.0 if greedy else 1.0,
+        extra_body={"session_id": session_id},
+    )
+    return reply.choices[0].message.content or ""
+
+
+class UnknownEnvironment(ValueError):
+    """The config names an environment that is neither built in, installed, nor allowed by staff."""
+
+    def __init__(self, name: str, why: str) -> None:
+        super().__init__(f"environment {name!r}: {why}")
+        self.name = name
+
+
+def available(allowed: Iterable[str] = ()) -> list[str]:
+    """Every name a run may use here: built-ins, installed entry points, and staff-allowed paths."""
+    names = set(BUILTIN) | {ep.name for ep in entry_points(group=ENTRY_POINT_GROUP)}
+    return sorted(names | set(allowed))
+
+
+def resolve(name: str, allowed: Iterable[str] = ()) -> type[Environment]:
+    """The Environment class a config names; UnknownEnvironment when it is not built in, installed or allowed."""
+    if not isinstance(name, str) or not name:
+        raise UnknownEnvironment(str(name)[:100], "must be a non-empty string")
+    if name in BUILTIN:
+        return _load(name, BUILTIN[name])
+    for ep in entry_points(group=ENTRY_POINT_GROUP):
+        if ep.name == name:
+            return _check(name, ep.load())
+    if ":" in name:
+        if not _PATH.match(name):
+            raise UnknownEnvironment(name[:100], "not a module:Class path")
+        if name not in set(allowed):
+            raise UnknownEnvironment(name, "not in the staff's allowed environments (AGENT_ENVIRONMENTS_ALLOWED)")
+        return _load(name, name)
+    raise UnknownEnvironment(name[:100], f"unknown; available: {', '.join(available(allowed))}")
+
+
+def _load(name: str, path: str) -> type[Environment]:
+    module, _, attr = path.partition(":")
+    try:
+        cls = getattr(importlib.import_module(module), attr)
+    except (ImportError, AttributeError) as exc:
+        raise UnknownEnvironment(name, f"cannot be loaded ({type(exc).__name__}: {exc})") from exc
+    return _check(name, cls)
+
+
+def _check(name: str, cls: Any) -> type[Environment]:
+    if not (isinstance(cls, type) and issubclass(cls, Environment)):
+        raise UnknownEnvironment(name, "is not an agents.environments.Environment subclass")
+    return cls

@@ -1,0 +1,70 @@
+"""`digits` over HTTP: continue an arithmetic progression mod N in one reply (the trainer's `digits` task, the
+same (a, d) pairs and held-out split for the same seed, spoken as a chat).
+
+The user message is the shown terms (`"3579"` for 3, 5, 7, 9 mod 10); the reply should be the next
+`answer_terms` terms (`"135"`). Reward: the share of characters right before the first wrong one; exact: all
+right (partial credit as in trainer/problems.py)."""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+from agents.environments import Environment, EpisodeResult, Split, Task, chat
+
+
+def progression_tasks(
+    seed: int, *, modulus: int = 10, terms: tuple[int, int] = (3, 5), answer_terms: int = 3, held_out: float = 0.2
+) -> dict[str, list[Task]]:
+    """The tasks of both splits: (a, d) pairs shuffled by `seed`, the first `held_out` share held out."""
+    width = len(str(modulus - 1))
+    pairs = [(a, d) for a in range(modulus) for d in range(modulus)]
+    random.Random(seed).shuffle(pairs)
+    n_held = int(round(len(pairs) * held_out))
+    split_pairs = {"held_out": sorted(pairs[:n_held]), "train": sorted(pairs[n_held:])}
+    out: dict[str, list[Task]] = {}
+    for split, chosen in split_pairs.items():
+        tasks = []
+        for a, d in chosen:
+            for shown in range(terms[0], terms[1] + 1):
+                seq = [str((a + k * d) % modulus).zfill(width) for k in range(shown + answer_terms)]
+                text = "".join(seq[:shown])
+                tasks.append(
+                    Task(len(tasks), ({"role": "user", "content": text},), "".join(seq[shown:]), {"a": a, "d": d})
+                )
+        out[split] = tasks
+    return out
+
+
+def prefix_score(want: str, got: str) -> tuple[float, float]:
+    """(share of characters right before the first wrong one, 1.0 when all right and nothing extra)."""
+    right = 0
+    for w, g in zip(want, got):
+        if w != g:
+            break
+        right += 1
+    return right / len(want), float(got == want)
+
+
+class DigitsEnvironment(Environment):
+    name = "digits"
+    max_turns = 1
+
+    def __init__(self, seed: int = 0, *, modulus: int = 10, answer_terms: int = 3, **options: Any) -> None:
+        super().__init__(seed, **options)
+        self.modulus, self.answer_terms = modulus, answer_terms
+        self._tasks = progression_tasks(seed, modulus=modulus, answer_terms=answer_terms)
+        self.max_tokens = answer_terms * len(str(modulus - 1)) + 1  # the answer, then the stop token
+
+    def tasks(self, split: Split) -> list[Task]:
+        return self._tasks[split]
+
+    async def run_episode(self, client: Any, session_id: str, task: Task, *, model: str = "policy") -> EpisodeResult:
+        reply = await chat(client, session_id, list(task.messages), model=model, max_tokens=self.max_tokens)
+        reward, exact = prefix_score(task.answer, reply)
+        width = len(str(self.modulus - 1))
+        parts = {
+            f"term_{i + 1}": float(reply[i * width : (i + 1) * width] == task.answer[i * width : (i + 1) * width])
+            for i in range(self.answer_terms)
+        }
+        return EpisodeResult(reward=reward, exact=exact, parts=parts, turns=1)
