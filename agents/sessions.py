@@ -35,6 +35,7 @@ class SessionState:
     def use(self, api: Literal["chat", "completions"]) -> None:
         if self.api is not None and self.api != api:
             raise bad_request("session_id", f"session {self.record.session_id!r} is a {self.api} session")
+        self.api = api
 
 
 def chat_feed(state: SessionState, messages: list[ChatMessage]) -> tuple[list[int], list[tuple[str, str]]]:
