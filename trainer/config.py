@@ -44,6 +44,10 @@ class TrainConfig:
     """Share of (start, difference) pairs never trained on; they give the held-out exact-match."""
     tool_latency_s: float = 0.0
     """Seconds the agent task's tool takes to answer between turns."""
+    environment: str = ""
+    """Agent environment by name, driven over HTTP with the chat vocabulary ('' = the in-process task above)."""
+    context_tokens: int = 256
+    """Positions of the policy's context when an environment is named (the chat session's whole conversation)."""
     # --- policy ---
     n_layer: int = 2
     """Transformer blocks in the policy."""
@@ -158,6 +162,8 @@ class TrainConfig:
             value = getattr(self, name)
             if value > 1 and value != int(value):
                 raise ConfigError(name, f"must be a whole number above 1 (Ray shares only single GPUs), got {value!r}")
+        if len(self.environment) > 200:
+            raise ConfigError("environment", f"must be at most 200 characters, got {len(self.environment)}")
         if self.phase != "full" and not self.batch_path:
             raise ConfigError("batch_path", f"is required for phase {self.phase!r}")
         params = policy_parameters(self)
@@ -216,6 +222,7 @@ _BOUNDS: dict[str, tuple[float | None, float | None]] = {
     "answer_terms": (1, 16),
     "held_out_fraction": (0.0, 0.9),
     "tool_latency_s": (0.0, 60.0),
+    "context_tokens": (16, 4096),
     "n_layer": (1, 24),
     "n_head": (1, 32),
     "d_model": (8, 1024),
@@ -262,7 +269,12 @@ PARAMETER_BUDGET = 25_000_000
 
 def policy_parameters(cfg: TrainConfig) -> int:
     """Exact parameter count of the policy `cfg` builds (trainer.policy.TinyTransformer; tested against it)."""
-    vocab, d, layers = len(VOCAB), cfg.d_model, cfg.n_layer
-    block_size = episode_block_size(cfg.modulus, cfg.prompt_terms_max, cfg.answer_terms)
+    d, layers = cfg.d_model, cfg.n_layer
+    if cfg.environment:
+        from agents.chat import VOCAB_SIZE
+
+        vocab, block_size = VOCAB_SIZE, cfg.context_tokens
+    else:
+        vocab, block_size = len(VOCAB), episode_block_size(cfg.modulus, cfg.prompt_terms_max, cfg.answer_terms)
     per_block = 2 * 2 * d + (3 * d * d + 3 * d) + (d * d + d) + (4 * d * d + 4 * d) + (4 * d * d + d)
     return vocab * d + block_size * d + layers * per_block + 2 * d + vocab * d

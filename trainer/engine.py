@@ -22,7 +22,7 @@ from rollout.errors import DrainTimeoutError, RejectedBeforeGeneration, SessionG
 from rollout.gate import RequestGate, SettlementReceipt
 from trainer.batching import Batcher, SessionTable
 from trainer.config import TrainConfig
-from trainer.problems import task_build
+from trainer.problems import policy_shape
 
 if TYPE_CHECKING:
     import torch
@@ -59,11 +59,11 @@ class Engine:
         torch.set_num_threads(threads)  # the whole CPUs of its bundle (trainer/resources.py), at least one
         self.ops = engine_step  # GenRequest, run_step and the rest of one forward step
         self.cfg, self.engine_id = cfg, engine_id
-        task = task_build(cfg)
+        vocab_size, block_size = policy_shape(cfg)
         self.device = pick_device(cfg.device, gpus)
         torch.manual_seed(cfg.seed)  # same initial weights as the learner's version 0
-        self.model = build_policy(cfg, task.vocab_size, task.block_size()).to(self.device).eval()
-        self.sizing = sizing_on_device(cfg, task.block_size(), self.device, gpus)
+        self.model = build_policy(cfg, vocab_size, block_size).to(self.device).eval()
+        self.sizing = sizing_on_device(cfg, block_size, self.device, gpus)
         self.max_batch = max_batch or self.sizing.max_batch
         self.max_sessions = max_sessions or self.sizing.max_sessions
         rows = self.max_sessions * cfg.group_size
@@ -96,14 +96,18 @@ class Engine:
         greedy: bool = False,
         continues: bool = False,
         last: bool = False,
+        stop: list[int] | None = None,
     ) -> dict[str, Any]:
-        """Feed this turn's new tokens after the session's cache and sample `n` tokens per row.
+        """Feed this turn's new tokens after the session's cache and sample up to `n` tokens per row.
 
         `continues`: a later turn of a session this engine should hold; without its cache the request gets
         SessionGoneError, never an answer computed without its context. `last`: the episode's final turn: once
-        it is answered the session ends here (its rows are freed), so the caller sends no `end_session`."""
+        it is answered the session ends here (its rows are freed), so the caller sends no `end_session`. `stop`: token
+        ids that finish a one-row request when sampled (the stop token is its last token and stays pending, like
+        any last token); a multi-row request with `stop` is refused (RejectedBeforeGeneration). The answer's
+        `finish_reasons` says per row "stop" or "length"."""
         async with self.gate.lease(session_id, request_id=request_id, timeout=self.cfg.publish_deadline_s * 4) as lease:
-            request = self._request(lease, session_id, new_tokens, n, seed, greedy, continues)
+            request = self._request(lease, session_id, new_tokens, n, seed, greedy, continues, frozenset(stop or ()))
             request.last = last
             self._sessions_in_flight.add(session_id)
             self.batcher.submit(request)
@@ -117,7 +121,15 @@ class Engine:
                 self._sessions_in_flight.discard(session_id)
 
     def _request(
-        self, lease: Any, session_id: str, rows: list[list[int]], n: int, seed: int, greedy: bool, continues: bool
+        self,
+        lease: Any,
+        session_id: str,
+        rows: list[list[int]],
+        n: int,
+        seed: int,
+        greedy: bool,
+        continues: bool,
+        stop: frozenset[int],
     ) -> GenRequest:
         try:
             if session_id in self._sessions_in_flight:
@@ -133,12 +145,14 @@ class Engine:
         pending = sess.pending if sess is not None and sess.pending is not None else None
         feed = [([pending[i]] if pending else []) + list(row) for i, row in enumerate(rows)]
         cached = sess.length if sess is not None else 0
-        reason = self.ops.invalid_request(feed, n, cached, self.model.block_size, self.model.tok.num_embeddings)
+        reason = self.ops.invalid_request(feed, n, cached, self.model.block_size, self.model.tok.num_embeddings, stop)
         if reason:
             self.rejections += 1
             raise RejectedBeforeGeneration(f"request {lease.request_id!r}: {reason}")
         generator = self.ops.request_generator(seed, greedy)
-        request = self.ops.GenRequest(session_id, lease.request_id, lease.version, feed, n, greedy, generator)
+        request = self.ops.GenRequest(
+            session_id, lease.request_id, lease.version, feed, n, greedy, generator, stop=stop
+        )
         request.future = asyncio.get_running_loop().create_future()
         if sess is not None:
             sess.busy = True

@@ -45,10 +45,12 @@ class GenRequest:
     logps: list[torch.Tensor] = field(default_factory=list)  # per step (G, 1)
     abort_reason: str = ""
     last: bool = False  # the episode's final turn: the session ends when it is answered
+    stop: frozenset[int] = frozenset()  # token ids that end the (one-row) request when sampled, kept in its tokens
+    stopped: bool = False  # it sampled a stop token
 
     @property
     def done(self) -> bool:
-        return len(self.tokens) >= self.n
+        return self.stopped or len(self.tokens) >= self.n
 
 
 def request_generator(seed: int, greedy: bool) -> torch.Generator | None:
@@ -144,13 +146,21 @@ def _advance(
     if len(requests) == 1:  # a lone request: its rows are all of them
         requests[0].tokens.append(tok)
         requests[0].logps.append(tok_logp)
+        _check_stop(requests[0])
         return
     offset = 0
     for r in requests:
         g = len(r.feed)
         r.tokens.append(tok[offset : offset + g])
         r.logps.append(tok_logp[offset : offset + g])
+        _check_stop(r)
         offset += g
+
+
+def _check_stop(r: GenRequest) -> None:
+    """A one-row request with stop tokens is finished once it samples one (a host sync, only for such rows)."""
+    if r.stop and int(r.tokens[-1].view(-1)[0]) in r.stop:
+        r.stopped = True
 
 
 def request_result(request: GenRequest, engine_id: str, inflight: int) -> dict[str, Any]:
@@ -160,16 +170,23 @@ def request_result(request: GenRequest, engine_id: str, inflight: int) -> dict[s
         "logprobs": torch.cat(request.logps, 1).tolist(),
         "version": request.version,
         "request_id": request.request_id,
+        "finish_reasons": ["stop" if request.stopped else "length"] * len(request.feed),
         "engine": engine_id,
         "inflight": inflight,  # the engine's load as it answered: routers balance new sessions on it
         "ended": request.last,  # the session ended with this answer (its final turn): no end_session needed
     }
 
 
-def invalid_request(feed: list[list[int]], n: int, cached: int, block_size: int, vocab: int) -> str:
+def invalid_request(
+    feed: list[list[int]], n: int, cached: int, block_size: int, vocab: int, stop: frozenset[int] = frozenset()
+) -> str:
     """Why a request must be refused before generation ('' if it can run)."""
     if not feed or not feed[0]:
         return "no rows or no tokens to feed"
+    if stop and len(feed) != 1:
+        return f"stop tokens are allowed only for one-row requests, got {len(feed)} rows"
+    if stop and (min(stop) < 0 or max(stop) >= vocab):
+        return "stop token outside the vocabulary"
     if len({len(r) for r in feed}) != 1:
         return "rows of different lengths"
     if n < 1:

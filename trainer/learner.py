@@ -14,7 +14,7 @@ from trainer.algorithm import batch_from_groups, logprob_parity, ppo_loss
 from trainer.config import TrainConfig
 from trainer.episodes import Group
 from trainer.policy import build_policy, sequence_logprobs
-from trainer.problems import task_build
+from trainer.problems import policy_shape
 
 
 def pick_device(requested: str, gpus: float = 0.0) -> torch.device:
@@ -29,9 +29,8 @@ class Learner:
     def __init__(self, cfg: TrainConfig, *, gpus: float = 0.0) -> None:
         self.cfg = cfg
         self.device = pick_device(cfg.device, gpus)
-        task = task_build(cfg)
         torch.manual_seed(cfg.seed)  # engines build the same initial weights from the same seed
-        self.model = build_policy(cfg, task.vocab_size, task.block_size()).to(self.device)
+        self.model = build_policy(cfg, *policy_shape(cfg)).to(self.device)
         self.opt = torch.optim.Adam(self.model.parameters(), lr=cfg.lr, betas=(0.9, 0.99))
         self.version = 0  # weight version of self.model; engines serve it after publication
 

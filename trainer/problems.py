@@ -165,6 +165,17 @@ class AgentTask(SequenceTask):
 TASKS: dict[str, Callable[..., SequenceTask]] = {"digits": DigitTask, "agent": AgentTask}
 
 
+def policy_shape(cfg: TrainConfig) -> tuple[int, int]:
+    """(vocab_size, block_size) of the policy a run builds: its task's, or with an agent `environment` the chat
+    vocabulary (agents/chat.py) and `context_tokens` positions."""
+    if cfg.environment:
+        from agents.chat import VOCAB_SIZE
+
+        return VOCAB_SIZE, cfg.context_tokens
+    task = task_build(cfg)
+    return task.vocab_size, task.block_size()
+
+
 def task_build(cfg: TrainConfig) -> SequenceTask:
     """The task a TrainConfig names (plugins: add a class to TASKS)."""
     try:

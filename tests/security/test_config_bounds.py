@@ -42,6 +42,7 @@ MAXIMA = {
     "n_layer": 24,
     "d_model": 1024,
     "tool_latency_s": 60.0,
+    "context_tokens": 4096,
 }
 # What a field's maximum needs from the others to be valid on its own (min_valid_attempts <= group_size; a
 # d_model of 1024 fits the parameter budget with one block; n_layer 24 with the default width).
@@ -89,14 +90,14 @@ def test_model_over_the_parameter_budget_is_400_naming_the_budget(user, handoffs
 def test_parameter_count_is_the_policy_that_would_be_built():
     from trainer.config import TrainConfig, policy_parameters
     from trainer.policy import build_policy
-    from trainer.problems import task_build
+    from trainer.problems import policy_shape
 
     for cfg in (
         TrainConfig(),
         TrainConfig(task="agent", n_layer=3, d_model=96, modulus=100, answer_terms=7, prompt_terms_max=9),
+        TrainConfig(environment="chat", context_tokens=300),  # an agent environment: the chat vocabulary
     ):
-        task = task_build(cfg)
-        model = build_policy(cfg, task.vocab_size, task.block_size())
+        model = build_policy(cfg, *policy_shape(cfg))
         assert policy_parameters(cfg) == sum(p.numel() for p in model.parameters())
 
 
