@@ -132,13 +132,21 @@ class SessionServerDouble:
 
 
 def _completion(body: dict[str, Any], text: str) -> dict[str, Any]:
+    """A chat.completion with the session server's extras: `rl` (the version of every token) and, when asked,
+    `logprobs.content` (one entry per token: here one per character, the first half at version 3, then 4)."""
+    versions = [3 if i < len(text) // 2 else 4 for i in range(len(text))]
+    choice: dict[str, Any] = {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}
+    if body.get("logprobs"):
+        choice["logprobs"] = {"content": [{"token": c, "logprob": -0.5, "bytes": list(c.encode())} for c in text]}
     return {
         "id": "chatcmpl-1",
         "object": "chat.completion",
         "created": int(time.time()),
-        "model": body.get("model", "m"),
-        "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
-        "usage": {"prompt_tokens": 1, "completion_tokens": 2, "total_tokens": 3},
+        "model": body.get("model", "run@v3"),
+        "choices": [choice],
+        "usage": {"prompt_tokens": 1, "completion_tokens": len(text), "total_tokens": 1 + len(text)},
+        "session_id": body.get("session_id"),
+        "rl": {"request_id": "r1", "engine": "engine-0", "version": 3, "versions": versions, "token_ids": []},
     }
 
 
