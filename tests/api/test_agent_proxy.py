@@ -23,6 +23,7 @@ from tests.api.session_double import SLOW_CHUNKS, SessionServerDouble
 from tests.processes import committed_database_url
 from tests.realtime.conftest import session_cookie
 from tests.realtime.servers import Daphne, server_env
+from tests.security.api_fixtures import fresh_cache  # noqa: F401 (fixture)
 
 pytestmark = pytest.mark.django_db(transaction=True)
 CHAT = [{"role": "user", "content": "hello"}]
@@ -245,3 +246,29 @@ def test_a_running_run_without_a_server_yet_answers_503(web, upstream) -> None:
     answer = httpx.get(f"{s.base}/models", headers={"Authorization": f"Bearer {token_issue(s.owner)}"})
     assert answer.status_code == 503 and answer.headers["Retry-After"] == "5"
     assert time.monotonic() - started < 5
+
+
+def test_past_the_per_user_rate_the_proxy_answers_429_with_retry_after(settings, fresh_cache) -> None:
+    """In process (the rate is a setting of this process): the throttle comes before the serving check."""
+    from asgiref.sync import async_to_sync
+    from django.test import AsyncClient
+
+    settings.HEAVY_READ_THROTTLE_RATES = {"agents": "3/min"}
+    users = get_user_model().objects
+    owner, other = users.create_user(username="t-owner"), users.create_user(username="t-other")
+    run = Run.objects.create(name="r", origin="api", run_class="app", kind="rl_train", owner=owner, status="running")
+    path = f"/api/runs/{run.pk}/v1/models"
+
+    async def ask(user) -> list:
+        auth = {"Authorization": f"Bearer {token_for[user.pk]}"}
+        return [(await AsyncClient().get(path, headers=auth)) for _ in range(4)]
+
+    token_for = {owner.pk: token_issue(owner), other.pk: token_issue(other)}
+    answers = async_to_sync(ask)(owner)
+    assert [a.status_code for a in answers] == [503, 503, 503, 429]
+    assert int(answers[-1]["Retry-After"]) >= 1
+    other_run = Run.objects.create(
+        name="o", origin="api", run_class="app", kind="rl_train", owner=other, status="running"
+    )
+    path = f"/api/runs/{other_run.pk}/v1/models"
+    assert [a.status_code for a in async_to_sync(ask)(other)][:3] == [503, 503, 503]  # counted per user
