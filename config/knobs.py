@@ -36,6 +36,13 @@ INGEST_EVENT_MAX_BYTES = env_int("INGEST_EVENT_MAX_BYTES", 256 * 1024)
 SAMPLES_MAX_PER_RUN = env_int("SAMPLES_MAX_PER_RUN", 200_000)
 SAMPLES_PAGE_MAX = env_int("SAMPLES_PAGE_MAX", 200)
 
+# --- The proxy to runs' session servers (runs/api/proxy.py, docs/api.md) --------------------------------------
+# Seconds to connect to a run's session server, and to wait for its answer (or, streaming, for each next chunk).
+AGENT_PROXY_CONNECT_TIMEOUT_SECONDS = float(os.environ.get("AGENT_PROXY_CONNECT_TIMEOUT_SECONDS", "5"))
+AGENT_PROXY_READ_TIMEOUT_SECONDS = float(os.environ.get("AGENT_PROXY_READ_TIMEOUT_SECONDS", "120"))
+# Bytes of a non-streamed answer relayed (a streamed one is relayed chunk by chunk up to this many bytes in all).
+AGENT_PROXY_MAX_ANSWER_BYTES = env_int("AGENT_PROXY_MAX_ANSWER_BYTES", 8 * 1024 * 1024)
+
 # --- Scheduler: the tick (runs.tasks.tick), queued by Celery beat every this many seconds ------------
 SCHEDULER_TICK_SECONDS = float(os.environ.get("SCHEDULER_TICK_SECONDS", "2"))
 

@@ -14,11 +14,15 @@ MAX_BODY_BYTES = env_int("MAX_BODY_BYTES", 1024 * 1024)
 # A job's event batches (POST /api/runs/<id>/ingest/): 1,000 gate or train events take ~250 KB, the trainer
 # posts at most 200 per batch. Decoded strings take up to 4 bytes a character, so a body may cost 4x its size.
 INGEST_MAX_BODY_BYTES = env_int("INGEST_MAX_BODY_BYTES", 2 * 1024 * 1024)
+# A request through the proxy to a run's session server (POST /api/runs/<id>/v1/...: runs/api/proxy.py): one
+# chat request with its whole conversation.
+AGENT_PROXY_MAX_BODY_BYTES = env_int("AGENT_PROXY_MAX_BODY_BYTES", 256 * 1024)
 # What a client that has not signed in may send: the token endpoint and the login pages.
 ANON_MAX_BODY_BYTES = env_int("ANON_MAX_BODY_BYTES", 16 * 1024)
 # (path regex, cap) in order; the first whose regex matches the whole path applies, else MAX_BODY_BYTES.
 BODY_LIMITS: tuple[tuple[str, int], ...] = (
     (r"/api/runs/\d+/ingest/", INGEST_MAX_BODY_BYTES),
+    (r"/api/runs/\d+/v1/.*", AGENT_PROXY_MAX_BODY_BYTES),
     (r"/api/auth/token/|/login/|/admin/login/", ANON_MAX_BODY_BYTES),
 )
 # Django's own cap on form and request.body reads: a backstop no body the caps above let in can reach.

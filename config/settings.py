@@ -25,6 +25,9 @@ from config.env import (
     refuse_placeholder_metrics_token,
 )
 from config.knobs import (
+    AGENT_PROXY_CONNECT_TIMEOUT_SECONDS,
+    AGENT_PROXY_MAX_ANSWER_BYTES,
+    AGENT_PROXY_READ_TIMEOUT_SECONDS,
     CLUSTER_DEAD_NODE_RETENTION_SECONDS,
     EVENTS_DOWNSAMPLE_EVERY,
     EVENTS_MAX_PER_RUN,
@@ -58,6 +61,7 @@ from config.knobs import (
     WS_SESSION_RECHECK_SECONDS,
 )
 from config.limits import (
+    AGENT_PROXY_MAX_BODY_BYTES,
     ANON_MAX_BODY_BYTES,
     BODY_LIMITS,
     DATA_UPLOAD_MAX_MEMORY_SIZE,
@@ -270,10 +274,11 @@ REST_FRAMEWORK = {
 # expiry is set from API_TOKEN_MAX_AGE_SECONDS at issue (runs/tokens.py), and `Token` stays the header's word.
 REST_KNOX = {"AUTH_HEADER_PREFIX": "Token", "AUTO_REFRESH": False}
 # Per-user rates of the heavy reads (runs/api/throttles.py, which holds the defaults): THROTTLE_RATE_TRACE,
-# THROTTLE_RATE_COMPARE, THROTTLE_RATE_DRY_RUN, THROTTLE_RATE_SAMPLES, each "<requests>/<sec|min|hour|day>".
+# THROTTLE_RATE_COMPARE, THROTTLE_RATE_DRY_RUN, THROTTLE_RATE_SAMPLES, THROTTLE_RATE_AGENTS (requests through the
+# proxy to runs' session servers), each "<requests>/<sec|min|hour|day>".
 HEAVY_READ_THROTTLE_RATES = {
     scope: rate
-    for scope in ("trace", "compare", "dry_run", "samples")
+    for scope in ("trace", "compare", "dry_run", "samples", "agents")
     if (rate := env_throttle_rate(f"THROTTLE_RATE_{scope.upper()}"))
 }
 SPECTACULAR_SETTINGS = {

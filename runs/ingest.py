@@ -1,7 +1,8 @@
 """Event ingest: check a job's per-run token, validate its event batch, store it once, fold the run summary,
 count every accepted post as a heartbeat (an empty one, `{"events": []}`, is only that), apply the job's
 `resources` events to a `starting` run (waiting: pending reason; ready: running, with its real placement;
-timeout: back to the queue), and finish the run when the batch holds the job's final `status` event
+timeout: back to the queue), record where its session server listens (its latest `serving` event whose URL
+survived vetting: runs/serving.py), and finish the run when the batch holds the job's final `status` event
 (succeeded, failed; cancelled while stopping): at once, in the same request, not at the next tick. Each reply
 carries the staff commands the job has not answered yet (runs/controls.py); its `control` events answer them.
 The HTTP view is runs/api/ingest.py; formats in docs/realtime.md.
@@ -31,6 +32,7 @@ from runs.progress import progress_fold
 from runs.realtime import run_summary_publish
 from runs.retention import events_keep
 from runs.samples import samples_record
+from runs.serving import serving_url_latest
 from runs.slots import store as slot_store
 from runs.stores import run_events_publish
 from trainer.events import ControlCommand, IngestReply
@@ -130,6 +132,9 @@ def run_events_ingest(*, run: Run, payload: Any) -> IngestResult:
         run_events_publish(stored)
         locked = Run.objects.select_for_update().only("summary", "status", "last_seq").get(pk=run.pk)
         fields: dict[str, Any] = {"heartbeat_at": now}
+        serving_url = serving_url_latest(items)
+        if serving_url is not None:
+            fields["serving_url"] = serving_url  # where the proxy forwards to (runs/serving.py)
         folded = _fold_order(items, stored, dropped)
         if folded:
             fields["summary"] = summary_fold(locked.summary or {}, folded)

@@ -1,7 +1,8 @@
 """Checking a job's posted batch before anything is stored: its size (bytes per batch: 413; bytes per event,
 events per batch: 400), each event against its type's schema (trainer/event_schema.py: undeclared fields are
 dropped, a wrong type or an over-long string or list is refused), and the nodes a `resources` event names
-(a claim naming a node the platform does not know, no ClusterNode row, is dropped from the event). One refused
+(a claim naming a node the platform does not know, no ClusterNode row, is dropped from the event), and the URL
+a `serving` event names (dropped unless its host is a Ray node or loopback: runs/serving.py). One refused
 event refuses the whole batch, with a 400 naming the event's field (`events[3].data.message`) and its seq.
 Formats in docs/realtime.md.
 """
@@ -16,6 +17,7 @@ from django.conf import settings
 
 from runs.errors import InvalidInput, ServiceError
 from runs.models import ClusterNode
+from runs.serving import serving_events_vet
 from trainer.events import EventSchemaError, validate_event
 
 MAX_BATCH = 1000
@@ -73,6 +75,7 @@ def ingest_batch_validate(payload: Any) -> list[dict[str, Any]]:
             raise InvalidInput(f"{_seq(raw)}{exc.reason}", field=where) from None
         items.append({"type": event.type, "data": event.data, "ts": event.ts, "source_seq": event.seq})
     _unknown_nodes_dropped(items)
+    serving_events_vet(items)
     return items
 
 

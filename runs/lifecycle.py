@@ -67,15 +67,16 @@ def allowed_from(status: str) -> list[str]:
 def stamp(status: str, now: datetime) -> dict[str, Any]:
     """The columns a move to `status` sets besides status, error and last_seq: its timestamps and, once the run
     runs or ends, its pending reason cleared (a `starting` run's `waiting_for_resources` or `starting_processes`
-    is over)."""
+    is over). A move that ends the attempt or starts a new one clears its session server's URL (the proxy then
+    answers 404 or 503); `running` keeps it (the job may report it in the post that makes it running)."""
     if status == RunStatus.STARTING:
-        return {"granted_at": now, "started_at": None, "heartbeat_at": None}
+        return {"granted_at": now, "started_at": None, "heartbeat_at": None, "serving_url": ""}
     if status == RunStatus.RUNNING:
         return {"started_at": now, "heartbeat_at": now, "pending_reason": "", "pending_detail": ""}
     if status in FINISHED_STATUSES:
-        return {"finished_at": now, "pending_reason": "", "pending_detail": ""}
+        return {"finished_at": now, "pending_reason": "", "pending_detail": "", "serving_url": ""}
     if status == RunStatus.QUEUED:
-        return {"granted_at": None, "started_at": None, "finished_at": None, "heartbeat_at": None}
+        return {"granted_at": None, "started_at": None, "finished_at": None, "heartbeat_at": None, "serving_url": ""}
     return {}
 
 

@@ -63,6 +63,13 @@ def ingest_token_derive(*, run_id: int, attempt: int, nonce: str, secret: str | 
     ).hexdigest()
 
 
+def serving_key_derive(*, run_id: int, attempt: int, nonce: str, secret: str | None = None) -> str:
+    """The serving key of one attempt of a run (the secret the proxy shows the run's session server:
+    trainer/serving_key.py): the ingest token's derivation under its own salt, so neither yields the other and
+    nothing secret is stored."""
+    return salted_hmac("runs.serving_key", f"{run_id}:{attempt}:{nonce}", secret=secret, algorithm="sha256").hexdigest()
+
+
 class Run(models.Model):
     name = models.CharField(max_length=200)
     origin = models.CharField(max_length=16, choices=Origin.choices)
@@ -98,6 +105,9 @@ class Run(models.Model):
     # Per-run random input of the ingest token (see ingest_token_derive); not a secret on its own.
     ingest_nonce = models.CharField(max_length=64, default=new_ingest_nonce)
     last_seq = models.BigIntegerField(default=0)
+    # Where the current attempt's session server listens (its `serving` event, host vetted: runs/serving.py);
+    # cleared by every move that ends or replaces the attempt (runs.lifecycle.stamp). Never in an API answer.
+    serving_url = models.CharField(max_length=256, blank=True, default="")
     attempt = models.PositiveIntegerField(default=0)
     resume_requested = models.BooleanField(default=False)
     auto_resume = models.BooleanField(default=False)
@@ -125,6 +135,14 @@ class Run(models.Model):
     def ingest_token(self) -> str:
         """The current attempt's ingest token (derived on demand; what the launcher gives the job)."""
         return ingest_token_derive(run_id=self.pk, attempt=self.attempt, nonce=self.ingest_nonce)
+
+    def serving_keys(self) -> list[str]:
+        """The current attempt's serving key under SECRET_KEY, then under each of SECRET_KEY_FALLBACKS (a job
+        launched before a key rotation holds one of those: the proxy tries them in order)."""
+        return [
+            serving_key_derive(run_id=self.pk, attempt=self.attempt, nonce=self.ingest_nonce, secret=secret)
+            for secret in [settings.SECRET_KEY, *settings.SECRET_KEY_FALLBACKS]
+        ]
 
     def ingest_token_matches(self, token: str) -> bool:
         """Constant-time check of a presented token against the current attempt's, under SECRET_KEY and each of

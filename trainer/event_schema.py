@@ -27,6 +27,9 @@ MAP_MAX = 64  # entries of a name -> number map (metrics, dropped-by-filter coun
 HISTOGRAMS_MAX = 8
 HISTOGRAM_BUCKETS_MAX = 64
 PHASES_MAX = 8
+URL_MAX = 200  # characters of a `serving` event's URL
+# `http://<IPv4 or [IPv6]>:<port>`, nothing else: no name to resolve, no user info, no path, query or fragment.
+SERVING_URL_PATTERN = r"^http://(\d{1,3}(\.\d{1,3}){3}|\[[0-9A-Fa-f:.]{2,45}\]):\d{1,5}/?$"
 INT_MAX = 2**62  # integers stay well inside a signed 64-bit column and a JSON number
 
 Name = Annotated[str, StringConstraints(max_length=NAME_MAX)]
@@ -217,6 +220,14 @@ class ResourcesData(_Data):
     detail: Text | None = None
 
 
+class ServingData(_Data):
+    """Where the run's session server listens (agents/server.py; the platform proxies to it: docs/api.md).
+    The platform keeps the URL only when its host is a node of its Ray cluster or loopback (runs/serving.py)."""
+
+    url: Annotated[str, StringConstraints(max_length=URL_MAX, pattern=SERVING_URL_PATTERN)]
+    model: Name
+
+
 class ControlData(_Data):
     id: Int
     kind: Name
@@ -237,6 +248,7 @@ DATA_MODELS: dict[str, type[BaseModel]] = {
     "resources": ResourcesData,
     "sample": SampleModel,
     "control": ControlData,
+    "serving": ServingData,
 }
 # Free-text fields an emitter cuts to TEXT_MAX rather than fail its run on (an exception's text can be long).
 TEXT_FIELDS: dict[str, tuple[str, ...]] = {

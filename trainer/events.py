@@ -28,6 +28,7 @@ EVENT_TYPES: frozenset[str] = frozenset(
         "resources",
         "sample",
         "control",
+        "serving",
     }
 )
 # Commands staff send a running job (runs/controls.py delivers them in ingest replies; trainer/controls.py
@@ -41,7 +42,7 @@ GATE_STATES: frozenset[str] = frozenset({"open", "sealed", "draining", "installi
 # `resources`: the job's placement group (docs/execution.md): waiting -> placed (the group is ready, its processes
 # start) -> ready (every process started; the node of every bundle), or waiting -> timeout. `control`: the job's
 # answer to a staff command (ControlCommand). `sample`: one captured episode (trainer.sample_schema.SampleData),
-# which the platform stores in its own table.
+# which the platform stores in its own table. `serving`: where the run's session server listens ({url, model}).
 REQUIRED_DATA_KEYS: dict[str, frozenset[str]] = {t: keys for t in DATA_MODELS if (keys := required_keys(t))}
 
 

@@ -1,4 +1,5 @@
-"""Per-user throttles of the heavy reads: trace, compare, slot dry-run and samples (DRF's ScopedRateThrottle).
+"""Per-user throttles of the heavy reads: trace, compare, slot dry-run and samples (DRF's ScopedRateThrottle),
+and of the requests through the proxy to runs' session servers (scope `agents`, runs/api/proxy.py).
 
 Each view names its scope (`throttle_scope`); the rate is `settings.HEAVY_READ_THROTTLE_RATES[scope]` (DRF's
 "<n>/<sec|min|hour|day>"), read at each request so a change of settings applies at once, with DEFAULT_RATES for
@@ -20,6 +21,7 @@ DEFAULT_RATES: dict[str, str] = {
     "compare": "60/min",  # up to 10 runs' train events and configs
     "dry_run": "120/min",  # the submit form asks on every change of its fields
     "samples": "300/min",  # the inspector pages and filters; each answer is one bounded page
+    "agents": "600/min",  # requests through the proxy to a run's session server (runs/api/proxy.py)
 }
 
 

@@ -9,6 +9,7 @@ from runs.api.auth import TokenView
 from runs.api.compare import RunCompareView
 from runs.api.controls import RunGateResetView
 from runs.api.ingest import RunIngestView
+from runs.api.proxy import run_proxy
 from runs.api.samples import RunSampleDetailView, RunSamplesView
 from runs.api.schedules import ScheduleDetailView, ScheduleListCreateView
 
@@ -22,6 +23,8 @@ urlpatterns = [
     path("runs/<int:run_id>/gate-reset/", RunGateResetView.as_view(), name="api-run-gate-reset"),
     path("runs/<int:run_id>/events/", views.RunEventsView.as_view(), name="api-run-events"),
     path("runs/<int:run_id>/ingest/", RunIngestView.as_view(), name="api-run-ingest"),
+    # The run's session server, proxied (async; not a DRF view, so not in the OpenAPI schema: docs/api.md).
+    path("runs/<int:run_id>/v1/<path:path>", run_proxy, name="api-run-proxy"),
     path("runs/<int:run_id>/samples/", RunSamplesView.as_view(), name="api-run-samples"),
     path("runs/<int:run_id>/samples/<int:sample_id>/", RunSampleDetailView.as_view(), name="api-run-sample"),
     path("runs/<int:run_id>/trace/", views.RunTraceView.as_view(), name="api-run-trace"),

@@ -1,5 +1,5 @@
-"""The Ray job API as the launcher uses it: the client, a run attempt's submission id, the ingest token
-hand-over file, submitting a job (idempotent per attempt) and stopping one.
+"""The Ray job API as the launcher uses it: the client, a run attempt's submission id, the ingest token and
+serving key hand-over files, submitting a job (idempotent per attempt) and stopping one.
 
 A launch is idempotent: the Ray `submission_id` is derived from the run id and attempt, so a second launch of
 the same attempt (a redelivered Celery task, the tick's lost-launch sweep) finds the job and only records it.
@@ -20,6 +20,7 @@ from django.conf import settings
 
 from runs.execution.jobs import JobSpec, run_artifacts_dir
 from runs.models import Run
+from trainer.serving_key import SERVING_KEY_FILE_ENV
 
 if TYPE_CHECKING:
     from ray.job_submission import JobSubmissionClient
@@ -62,14 +63,25 @@ def ingest_token_file_write(run: Run) -> Path:
     The job reads it from there ($RUN_INGEST_TOKEN_FILE): the Ray job API shows every job's runtime env,
     entrypoint and metadata to anyone who can list jobs, so the token goes in none of them. Rewriting it on a
     relaunch of the same attempt writes the same token."""
+    return _secret_file_write(run, "ingest-token", run.ingest_token)
+
+
+def serving_key_file_write(run: Run) -> Path:
+    """Write the current attempt's serving key (what the proxy shows the run's session server) to
+    RUN_ARTIFACTS_DIR/<id>/serving-key, the same way as the ingest token; the job reads it from
+    $RLCP_SERVING_KEY_FILE (trainer/serving_key.py)."""
+    return _secret_file_write(run, "serving-key", run.serving_keys()[0])
+
+
+def _secret_file_write(run: Run, name: str, value: str) -> Path:
     directory = run_artifacts_dir(run.pk)
     directory.mkdir(parents=True, exist_ok=True)
-    path = directory / "ingest-token"
-    tmp = directory / f".ingest-token.{os.getpid()}"
+    path = directory / name
+    tmp = directory / f".{name}.{os.getpid()}"
     tmp.unlink(missing_ok=True)  # a leftover would keep its own mode
     fd = os.open(tmp, os.O_WRONLY | os.O_EXCL | os.O_CREAT, 0o600)
     with os.fdopen(fd, "w") as f:
-        f.write(run.ingest_token)
+        f.write(value)
     os.replace(tmp, path)
     return path
 
@@ -81,6 +93,7 @@ def job_submit(run: Run, spec: JobSpec) -> str:
     env = {
         "RUN_ID": str(run.pk),
         "RUN_INGEST_TOKEN_FILE": str(ingest_token_file_write(run)),
+        SERVING_KEY_FILE_ENV: str(serving_key_file_write(run)),
         "RUN_ATTEMPT": str(run.attempt),
         # Cancel: Ray signals the entrypoint, waits this long for it to checkpoint and exit, then SIGKILLs it.
         "RAY_JOB_STOP_WAIT_TIME_S": str(settings.RUN_STOP_GRACE_SECONDS),

@@ -63,7 +63,7 @@ SELECT (SELECT count(*) FROM s), (SELECT count(*) FROM e), r.id, r.last_seq, r.o
 FROM (SELECT 1) AS one LEFT JOIN (r JOIN s ON s.run_id = r.id) ON true"""
 
 _RUN_COLUMNS = frozenset(
-    {"granted_at", "started_at", "finished_at", "heartbeat_at", "pending_reason", "pending_detail"}
+    {"granted_at", "started_at", "finished_at", "heartbeat_at", "pending_reason", "pending_detail", "serving_url"}
 )
 
 

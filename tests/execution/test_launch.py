@@ -63,6 +63,11 @@ def test_second_launch_is_a_no_op(ray_settings, settings, django_user_model, sub
         token_file = Path(env["RUN_INGEST_TOKEN_FILE"])
         assert token_file.read_text() == run.ingest_token and token_file.stat().st_mode & 0o777 == 0o600
         assert run.ingest_token not in json.dumps([jobs[0].runtime_env, jobs[0].metadata, jobs[0].entrypoint])
+        # The serving key (what the proxy shows the run's session server) travels the same way.
+        key_file = Path(env["RLCP_SERVING_KEY_FILE"])
+        key = run.serving_keys()[0]
+        assert key_file.read_text() == key and key_file.stat().st_mode & 0o777 == 0o600 and key != run.ingest_token
+        assert key not in json.dumps([jobs[0].runtime_env, jobs[0].metadata, jobs[0].entrypoint])
         assert env["RAY_JOB_STOP_WAIT_TIME_S"] == str(settings.RUN_STOP_GRACE_SECONDS)
         assert env["RAY_JOB_STOP_SIGNAL"] == "SIGINT"
         # The entrypoint (the job's driver) reserves its bundle; no GPU asked, none reserved.

@@ -12,7 +12,7 @@ from rest_framework.test import APIClient
 from runs.dashboard import board_runs, dashboard_snapshot
 from runs.models import Run, RunEvent, RunStatus
 from tests.realtime.conftest import gate, run_make, train, user_make
-from trainer.event_schema import ENGINES_MAX, IDS_MAX, MAP_MAX, NAME_MAX, NODES_MAX, TEXT_MAX
+from trainer.event_schema import ENGINES_MAX, IDS_MAX, MAP_MAX, NAME_MAX, NODES_MAX, TEXT_MAX, URL_MAX
 from trainer.sample_schema import MAX_SAMPLE_TEXT
 
 pytestmark = pytest.mark.django_db
@@ -74,6 +74,8 @@ OVER_BOUNDS = [
     ("resources", {"state": "waiting", "detail": LONG_TEXT}, "data.detail"),
     ("sample", sample_data(prompt="p" * (MAX_SAMPLE_TEXT + 1)), "data.prompt"),
     ("control", {"id": 1, "kind": "gate_reset", "outcome": "applied", "detail": LONG_TEXT}, "data.detail"),
+    ("serving", {"url": "http://127.0.0.1:8000" + "0" * URL_MAX, "model": "m"}, "data.url"),
+    ("serving", {"url": "http://127.0.0.1:8000", "model": LONG_NAME}, "data.model"),
 ]
 
 

@@ -43,7 +43,8 @@ def requests_of(scope: str, run_id: int):
     }[scope]
 
 
-@pytest.mark.parametrize("scope", sorted(DEFAULT_RATES))
+# `agents` (the proxy to a run's session server) has its own test: tests/api/test_agent_proxy.py.
+@pytest.mark.parametrize("scope", sorted(set(DEFAULT_RATES) - {"agents"}))
 def test_past_the_rate_a_user_gets_429_with_retry_after_and_others_do_not(scope, user, other_user, settings):
     settings.HEAVY_READ_THROTTLE_RATES = {scope: f"{RATE}/min"}
     ask = requests_of(scope, run_of(user))

@@ -278,3 +278,30 @@ def test_migration_drops_stored_tokens_and_gives_each_run_its_own_nonce(django_u
     with connection.cursor() as cursor:
         cursor.execute("SELECT row_to_json(r)::text FROM runs_run r")
         assert not any("plaintext-" in row for (row,) in cursor.fetchall())
+
+
+def test_serving_keys_are_per_attempt_not_stored_and_read_by_the_job(user, settings, tmp_path, monkeypatch):
+    from runs.execution.ray import serving_key_file_write
+    from trainer.serving_key import serving_key_from_env
+
+    settings.RUN_ARTIFACTS_DIR = tmp_path
+    run = Run.objects.create(
+        name="r", origin="api", run_class="app", kind=TEST_KIND, owner=user, status=RunStatus.RUNNING
+    )
+    key = run.serving_keys()[0]
+    assert key != run.ingest_token and len(key) == 64
+    path = serving_key_file_write(run)
+    assert path.stat().st_mode & 0o777 == 0o600
+    monkeypatch.setenv("RLCP_SERVING_KEY_FILE", str(path))
+    assert serving_key_from_env() == key
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT row_to_json(r)::text FROM runs_run r WHERE id = %s", [run.pk])
+        assert key not in cursor.fetchone()[0]
+    run.attempt += 1
+    assert run.serving_keys()[0] != key  # a new attempt's job gets a new key
+    run.attempt -= 1
+    # After a SECRET_KEY rotation the proxy tries the new key first, then the one the running job holds.
+    settings.SECRET_KEY_FALLBACKS = [settings.SECRET_KEY]
+    settings.SECRET_KEY = "another-secret-key-of-enough-length-0123456789-abcdefghijkl"
+    keys = run.serving_keys()
+    assert keys[0] != key and keys[1:] == [key]

@@ -8,6 +8,7 @@ import { ACTIVE, FINISHED, ownerName, Run, RunEvent, runView } from "./lib/model
 import { RunCharts } from "./run_charts";
 import { RunHeatmap } from "./run_heatmap";
 import { EventLog } from "./run_log";
+import { ChatPanel } from "./run_chat";
 import { GateReset } from "./run_gate_reset";
 import { ServingPanel } from "./run_serving";
 import { Timeline } from "./run_timeline";
@@ -109,6 +110,7 @@ function renderHeader(): void {
   resumeButton.textContent = `Resume from checkpoint step ${checkpointStep ?? "—"}`;
   restartButton.hidden = !resumable;
   gateReset.update();
+  chat.update();
   const err = document.getElementById("run-error")!;
   err.hidden = !run.error;
   err.textContent = run.error ? `Error: ${run.error}` : "";
@@ -255,6 +257,7 @@ const gateReset = new GateReset(() => run, (ok, text) => {
   message.textContent = text;
   message.hidden = false;
 });
+const chat = new ChatPanel(() => run);
 
 type Action = "cancel" | "resume" | "restart";
 

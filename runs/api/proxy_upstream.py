@@ -1,0 +1,151 @@
+"""The proxy's side of the wire to a run's session server: one httpx.AsyncClient per forwarded request (no
+environment proxies, no redirects followed, connect and read timeouts from settings), the run's serving key in
+`Authorization`, and the answer relayed: a streamed one (`text/event-stream`) chunk by chunk through an async
+iterator that closes the upstream response when the client goes away, any other one read whole up to its cap.
+Only safe headers cross, each way. Failures to reach the server answer 502 (refused, reset, its answer over
+the cap, or it refused the platform's key) or 504 (timed out), in the OpenAI error shape.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import AsyncIterator
+from typing import Any, TypeVar
+
+import httpx
+from django.conf import settings
+from django.http import HttpResponse, HttpResponseBase, StreamingHttpResponse
+
+log = logging.getLogger(__name__)
+R = TypeVar("R", bound=HttpResponseBase)
+# Headers of the session server's answer that reach the client (all others, cookies included, are dropped).
+ANSWER_HEADERS = ("content-type", "retry-after", "x-request-id")
+ERROR_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    405: "invalid_request_error",
+    413: "invalid_request_error",
+    429: "rate_limit_error",
+}
+
+
+def error_answer(
+    status: int, message: str, *, field: str | None = None, headers: dict[str, str] | None = None
+) -> HttpResponse:
+    """The platform's error body (`detail`, `field`) with OpenAI's (`error`) beside it, so both kinds of client
+    read it."""
+    detail = f"{field}: {message}" if field else message
+    body = {
+        "detail": detail,
+        "field": field,
+        "error": {"message": detail, "type": ERROR_TYPES.get(status, "api_error"), "param": field, "code": None},
+    }
+    answer = HttpResponse(json.dumps(body), status=status, content_type="application/json")
+    for name, value in (headers or {}).items():
+        answer[name] = value
+    return answer
+
+
+def _client() -> httpx.AsyncClient:
+    timeout = httpx.Timeout(
+        settings.AGENT_PROXY_READ_TIMEOUT_SECONDS, connect=settings.AGENT_PROXY_CONNECT_TIMEOUT_SECONDS
+    )
+    return httpx.AsyncClient(timeout=timeout, trust_env=False, follow_redirects=False)
+
+
+async def forward(
+    *, method: str, url: str, keys: list[str], body: dict[str, Any] | None, session: str, extra: dict[str, str]
+) -> HttpResponseBase:
+    """Send the request to the session server and relay its answer. `keys`: the run's serving keys, current
+    first (a 401 from the server moves on to the next). `session`: the namespaced session id (X-Session-Id
+    upstream); `extra`: headers added to the answer (the caller's own session id)."""
+    client = _client()
+    content = json.dumps(body, separators=(",", ":")).encode() if body is not None else None
+    try:
+        answer = None
+        for key in keys:
+            headers = {
+                "Authorization": f"Bearer {key}",
+                "X-Session-Id": session,
+                "Accept": "application/json, text/event-stream",
+            }
+            if content is not None:
+                headers["Content-Type"] = "application/json"
+            request = client.build_request(method, url, content=content, headers=headers)
+            answer = await client.send(request, stream=True)
+            if answer.status_code != 401:
+                break
+            await answer.aclose()
+        assert answer is not None  # keys is never empty
+        if answer.status_code == 401:
+            log.warning("the session server at %s refused the run's serving key", url)
+            await client.aclose()
+            return error_answer(502, "the run's session server refused the platform's serving key")
+    except httpx.TimeoutException:
+        await client.aclose()
+        return error_answer(504, "the run's session server did not answer in time")
+    except httpx.HTTPError as exc:
+        await client.aclose()
+        return error_answer(502, f"the run's session server could not be reached ({type(exc).__name__})")
+    if answer.headers.get("content-type", "").startswith("text/event-stream"):
+        return _streamed(answer, client, extra)
+    return await _whole(answer, client, extra)
+
+
+def _relayed_headers(answer: httpx.Response, response: R, extra: dict[str, str]) -> R:
+    for name in ANSWER_HEADERS:
+        if name in answer.headers:
+            response[name] = answer.headers[name]
+    for name, value in extra.items():
+        response[name] = value
+    return response
+
+
+async def _whole(answer: httpx.Response, client: httpx.AsyncClient, extra: dict[str, str]) -> HttpResponse:
+    cap = settings.AGENT_PROXY_MAX_ANSWER_BYTES
+    chunks: list[bytes] = []
+    size = 0
+    try:
+        async for chunk in answer.aiter_raw():
+            size += len(chunk)
+            if size > cap:
+                return error_answer(502, f"the run's session server answered more than {cap} bytes")
+            chunks.append(chunk)
+    except httpx.TimeoutException:
+        return error_answer(504, "the run's session server did not finish its answer in time")
+    except httpx.HTTPError as exc:
+        return error_answer(502, f"the run's session server broke off its answer ({type(exc).__name__})")
+    finally:
+        await answer.aclose()
+        await client.aclose()
+    response = HttpResponse(b"".join(chunks), status=answer.status_code)
+    return _relayed_headers(answer, response, extra)
+
+
+def _streamed(answer: httpx.Response, client: httpx.AsyncClient, extra: dict[str, str]) -> StreamingHttpResponse:
+    cap = settings.AGENT_PROXY_MAX_ANSWER_BYTES
+
+    async def chunks() -> AsyncIterator[bytes]:
+        # Django cancels the task iterating this when the client disconnects (its ASGI handler listens for
+        # http.disconnect): the `finally` then closes the upstream response, which ends the server's stream.
+        size = 0
+        try:
+            async for chunk in answer.aiter_raw():
+                size += len(chunk)
+                if size > cap:
+                    log.warning("a streamed answer passed %s bytes; cut", cap)
+                    return
+                yield chunk
+        except httpx.HTTPError as exc:  # the headers are sent: all that is left is to end the stream
+            log.warning("the session server's stream broke off: %s", type(exc).__name__)
+        finally:
+            await answer.aclose()
+            await client.aclose()
+
+    response = StreamingHttpResponse(chunks(), status=answer.status_code)
+    response["Cache-Control"] = "no-cache"
+    response["X-Accel-Buffering"] = "no"  # a buffering front proxy would hold the tokens back
+    return _relayed_headers(answer, response, extra)
