@@ -1,6 +1,6 @@
 """A publication's work on a real run (Ray, two engines, disaggregated): every `version` event says how many leases
-its drains waited for and how many requests waited at the closed gates, per engine and summed, and with the
-engines slowed so that generation is in flight when the trainer publishes, some publication really drained."""
+its drains waited for and how many requests waited at the closed gates, per engine and summed; with the workers
+a step ahead and the engines slowed, generation is in flight when the trainer publishes: some drain waited."""
 
 from __future__ import annotations
 
@@ -14,8 +14,9 @@ from .test_topology import TINY, Capture
 
 pytestmark = pytest.mark.slow
 
-CFG = TrainConfig.from_dict({**TINY, "mode": "disaggregated", "steps": 4})
-ENGINE_DELAY_S = 0.02  # every forward step this much longer: a request lasts long enough to meet a seal
+# max_staleness 1: the workers generate the next batch while the trainer trains and publishes.
+CFG = TrainConfig.from_dict({**TINY, "mode": "disaggregated", "max_staleness": 1, "steps": 4, "prompts_per_step": 4})
+ENGINE_DELAY_S = 0.05  # every forward step this much longer: generating a batch outlasts training one
 
 
 def _slow_engines(ray):
