@@ -1,7 +1,9 @@
 """RequestGate: per-engine admission of generation requests under leases, fail-closed weight installation.
 
 Every request holds a lease; every lease ends with a settlement receipt. An unknown outcome poisons the gate,
-and a poisoned gate refuses admission, drain, install and reopen until its owner resets it.
+and a poisoned gate refuses admission, drain, install and reopen until its owner resets it. Each publication's
+work is counted: `drain()` returns the leases it waited for, `reopen()` the requests it admitted that had been
+waiting at the closed gate.
 """
 
 from __future__ import annotations
@@ -55,6 +57,7 @@ class RequestGate:
         self._version = version
         self._epoch = 0
         self._drained = False
+        self._drain_waited: int | None = None  # leases in flight when this closed window's first drain began
         self._active: dict[str, Lease] = {}
         self._waiting = 0
         self._next_id = 0
@@ -103,6 +106,8 @@ class RequestGate:
                     self._raise_if_poisoned()
                     await self._wait_change()
         except TimeoutError:
+            if self._state is GateState.OPEN:
+                return  # reopened before this waiter ran: admitted (reopen() counted it), not refused
             raise AdmissionTimeoutError(
                 f"gate {self.name!r} stayed {self._state.value} for {timeout} s; request not admitted"
             ) from None
@@ -145,16 +150,24 @@ class RequestGate:
         if self._state is GateState.OPEN:
             self._state = GateState.SEALED
             self._drained = False
+            self._drain_waited = None
             self._notify()
 
-    async def drain(self, timeout_s: float) -> None:
-        """Wait until no lease is active; at the deadline poison the gate and raise DrainTimeoutError."""
+    async def drain(self, timeout_s: float) -> int:
+        """Wait until no lease is active; at the deadline poison the gate and raise DrainTimeoutError.
+
+        Returns how many leases the drain waited for: those in flight when the first drain of this closed window
+        began. A repeated drain (after a cancel, a reset or a retried prepare) returns the same count: nothing is
+        admitted while the gate is closed, so the leases it finds are some of those."""
         self._raise_if_poisoned()
         if self._state is GateState.OPEN:
             raise GateStateError(f"gate {self.name!r} is open: seal() before drain()")
         if self._state is GateState.INSTALLING:
-            return  # drained before the install started
+            return self._drain_waited or 0  # drained before the install started
         self._state = GateState.DRAINING
+        if self._drain_waited is None:
+            self._drain_waited = len(self._active)
+        waited = self._drain_waited
         self._notify()
         try:
             async with asyncio.timeout(timeout_s):
@@ -177,6 +190,7 @@ class RequestGate:
             self._state = GateState.SEALED
             self._drained = True
             self._notify()
+        return waited
 
     def install_version(self, version: int) -> bool:
         """Record `version` as installed (weights load while `installing`). Returns False for a repeated call."""
@@ -198,17 +212,20 @@ class RequestGate:
         self._notify()
         return True
 
-    def reopen(self) -> None:
-        """Admit new requests (and every waiter) under the installed version."""
+    def reopen(self) -> int:
+        """Admit new requests (and every waiter) under the installed version. Returns how many requests were
+        waiting at the closed gate: each is admitted now, under the new version (0 when already open)."""
         self._raise_if_poisoned()
         if self._state is GateState.OPEN:
-            return
+            return 0
         if self._state is GateState.DRAINING:
             raise GateStateError(f"gate {self.name!r} is draining: wait for drain() before reopen()")
         self._state = GateState.OPEN
         self._drained = False
+        self._drain_waited = None
         self._epoch += 1
         self._notify()
+        return self._waiting
 
     def reset(self, reason: str = "reset by owner") -> str | None:
         """Clear poison (the owner resolved the unknown outcomes). The gate stays closed: sealed, not drained."""

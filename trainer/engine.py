@@ -285,10 +285,11 @@ class Engine:
     def seal(self) -> None:
         self.gate.seal()
 
-    async def drain(self, timeout_s: float) -> None:
-        """Wait for the requests in flight; at the deadline the gate poisons itself and they are aborted."""
+    async def drain(self, timeout_s: float) -> int:
+        """Wait for the requests in flight; at the deadline the gate poisons itself and they are aborted.
+        Returns how many leases the drain waited for (RequestGate.drain)."""
         try:
-            await self.gate.drain(timeout_s=timeout_s)
+            return await self.gate.drain(timeout_s=timeout_s)
         except DrainTimeoutError:
             self._abort_all("was aborted at the drain deadline")
             raise
@@ -328,8 +329,9 @@ class Engine:
                 await asyncio.wait({self._stepper})  # never change weights under a running step
             self.model.load_state_dict(weights)
 
-    def reopen(self) -> None:
-        self.gate.reopen()
+    def reopen(self) -> int:
+        """Open the gate; returns how many requests waited at it and are admitted now (RequestGate.reopen)."""
+        return self.gate.reopen()
 
     def reset(self, reason: str = "reset by owner") -> str | None:
         """Clear a poisoned gate (staff resolved the unknown outcomes: trainer/controls.py); it stays closed:

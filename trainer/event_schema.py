@@ -35,6 +35,7 @@ INT_MAX = 2**62  # integers stay well inside a signed 64-bit column and a JSON n
 Name = Annotated[str, StringConstraints(max_length=NAME_MAX)]
 Text = Annotated[str, StringConstraints(max_length=TEXT_MAX)]
 Int = Annotated[int, Field(ge=-INT_MAX, le=INT_MAX)]
+Count = Annotated[int, Field(ge=0, le=INT_MAX)]  # how many of something: never negative
 Names = Annotated[list[Name], Field(max_length=ENGINES_MAX)]
 Ids = Annotated[list[Int], Field(max_length=IDS_MAX)]
 Counts = Annotated[dict[Name, Int], Field(max_length=MAP_MAX)]
@@ -101,12 +102,23 @@ class GateData(_Data):
     engines: Annotated[list[GateEngine], Field(max_length=ENGINES_MAX)]
 
 
+class VersionEngine(_Data):
+    """One engine's share of a publication (rollout.publication.EngineCounts)."""
+
+    engine: Name
+    drained: Count
+    admitted_at_reopen: Count
+
+
 class VersionData(_Data):
     version: Int
     published_at: float
     pause_ms: float
     drain_ms: float | None = None
     phases: Annotated[dict[Name, SpanModel], Field(max_length=PHASES_MAX)] | None = None
+    drained: Count | None = None  # leases in flight that the publication's drains waited for, all engines
+    admitted_at_reopen: Count | None = None  # requests that waited at the closed gates, admitted at reopen
+    engines: Annotated[list[VersionEngine], Field(max_length=ENGINES_MAX)] | None = None
 
 
 class SamplerData(_Data):

@@ -49,6 +49,7 @@ def publish(run: TrainingRun) -> None:
     pause = time.monotonic() - run.gate_closed_at
     run.gate_closed_s += pause
     phases = {k: reports.span(*v) for k, v in rt.publication.timings.items()}
+    counts = rt.publication.counts()
     run.emit(
         "version",
         {
@@ -57,6 +58,9 @@ def publish(run: TrainingRun) -> None:
             "pause_ms": pause * 1000,  # gates closed: seal -> reopen (colocated: the training step included)
             "drain_ms": run.drain_ms,  # seal -> every in-flight request finished
             "phases": phases,
+            "drained": counts["drained"],  # leases in flight that the drains waited for, all engines
+            "admitted_at_reopen": counts["admitted_at_reopen"],  # requests that waited at the closed gates
+            "engines": counts["engines"],  # the same per engine
         },
     )
     run.emit_gate()

@@ -1,17 +1,24 @@
 """Per-run histograms kept in the run summary (`summary.hist`), folded at ingest from the run's own events:
-staleness per train step, pause and drain per publication. Pure. The collector exposes them for running runs
-(rlcp_run_staleness_steps, rlcp_run_publication_pause_seconds, rlcp_run_drain_seconds), so finished runs
-leave no series behind."""
+staleness per train step; pause, drain time, leases drained and requests admitted at reopen per publication.
+Pure. The collector exposes them for running runs (rlcp_run_staleness_steps, rlcp_run_publication_pause_seconds,
+rlcp_run_drain_seconds, rlcp_run_publication_drained_leases, rlcp_run_publication_admitted_at_reopen), so
+finished runs leave no series behind."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from runs.metrics.record import bucket_index
-from runs.metrics.spec import RUN_DRAIN, RUN_PAUSE, RUN_STALENESS, Metric
+from runs.metrics.spec import RUN_ADMITTED, RUN_DRAIN, RUN_DRAINED, RUN_PAUSE, RUN_STALENESS, Metric
 
 # summary.hist key of each per-run histogram.
-HIST_KEYS: dict[str, Metric] = {"staleness": RUN_STALENESS, "pause": RUN_PAUSE, "drain": RUN_DRAIN}
+HIST_KEYS: dict[str, Metric] = {
+    "staleness": RUN_STALENESS,
+    "pause": RUN_PAUSE,
+    "drain": RUN_DRAIN,
+    "drained": RUN_DRAINED,
+    "admitted": RUN_ADMITTED,
+}
 
 
 def hist_fold(hist: Any, event_type: str, data: dict[str, Any]) -> dict[str, Any]:
@@ -44,6 +51,9 @@ def _observations(event_type: str, data: dict[str, Any]) -> list[tuple[str, floa
         drain = phases.get("drain") if isinstance(phases, dict) else None
         if isinstance(drain, dict) and _number(drain.get("start")) and _number(drain.get("end")):
             out.append(("drain", max(0.0, float(drain["end"]) - float(drain["start"]))))
+        for key, field in (("drained", "drained"), ("admitted", "admitted_at_reopen")):
+            if _number(data.get(field)):  # jobs that predate the counts leave these out
+                out.append((key, max(0.0, float(data[field]))))
     return out
 
 

@@ -15,6 +15,8 @@ PREFIX = "rlcp_"
 SECONDS_BUCKETS = (0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0, 30.0, 60.0, 300.0, 1800.0, 3600.0, 86400.0)
 FAST_SECONDS_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 STALENESS_BUCKETS = (0.0, 1.0, 2.0, 3.0, 4.0, 8.0, 16.0)
+# Requests per publication: 0 (a drain of nothing) apart from the rest, then doubling up to a big batch.
+REQUEST_COUNT_BUCKETS = (0.0, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 1024.0)
 
 
 @dataclass(frozen=True)
@@ -121,4 +123,18 @@ RUN_DRAIN = _m(
     ("run",),
     SECONDS_BUCKETS,
 )
-RUN_HISTOGRAMS: tuple[Metric, ...] = (RUN_STALENESS, RUN_PAUSE, RUN_DRAIN)
+RUN_DRAINED = _m(
+    "run_publication_drained_leases",
+    "histogram",
+    "Per weight publication: requests in flight that the drains waited for, all engines (_sum: the total).",
+    ("run",),
+    REQUEST_COUNT_BUCKETS,
+)
+RUN_ADMITTED = _m(
+    "run_publication_admitted_at_reopen",
+    "histogram",
+    "Per weight publication: requests that waited at the closed gates and were admitted at reopen, all engines.",
+    ("run",),
+    REQUEST_COUNT_BUCKETS,
+)
+RUN_HISTOGRAMS: tuple[Metric, ...] = (RUN_STALENESS, RUN_PAUSE, RUN_DRAIN, RUN_DRAINED, RUN_ADMITTED)

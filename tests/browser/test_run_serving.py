@@ -1,6 +1,7 @@
 """The run page's serving panel in headless Chromium against the real stack: in-flight requests per engine,
-drain time per publication, evictions and aborted episodes, folded live from events posted to the real ingest
-endpoint in the shapes the job emits (trainer/reports.py gate_data, the loop's version and rollout events)."""
+drain time, requests drained and admitted at reopen per publication, evictions and aborted episodes, folded live
+from events posted to the real ingest endpoint in the shapes the job emits (trainer/reports.py gate_data, the
+loop's version and rollout events)."""
 
 from __future__ import annotations
 
@@ -47,10 +48,17 @@ def test_serving_panel_shows_inflight_drain_evictions_and_aborts_live(server, us
     draining = {**snap, "state": "draining", "active": 1, "engines": [engine(0, "draining", 1, 0)]}
     aborts = {"step": 3, "groups": 8, "samples": 32, "aborted": 3, "aborted_by": {"gate_wait": 2, "quiesce": 3}}
     failed = {"step": 3, "version": 2, "reason": "periodic", "state": "failed", "error": "1 of 3 in-flight"}
+    v1 = {"version": 1, "published_at": em.t, "pause_ms": 850.0, "drain_ms": 12.5}
+    counts = [
+        {"engine": "engine-0", "drained": 1, "admitted_at_reopen": 2},
+        {"engine": hostile, "drained": 2, "admitted_at_reopen": 0},
+    ]
+    v2 = {"version": 2, "published_at": em.t, "pause_ms": 900.0, "drain_ms": 40.0}
+    v2 |= {"drained": 3, "admitted_at_reopen": 2, "engines": counts}
     em.post(
         [
             em.event("gate", gate_data({**snap, "engines": first})),
-            em.event("version", {"version": 1, "published_at": em.t, "pause_ms": 850.0, "drain_ms": 12.5}),
+            em.event("version", {**v1, "drained": 0, "admitted_at_reopen": 0}),  # a drain of nothing
             em.event("rollout", {"step": 2, "groups": 8, "samples": 32, "aborted": 2, "aborted_by": {"gate_wait": 2}}),
         ]
     )
@@ -72,7 +80,7 @@ def test_serving_panel_shows_inflight_drain_evictions_and_aborts_live(server, us
     em.post(
         [
             em.event("gate", gate_data(draining)),
-            em.event("version", {"version": 2, "published_at": em.t, "pause_ms": 900.0, "drain_ms": 40.0}),
+            em.event("version", v2),
             em.event("rollout", aborts),
             em.event("checkpoint", failed),
         ]
@@ -81,6 +89,12 @@ def test_serving_panel_shows_inflight_drain_evictions_and_aborts_live(server, us
     expect(page.get_by_test_id("serving-aborted")).to_have_text("5")
     expect(page.get_by_test_id("serving-inflight")).to_have_text("5")  # engine-0 now 1, the other still 4
     expect(page.get_by_test_id("publication-drain")).to_have_text(["40 ms", "12.5 ms"])
+    expect(page.get_by_test_id("publication-drained")).to_have_text(["3", "0"])  # requests each drain waited for
+    expect(page.get_by_test_id("publication-admitted")).to_have_text(["2", "0"])
+    expect(page.get_by_test_id("publication-engines")).to_have_text(
+        f"v2 per engine (drained / admitted at reopen): engine-0 1 / 2 · {hostile} 2 / 0"  # escaped: text
+    )
+    assert page.evaluate("window.__pwned === undefined")
     expect(page.get_by_test_id("serving-quiesce")).to_contain_text("1 checkpoint(s) failed")
     shot(page, "run-serving")
 

@@ -51,15 +51,15 @@ class GatedEngine:
     def seal(self) -> None:
         self.gate.seal()
 
-    async def drain(self, timeout_s: float) -> None:
-        await self.gate.drain(timeout_s)
+    async def drain(self, timeout_s: float) -> int:
+        return await self.gate.drain(timeout_s)
 
     async def install_version(self, version: int, weights: Any = None) -> None:
         self.gate.install_version(version)
         self.weights = weights
 
-    def reopen(self) -> None:
-        self.gate.reopen()
+    def reopen(self) -> int:
+        return self.gate.reopen()
 
     def snapshot(self) -> dict:
         return self.gate.snapshot()

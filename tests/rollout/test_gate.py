@@ -1,6 +1,7 @@
 """RequestGate rules: leases, receipts, seal/drain/install/reopen, fail-closed poison."""
 
 import asyncio
+import time
 
 import pytest
 
@@ -278,3 +279,97 @@ def test_gate_event_data_folds_worst_state():
     assert data == {"state": "draining", "version": 2, "active": 3, "waiting": 4, "engines": snaps}
     snaps.append({"engine": "c", "state": "poisoned", "version": 3, "active": 0, "waiting": 0})
     assert gate_event_data(snaps)["state"] == "poisoned"
+
+
+# --- what each publication cost: leases drained, requests admitted at reopen -------------------------------
+def test_drain_reports_the_three_leases_it_waited_for_even_when_repeated():
+    async def main():
+        gate = RequestGate("e0")
+        leases = [await gate.acquire(f"s{i}") for i in range(3)]
+        gate.seal()
+        drain = asyncio.create_task(gate.drain(timeout_s=2.0))
+        for lease in leases:
+            await asyncio.sleep(0.005)
+            assert not drain.done()  # it really waits for each of them
+            lease.settle(SettlementReceipt.completed(lease))
+        assert await drain == 3
+        # A retried prepare drains again: the same closed window, the same leases waited for.
+        assert await gate.drain(timeout_s=0.1) == 3
+        gate.install_version(1)
+        assert await gate.drain(timeout_s=0.1) == 3  # installing: drained before the install started
+        assert gate.reopen() == 0  # nobody waited
+        # The next publication starts from zero: nothing in flight, nothing to wait for.
+        gate.seal()
+        assert await gate.drain(timeout_s=0.1) == 0
+        gate.install_version(2)
+        assert gate.reopen() == 0
+
+    run(main())
+
+
+def test_only_leases_in_flight_when_the_drain_begins_are_counted():
+    async def main():
+        gate = RequestGate("e0")
+        early, late = await gate.acquire("s0"), await gate.acquire("s1")
+        gate.seal()
+        early.settle(SettlementReceipt.completed(early))  # ended between seal and drain: not waited for
+        drain = asyncio.create_task(gate.drain(timeout_s=2.0))
+        await asyncio.sleep(0.01)
+        late.settle(SettlementReceipt.completed(late))
+        assert await drain == 1
+
+    run(main())
+
+
+def test_a_drain_cancelled_then_restarted_reports_its_window_once():
+    async def main():
+        gate = RequestGate("e0")
+        leases = [await gate.acquire(f"s{i}") for i in range(2)]
+        gate.seal()
+        first = asyncio.create_task(gate.drain(timeout_s=2.0))
+        await asyncio.sleep(0.01)
+        leases[0].settle(SettlementReceipt.completed(leases[0]))
+        first.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await first
+        again = asyncio.create_task(gate.drain(timeout_s=2.0))
+        await asyncio.sleep(0.01)
+        leases[1].settle(SettlementReceipt.completed(leases[1]))
+        assert await again == 2  # the window's two leases, not the one left when the second drain began
+
+    run(main())
+
+
+def test_two_requests_arriving_while_sealed_are_admitted_at_reopen_and_counted():
+    async def main():
+        gate = RequestGate("e0", version=1)
+        gate.seal()
+        assert await gate.drain(timeout_s=0.1) == 0  # nothing in flight: a drain of nothing says so
+        waiters = [asyncio.create_task(gate.acquire(f"s{i}", timeout=2.0)) for i in range(2)]
+        gave_up = asyncio.create_task(gate.acquire("impatient", timeout=0.01))
+        with pytest.raises(AdmissionTimeoutError):
+            await gave_up  # refused before the reopen: not admitted, not counted
+        assert gate.snapshot()["waiting"] == 2
+        gate.install_version(2)
+        assert gate.reopen() == 2
+        leases = await asyncio.gather(*waiters)
+        assert [lease.version for lease in leases] == [2, 2]  # admitted under the new version
+        assert gate.reopen() == 0  # already open: nothing more admitted
+
+    run(main())
+
+
+def test_a_waiter_whose_deadline_passes_as_the_gate_reopens_is_admitted():
+    async def main():
+        gate = RequestGate("e0")
+        gate.seal()
+        await gate.drain(timeout_s=0.1)
+        waiter = asyncio.create_task(gate.acquire("s0", timeout=0.05))
+        await asyncio.sleep(0.01)
+        gate.install_version(1)
+        assert gate.reopen() == 1
+        time.sleep(0.06)  # blocks the loop: the waiter's deadline and its wake-up are both due now
+        lease = await waiter  # reopen counted it as admitted: it is, not refused with a timeout
+        assert lease.version == 1 and gate.snapshot()["active"] == 1
+
+    run(main())

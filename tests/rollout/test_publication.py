@@ -22,7 +22,7 @@ class Engine:
         self.gate.seal()
 
     async def drain(self, timeout_s):
-        await self.gate.drain(timeout_s)
+        return await self.gate.drain(timeout_s)
 
     async def install_version(self, version, weights=None):
         self.gate.install_version(version)
@@ -32,7 +32,7 @@ class Engine:
         self.weights = weights
 
     def reopen(self):
-        self.gate.reopen()
+        return self.gate.reopen()
 
     def snapshot(self):
         return self.gate.snapshot()
@@ -162,5 +162,53 @@ def test_failed_reopen_closes_the_engines_that_did_reopen():
             "e2": "sealed",
         }
         assert all(h.gate.version == 1 for h in engines.values())
+
+    asyncio.run(main())
+
+
+def test_counts_report_each_engines_drained_leases_and_admitted_waiters_and_their_sums():
+    async def main():
+        gates = {"g0": RequestGate("g0"), "g1": RequestGate("g1"), "g2": RequestGate("g2")}
+        pc = PublicationController(gates)
+        held = [await gates["g0"].acquire(f"a{i}") for i in range(2)] + [await gates["g1"].acquire("b0")]
+        prepare = asyncio.create_task(pc.prepare(timeout_s=2.0))
+        await asyncio.sleep(0.01)
+        assert not prepare.done()
+        waiters = [asyncio.create_task(gates["g2"].acquire(f"w{i}", timeout=2.0)) for i in range(2)]
+        for lease in held:
+            lease.settle(SettlementReceipt.completed(lease))
+        await prepare
+        await pc.publish(1)
+        assert [lease.version for lease in await asyncio.gather(*waiters)] == [1, 1]
+        assert pc.counts() == {
+            "drained": 3,
+            "admitted_at_reopen": 2,
+            "engines": [
+                {"engine": "g0", "drained": 2, "admitted_at_reopen": 0},
+                {"engine": "g1", "drained": 1, "admitted_at_reopen": 0},
+                {"engine": "g2", "drained": 0, "admitted_at_reopen": 2},
+            ],
+        }
+        # The next publication starts from zero; a handle that returns no count is left out.
+        pc.remove_engine("g2")
+
+        class Silent(Engine):  # an engine predating the counts: drain() and reopen() return nothing
+            async def drain(self, timeout_s):
+                await self.gate.drain(timeout_s)
+
+            def reopen(self):
+                self.gate.reopen()
+
+        pc.add_engine("old", Silent("old"))
+        await pc.prepare(timeout_s=1.0)
+        await pc.publish(2)
+        assert pc.counts() == {
+            "drained": 0,
+            "admitted_at_reopen": 0,
+            "engines": [
+                {"engine": "g0", "drained": 0, "admitted_at_reopen": 0},
+                {"engine": "g1", "drained": 0, "admitted_at_reopen": 0},
+            ],
+        }
 
     asyncio.run(main())

@@ -86,6 +86,7 @@ def version(seq: int, v: int) -> dict:
     stages = ("seal", "drain", "install", "reopen")
     phases = {p: {"start": t + i * 0.01, "end": t + i * 0.01 + 0.005} for i, p in enumerate(stages)}
     data = {"version": v, "published_at": t, "pause_ms": 35.0, "phases": phases}
+    data |= {"drained": v - 1, "admitted_at_reopen": 3 * (v - 1)}  # v1 drained nothing, v2 waited for one
     return {"seq": seq, "ts": t, "type": "version", "data": data}
 
 
@@ -135,6 +136,11 @@ def test_promtool_passes_and_series_follow_runs(metrics_env, user, handoffs, dja
     assert value(got, "rlcp_run_publication_pause_seconds_count", run=run) == 2
     assert value(got, "rlcp_run_publication_pause_seconds_sum", run=run) == pytest.approx(0.07)
     assert value(got, "rlcp_run_drain_seconds_count", run=run) == 2
+    assert value(got, "rlcp_run_publication_drained_leases_count", run=run) == 2
+    assert value(got, "rlcp_run_publication_drained_leases_bucket", run=run, le="0.0") == 1  # a drain of nothing
+    assert value(got, "rlcp_run_publication_drained_leases_sum", run=run) == 1
+    assert value(got, "rlcp_run_publication_admitted_at_reopen_sum", run=run) == 3
+    assert value(got, "rlcp_run_publication_admitted_at_reopen_bucket", run=run, le="2.0") == 1
     assert value(got, "rlcp_run_gate_state", run=run, state="open") == 1
     assert value(got, "rlcp_run_gate_state", run=run, state="poisoned") == 0
     assert value(got, "rlcp_events_ingested_total", type="train") == 2

@@ -53,15 +53,23 @@ def engine(name: str) -> dict:
     return {"engine": name, "state": "open", "version": 0, "active": 0, "waiting": 0, "sessions": 0}
 
 
+def counts(name: str, admitted: int = 0) -> dict:
+    return {"engine": name, "drained": 1, "admitted_at_reopen": admitted}
+
+
 LONG_TEXT, LONG_NAME = "t" * (TEXT_MAX + 1), "n" * (NAME_MAX + 1)
 TRAIN = train(0, 1)["data"]
 GATE = gate(0)["data"]
+VERSION = {"version": 1, "published_at": 1.0, "pause_ms": 1.0}
 # One event of each type over one of its bounds, and the field the answer must name.
 OVER_BOUNDS = [
     ("status", {"status": "failed", "error": LONG_TEXT}, "data.error"),
     ("gate", {**GATE, "engines": [engine(f"e{i}") for i in range(ENGINES_MAX + 1)]}, "data.engines"),
     ("gate", {**GATE, "engines": [engine(LONG_NAME)]}, "data.engines[0].engine"),
     ("version", {"version": 1, "published_at": 1.0, "pause_ms": 1.0, "drain_ms": "slow"}, "data.drain_ms"),
+    ("version", {**VERSION, "drained": -1}, "data.drained"),
+    ("version", {**VERSION, "engines": [counts(f"e{i}") for i in range(ENGINES_MAX + 1)]}, "data.engines"),
+    ("version", {**VERSION, "engines": [counts("e0", admitted=2**63)]}, "data.engines[0].admitted_at_reopen"),
     ("sampler", {"epoch": 2**63, "group_count": 0, "dataset_size": 1, "consumed_in_epoch": 0}, "data.epoch"),
     ("rollout", {"step": 1, "group_ids": list(range(IDS_MAX + 1))}, "data.group_ids"),
     ("rollout", {"step": 1, "dropped": {f"f{i}": 1 for i in range(MAP_MAX + 1)}}, "data.dropped"),

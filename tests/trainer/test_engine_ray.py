@@ -74,6 +74,12 @@ def test_seal_finds_a_request_mid_generation_and_drain_waits_for_it(ray_driver) 
     out = ray.get(first, timeout=1)  # it had finished when drain returned
     assert out["version"] == 0 and len(out["tokens"][0]) == 8 and out["request_id"] == "s/t0"
     assert late["version"] == 1  # admitted after reopen, under the new version
+    # What the `version` event reports: the drain waited for the first request, the reopen admitted the late one.
+    assert pc.counts() == {
+        "drained": 1,
+        "admitted_at_reopen": 1,
+        "engines": [{"engine": "e0", "drained": 1, "admitted_at_reopen": 1}],
+    }
     snap = ray.get(engine.snapshot.remote())
     assert snap["inflight"] == 0 and snap["state"] == "open" and snap["failures"] == 0
 

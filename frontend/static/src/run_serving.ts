@@ -1,5 +1,5 @@
-/** The run page's serving panel: in-flight requests per engine (gate events), drain time per publication
- * (version events), evictions and safe rejections (engine snapshots), aborted episodes per reason (rollout
+/** The run page's serving panel: in-flight requests per engine (gate events), per publication its drain time,
+ * the requests its drain waited for and those admitted at its reopen, summed and per engine (version events), evictions and safe rejections (engine snapshots), aborted episodes per reason (rollout
  * events) and groups re-run after a checkpoint's quiesce (checkpoint events). Folded from the job's events only. */
 import { esc, num } from "./lib/format";
 import type { RunEvent } from "./lib/model";
@@ -7,7 +7,16 @@ import type { RunEvent } from "./lib/model";
 const n = (v: unknown): number | null => (typeof v === "number" && isFinite(v) ? v : null);
 const show = (v: number | null, suffix = ""): string => (v === null ? `<span class="muted">—</span>` : `${num(v)}${suffix}`);
 
-interface Publication { version: number | null; drainMs: number | null; pauseMs: number | null }
+interface EngineCounts { engine: string; drained: number | null; admitted: number | null }
+interface Publication {
+  version: number | null; drainMs: number | null; pauseMs: number | null;
+  drained: number | null; admitted: number | null; engines: EngineCounts[];
+}
+
+const engineCounts = (v: unknown): EngineCounts[] => (Array.isArray(v) ? v : [])
+  .filter((e) => e && typeof e === "object" && e.engine !== undefined)
+  .slice(0, 32)
+  .map((e) => ({ engine: String(e.engine), drained: n(e.drained), admitted: n(e.admitted_at_reopen) }));
 
 export class ServingPanel {
   private engines = new Map<string, Record<string, unknown>>();
@@ -25,7 +34,10 @@ export class ServingPanel {
         for (const e of d.engines) if (e && typeof e === "object" && e.engine !== undefined) this.engines.set(String(e.engine), e);
         return true;
       case "version":
-        this.publications.push({ version: n(d.version), drainMs: n(d.drain_ms), pauseMs: n(d.pause_ms) });
+        this.publications.push({
+          version: n(d.version), drainMs: n(d.drain_ms), pauseMs: n(d.pause_ms),
+          drained: n(d.drained), admitted: n(d.admitted_at_reopen), engines: engineCounts(d.engines),
+        });
         if (this.publications.length > 200) this.publications.shift();
         return true;
       case "rollout":
@@ -68,10 +80,18 @@ export class ServingPanel {
         <tbody>${engineRows}</tbody></table></div>`
       : `<p class="empty">No engine reported yet.</p>`;
     const pubRows = this.publications.slice(-8).reverse().map((p) => `<tr><td class="num">${p.version === null ? "—" : `v${esc(p.version)}`}</td>
-      <td class="num" data-testid="publication-drain">${show(p.drainMs, " ms")}</td><td class="num">${show(p.pauseMs, " ms")}</td></tr>`).join("");
+      <td class="num" data-testid="publication-drain">${show(p.drainMs, " ms")}</td><td class="num">${show(p.pauseMs, " ms")}</td>
+      <td class="num" data-testid="publication-drained">${show(p.drained)}</td>
+      <td class="num" data-testid="publication-admitted">${show(p.admitted)}</td></tr>`).join("");
+    const latest = this.publications[this.publications.length - 1];
+    const perEngine = latest?.engines.length
+      ? `<p class="muted" data-testid="publication-engines">v${esc(latest.version ?? "—")} per engine (drained / admitted at reopen): ${
+        latest.engines.map((e) => `${esc(e.engine)} ${show(e.drained)} / ${show(e.admitted)}`).join(" · ")}</p>`
+      : "";
     const pubTable = this.publications.length
-      ? `<div class="table-wrap"><table aria-label="Drain time per publication"><thead><tr><th scope="col">version</th>
-        <th scope="col">drain</th><th scope="col">gates closed</th></tr></thead><tbody>${pubRows}</tbody></table></div>`
+      ? `<div class="table-wrap"><table aria-label="Drain per publication"><thead><tr><th scope="col">version</th>
+        <th scope="col">drain</th><th scope="col">gates closed</th><th scope="col">requests drained</th>
+        <th scope="col">admitted at reopen</th></tr></thead><tbody>${pubRows}</tbody></table></div>${perEngine}`
       : `<p class="empty">No publication yet.</p>`;
     const why = reasons.length
       ? `<p class="muted" data-testid="serving-aborted-by">aborted since start: ${reasons.map(([k, v]) => `${esc(k.replace(/_/g, " "))} ${num(v)}`).join(" · ")}</p>`
