@@ -67,7 +67,12 @@ class SessionServer:
         self._background: set[asyncio.Task[Any]] = set()
 
     # --- actor methods ------------------------------------------------------------------------------------
-    async def start(self, host: str = "127.0.0.1", port: int = 0) -> str:
+    async def start(self, host: str | None = "127.0.0.1", port: int = 0) -> str:
+        """Bind and serve; `host` None: this node's address in its Ray cluster (reachable from the platform)."""
+        if host is None:
+            import ray
+
+            host = ray.util.get_node_ip_address()
         app = web.Application(client_max_size=self.limits.max_body_bytes, middlewares=[self._errors])
         app.add_routes(
             [
@@ -113,6 +118,18 @@ class SessionServer:
                 pass
         state.record.state = "ended" if state.record.state == "open" else state.record.state
         return state.record
+
+    def engine_lost(self, engine_id: str, reason: str = "engine died") -> list[str]:
+        """Stop routing to a dead engine; its sessions become tombstones (their next request: 410)."""
+        if self.engines.pop(engine_id, None) is None:
+            return []
+        return self.router.remove_engine(engine_id, reason=reason)
+
+    def engine_added(self, engine_id: str, handle: Any) -> None:
+        """Route new sessions to a (re)started engine; its predecessor's sessions stay tombstoned."""
+        self.engine_lost(engine_id, reason="replaced by a restarted engine")
+        self.engines[engine_id] = handle
+        self.router.add_engine(engine_id)
 
     def stats(self) -> dict[str, Any]:
         return {

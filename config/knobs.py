@@ -42,6 +42,11 @@ AGENT_PROXY_CONNECT_TIMEOUT_SECONDS = float(os.environ.get("AGENT_PROXY_CONNECT_
 AGENT_PROXY_READ_TIMEOUT_SECONDS = float(os.environ.get("AGENT_PROXY_READ_TIMEOUT_SECONDS", "120"))
 # Bytes of a non-streamed answer relayed (a streamed one is relayed chunk by chunk up to this many bytes in all).
 AGENT_PROXY_MAX_ANSWER_BYTES = env_int("AGENT_PROXY_MAX_ANSWER_BYTES", 8 * 1024 * 1024)
+# Agent environments a run config may name besides the built-ins and installed entry points: exact `module:Class`
+# paths, comma-separated (agents/environments.py; anything else is a 400 at submit and is never imported).
+AGENT_ENVIRONMENTS_ALLOWED = tuple(
+    p.strip() for p in os.environ.get("AGENT_ENVIRONMENTS_ALLOWED", "").split(",") if p.strip()
+)
 
 # --- Scheduler: the tick (runs.tasks.tick), queued by Celery beat every this many seconds ------------
 SCHEDULER_TICK_SECONDS = float(os.environ.get("SCHEDULER_TICK_SECONDS", "2"))

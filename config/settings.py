@@ -25,6 +25,7 @@ from config.env import (
     refuse_placeholder_metrics_token,
 )
 from config.knobs import (
+    AGENT_ENVIRONMENTS_ALLOWED,
     AGENT_PROXY_CONNECT_TIMEOUT_SECONDS,
     AGENT_PROXY_MAX_ANSWER_BYTES,
     AGENT_PROXY_READ_TIMEOUT_SECONDS,

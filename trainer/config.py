@@ -93,6 +93,9 @@ class TrainConfig:
     """Rollout worker actors running episodes."""
     worker_capacity: int = 16
     """Episodes (groups) a worker runs concurrently."""
+    num_servers: int = 1
+    """Session server entrypoints, OpenAI-compatible HTTP servers in front of the engines (docs/agents.md); only
+    a run that names an `environment` has them (the in-process tasks' policy speaks only their digit vocabulary)."""
     publish_deadline_s: float = 60.0
     """Seconds a weight publication may wait for in-flight requests to drain before the gate is poisoned."""
     poison_wait_s: float = 600.0
@@ -134,6 +137,8 @@ class TrainConfig:
     """CPUs reserved for each generation engine actor."""
     worker_cpus: float = 0.35
     """CPUs reserved for each rollout worker actor."""
+    server_cpus: float = 0.05
+    """CPUs reserved for each session server actor (it relays requests to the engines and records tokens)."""
     learner_gpus: float = 0.0
     """GPUs for the learner ('local' mode: for the driver); a run asking for any is admitted only onto GPUs."""
     engine_gpus: float = 0.0
@@ -241,6 +246,7 @@ _BOUNDS: dict[str, tuple[float | None, float | None]] = {
     "max_staleness": (0, 16),
     "num_engines": (1, 16),
     "num_workers": (1, 16),
+    "num_servers": (1, 4),
     "worker_capacity": (1, 256),
     "publish_deadline_s": (0.1, 600.0),
     "quiesce_timeout_s": (0.01, 600.0),
@@ -257,6 +263,7 @@ _BOUNDS: dict[str, tuple[float | None, float | None]] = {
     "learner_cpus": (0.01, 64.0),
     "engine_cpus": (0.01, 64.0),
     "worker_cpus": (0.01, 64.0),
+    "server_cpus": (0.01, 64.0),
     "learner_gpus": (0.0, 8.0),
     "engine_gpus": (0.0, 8.0),
     "actor_memory_mb": (64, 262_144),

@@ -26,6 +26,7 @@ def restart_engine(rt: Runtime, engine_id: str, version: int, timeout_s: float =
     old = rt.engines.pop(engine_id, None)
     rt.publication.remove_engine(engine_id)
     rt.workers_call("engine_lost", engine_id, "engine restarted")
+    rt.servers_call("engine_lost", engine_id, "engine restarted")
     rt.restarts += 1
     if rt.uses_ray:
         import ray
@@ -45,6 +46,7 @@ def restart_engine(rt: Runtime, engine_id: str, version: int, timeout_s: float =
     rt.engines[engine_id] = handle
     rt.publication.add_engine(engine_id, handle)
     rt.workers_call("engine_added", engine_id, handle)
+    rt.servers_call("engine_added", engine_id, handle)
     return snap
 
 

@@ -100,6 +100,7 @@ def find_dead_engines(run: TrainingRun) -> list[str]:
         rt.publication.remove_engine(engine_id)
         del rt.engines[engine_id]
         rt.workers_call("engine_lost", engine_id, "engine actor died")
+        rt.servers_call("engine_lost", engine_id, "engine actor died")
         tombstones = sum(s["router"]["tombstones"] for s in rt.workers_call("stats"))
         run.emit(
             "worker",

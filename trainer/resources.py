@@ -3,7 +3,7 @@
 The platform admits a run only when all of its bundles fit the cluster's free resources at once
 (runs/slots/resources.py), and the job asks Ray for exactly these: the driver's bundle as the Ray job's
 entrypoint resources, the others as one placement group (`actor_bundles`) that every actor is scheduled into
-(trainer/placement.py). Bundle order is fixed: driver, then learner, channel, engines, workers.
+(trainer/placement.py). Bundle order is fixed: driver, then learner, channel, engines, workers, servers.
 """
 
 from __future__ import annotations
@@ -18,6 +18,8 @@ MIB = 1024 * 1024
 CHANNEL_CPUS = 0.05
 # An evaluation job loads a checkpoint and runs greedy decoding in its one process.
 EVAL_CPUS = 0.5
+# A session server relays HTTP requests to engines and keeps token records: a small share of memory is enough.
+SERVER_MEMORY_MB = 256
 EVAL_MEMORY_MB = 512
 
 
@@ -63,7 +65,14 @@ def run_bundles(cfg: TrainConfig) -> list[Bundle]:
     ]
     bundles += [Bundle(f"engine-{i}", cfg.engine_cpus, cfg.engine_gpus, memory) for i in range(cfg.num_engines)]
     bundles += [Bundle(f"worker-{i}", cfg.worker_cpus, 0.0, memory) for i in range(cfg.num_workers)]
+    server_memory = min(memory, SERVER_MEMORY_MB * MIB)
+    bundles += [Bundle(f"server-{i}", cfg.server_cpus, 0.0, server_memory) for i in range(servers_of(cfg))]
     return bundles
+
+
+def servers_of(cfg: TrainConfig) -> int:
+    """Session servers a run starts: `num_servers` when it names an environment (agents over HTTP), else none."""
+    return cfg.num_servers if cfg.environment else 0
 
 
 def actor_bundles(cfg: TrainConfig) -> list[Bundle]:

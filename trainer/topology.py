@@ -29,6 +29,7 @@ from trainer.engine import Engine
 from trainer.learner_actor import LearnerActor
 from trainer.placement import Emit, Placement, driver_bundle, local_placement, pin_threads, reserve
 from trainer.sampler import GroupSampler
+from trainer.serving import serving_data, serving_key, start_local, start_ray
 from trainer.worker import RolloutWorker
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -79,6 +80,8 @@ class Runtime:
     trainer_resources: dict[str, Any] = field(default_factory=dict)
     name: str = "trainer"  # prefix of the run's actor names
     restarts: int = 0  # engines restarted so far (trainer.engine_restart)
+    servers: list[Any] = field(default_factory=list)  # session servers (trainer/serving.py): handles or objects
+    serving_urls: list[str] = field(default_factory=list)
 
     def trainer_call(self, method: str, *args: Any, timeout: float | None = None) -> Any:
         if self.uses_ray:
@@ -106,6 +109,14 @@ class Runtime:
             return ray.get([getattr(w, method).remote(*args) for w in self.workers], timeout=30)
         return [getattr(w, method)(*args) for w in self.workers]
 
+    def servers_call(self, method: str, *args: Any) -> list[Any]:
+        """Call every session server (engine membership changes: `engine_lost`, `engine_added`)."""
+        if self.uses_ray:
+            import ray
+
+            return ray.get([getattr(s, method).remote(*args) for s in self.servers], timeout=30)
+        return [getattr(s, method)(*args) for s in self.servers]
+
     def engine_alive(self, engine_id: str, timeout_s: float = 10.0) -> bool:
         handle = self.engines[engine_id]
         if not is_ray_actor(handle):
@@ -126,10 +137,13 @@ class Runtime:
                 self.channel.close()
             except Exception:  # noqa: BLE001 - best effort teardown
                 pass
+            if not self.uses_ray:
+                for server in self.servers:
+                    self.loop.run(server.stop(), timeout=10)
             if self.uses_ray:
                 import ray
 
-                for handle in [*self.engines.values(), *self.workers, self.trainer]:
+                for handle in [*self.engines.values(), *self.workers, self.trainer, *self.servers]:
                     try:
                         ray.kill(handle)
                     except Exception:  # noqa: BLE001
@@ -165,7 +179,14 @@ def build_runtime(
                 cfg, name, engine_ids, engines_open, placement
             )
             invokables = workers
+        key = serving_key()
+        if cfg.mode == "local":
+            servers, urls = start_local(cfg, engines, loop, key)
+        else:
+            servers, urls = start_ray(cfg, name, engines, lambda role: _actor_options(placement, role), key)
         emit("resources", placement.ready_data())
+        if urls:
+            emit("serving", serving_data(urls))
         scheduler = RolloutScheduler(
             invokables,
             [cfg.worker_capacity] * cfg.num_workers,
@@ -191,6 +212,8 @@ def build_runtime(
         placement=placement,
         trainer_resources=resources,
         name=name,
+        servers=servers,
+        serving_urls=urls,
     )
 
 
@@ -217,8 +240,7 @@ def _start_ray_actors(
     import ray
 
     def options(role: str) -> dict[str, Any]:
-        threads = placement.bundle(role).threads
-        return {**placement.actor_options(role), "runtime_env": {"env_vars": actor_env(threads)}}
+        return _actor_options(placement, role)
 
     engines: dict[str, Any] = {
         e: engine_actor(cfg, name, e, placement, initially_open=engines_open) for e in engine_ids
@@ -240,6 +262,12 @@ def _start_ray_actors(
     info = ray.get(trainer.info.remote())
     ray.get([h.ping.remote() for h in engines.values()] + [w.stats.remote() for w in workers])
     return engines, workers, trainer, channel, {"device": info["device"], "num_gpus": learner.gpus}
+
+
+def _actor_options(placement: Placement, role: str) -> dict[str, Any]:
+    """A role's bundle resources and scheduling, and its env (threads from the bundle, the repo on the path)."""
+    threads = placement.bundle(role).threads
+    return {**placement.actor_options(role), "runtime_env": {"env_vars": actor_env(threads)}}
 
 
 def engine_actor(

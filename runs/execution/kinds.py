@@ -61,7 +61,23 @@ def _rl_train_validate(config: dict[str, Any]) -> dict[str, Any]:
         if field and message.startswith(f"{field}: "):  # ConfigError's text already leads with the field
             message = message[len(field) + 2 :]
         raise InvalidInput(message, field=f"config.{field}" if field else "config") from exc
+    environment = config.get("environment") or ""
+    if environment:
+        _check_environment(environment)
     return config
+
+
+def _check_environment(name: str) -> None:
+    """An agent environment must be built in, installed, or a module:Class path staff allowed
+    (AGENT_ENVIRONMENTS_ALLOWED): nothing else is ever imported for a run (docs/agents.md)."""
+    from django.conf import settings
+
+    from agents.environments import UnknownEnvironment, resolve
+
+    try:
+        resolve(name, allowed=getattr(settings, "AGENT_ENVIRONMENTS_ALLOWED", ()))
+    except UnknownEnvironment as exc:
+        raise InvalidInput(str(exc), field="config.environment") from exc
 
 
 def _rl_train_schema() -> dict[str, Any]:
