@@ -23,7 +23,9 @@ from typing import Any
 import torch
 
 # 2: plain data only (weights_only loading). Format 1 (no "format" key) pickled groups and is not loaded.
-CHECKPOINT_FORMAT = 2
+# 3: groups are ragged (`rows`); format 2's lock-step groups still load (trainer.plain converts them).
+CHECKPOINT_FORMAT = 3
+READ_FORMATS = (2, 3)
 _STEP_NAME = re.compile(r"step-\d{6,}")
 
 
@@ -76,10 +78,10 @@ def checkpoint_load(path: str | os.PathLike[str]) -> tuple[dict[str, Any], dict[
     if found is None:
         raise FileNotFoundError(f"no checkpoint under {path}")
     meta = json.loads((found / "meta.json").read_text())
-    if meta.get("format") != CHECKPOINT_FORMAT:
+    if meta.get("format") not in READ_FORMATS:
         raise ValueError(
-            f"checkpoint {found} has format {meta.get('format', 1)}, this trainer reads format "
-            f"{CHECKPOINT_FORMAT} (older checkpoints pickled Python objects and are not loaded)"
+            f"checkpoint {found} has format {meta.get('format', 1)}, this trainer reads formats "
+            f"{', '.join(map(str, READ_FORMATS))} (format 1 pickled Python objects and is not loaded)"
         )
     state = torch.load(found / "state.pt", weights_only=True, map_location="cpu")
     return meta, state

@@ -7,8 +7,9 @@ batches out of it, and the scheduler's ledger (receipts) says which of the taken
   groups and tokens that came in per key; `Channel.metrics` returns those counts with the queue depths and the
   driver puts them in the rollout event (`channel`).
 - Batch: the learner takes `batch_tokens(cfg)` tokens' worth (`Channel.get_batch`, FIFO). Groups of this
-  project's tasks all have the same generated length, so that is `prompts_per_step` groups; longer or shorter
-  groups would make a batch of fewer or more. Groups the ledger drops from it (stale, orphan) are replaced by a
+  project's in-process tasks all have the same generated length, so that is `prompts_per_step` groups; ragged
+  groups (episodes over HTTP, trainer/trajectories.py) weigh what their rows generated, so longer or shorter ones
+  make a batch of fewer or more. Groups the ledger drops from it (stale, orphan) are replaced by a
   top-up: `batch_tokens(cfg, n)` for the `n` missing (trainer/collect.py).
 """
 
@@ -30,8 +31,8 @@ def channel_key(cfg: TrainConfig) -> str:
 
 
 def group_tokens(group: Any) -> int:
-    """Generated tokens of a group (every row's positions that an engine generated): its channel weight."""
-    return len(group.tokens) * sum(1 for turn in group.token_turn if turn >= 0)
+    """Generated tokens of a group (every row's positions with loss mask 1): its channel weight."""
+    return int(group.generated_tokens)
 
 
 def batch_tokens(cfg: TrainConfig, groups: int | None = None) -> float:

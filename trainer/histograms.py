@@ -75,10 +75,9 @@ def step_histograms(groups: list[Group], *, version: int, edges: dict[str, list[
     lengths: list[float] = []
     staleness: list[float] = []
     for g in groups:
-        generated = sum(1 for t in g.token_turn if t >= 0)  # the same for every row of a group
         rewards += g.rewards
         advantages += group_advantages(g.rewards)
-        lengths += [generated] * len(g.rewards)
+        lengths += [sum(row.mask) for row in g.rows]  # each row's generated tokens
         staleness += [version - 1 - g.min_version] * len(g.rewards)
     values = {"reward": rewards, "advantage": advantages, "response_length": lengths, "staleness": staleness}
     return {key: histogram(values[key], edges[key]) for key in HISTOGRAM_KEYS}

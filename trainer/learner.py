@@ -82,12 +82,11 @@ class Learner:
     @torch.no_grad()
     def logprobs(self, groups: list[Group]) -> list[list[list[float]]]:
         """The current policy's log-prob of every token of every row of `groups` given the tokens before it,
-        laid out like `Group.logprobs` (the first position, which nothing predicts, is 0.0)."""
+        laid out like `Group.logprobs`, each row its own length (the first position, which nothing predicts, is 0.0)."""
         batch = batch_from_groups(groups, self.device)
         logp, _ = sequence_logprobs(self.model, batch.tokens, self.cfg.temperature)
-        rows = logp.cpu().tolist()
-        G = len(groups[0].tokens)
-        return [[[0.0] + rows[gi * G + k][: len(g.tokens[k]) - 1] for k in range(G)] for gi, g in enumerate(groups)]
+        rows = iter(logp.cpu().tolist())  # batch order: every group's rows in turn
+        return [[[0.0] + next(rows)[: len(row.tokens) - 1] for row in g.rows] for g in groups]
 
     def weights(self) -> dict[str, torch.Tensor]:
         return {k: v.detach().to("cpu").clone() for k, v in self.model.state_dict().items()}

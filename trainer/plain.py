@@ -2,7 +2,9 @@
 
 `torch.load(..., weights_only=True)` reads nothing else, so loading a checkpoint or a batch file cannot run
 code. Groups, tickets and scheduler results are dataclasses in memory; these functions turn them into dicts
-for saving and back after loading (the round trip is exact: resume stays bit-for-bit, tested).
+for saving and back after loading (the round trip is exact: resume stays bit-for-bit, tested). Groups saved
+before they were ragged (checkpoint format 2 from older code, debug batch files) load too: `group_from_plain`
+converts their lock-step layout.
 """
 
 from __future__ import annotations
@@ -11,7 +13,10 @@ import dataclasses
 from typing import Any, overload
 
 from rollout.types import GroupResult
-from trainer.episodes import Group, GroupTicket
+from trainer.episodes import Group, GroupTicket, Row, Turn, lockstep_rows
+
+# Before groups were ragged a group was saved lock-step: these keys instead of `rows` (see `lockstep_rows`).
+LOCKSTEP_KEYS = ("tokens", "logprobs", "token_turn", "versions", "request_ids", "engines")
 
 
 def group_to_plain(group: Group) -> dict[str, Any]:
@@ -19,7 +24,20 @@ def group_to_plain(group: Group) -> dict[str, Any]:
 
 
 def group_from_plain(data: dict[str, Any]) -> Group:
-    return Group(**data)
+    """A saved group; one in the lock-step layout of older checkpoints and batch files becomes ragged rows."""
+    if "rows" not in data:
+        data = _lockstep_to_rows(data)
+    rows = [Row(**{**row, "turns": [Turn(**t) for t in row["turns"]]}) for row in data["rows"]]
+    return Group(**{**data, "rows": rows})
+
+
+def _lockstep_to_rows(data: dict[str, Any]) -> dict[str, Any]:
+    """The lock-step layout as rows. Its request ids were `<session>/t<turn>`: the session is their prefix."""
+    old = {key: data[key] for key in LOCKSTEP_KEYS}
+    session = old["request_ids"][0].rsplit("/t", 1)[0] if old["request_ids"] else ""
+    rows = lockstep_rows(session, **old)
+    rest = {k: v for k, v in data.items() if k not in LOCKSTEP_KEYS}
+    return {**rest, "rows": [dataclasses.asdict(row) for row in rows]}
 
 
 def groups_to_plain(groups: list[Group]) -> list[dict[str, Any]]:

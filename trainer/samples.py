@@ -11,7 +11,7 @@ from __future__ import annotations
 import random
 from typing import TYPE_CHECKING
 
-from trainer.episodes import Group
+from trainer.episodes import Group, Row
 from trainer.problems import VOCAB, SequenceTask, decode
 from trainer.sample_schema import MAX_SAMPLE_NAME, MAX_SAMPLE_TEXT, MAX_SAMPLE_TURNS, SampleData, SampleTurn
 
@@ -51,12 +51,12 @@ def group_samples(g: Group, *, task: SequenceTask, step: int, pick: str) -> list
     n = len(g.rewards)
     mean = sum(g.rewards) / max(1, n)
     std = (sum((r - mean) ** 2 for r in g.rewards) / max(1, n)) ** 0.5
-    session = g.request_ids[0].rsplit("/t", 1)[0] if g.request_ids else ""
-    vmin, vmax = min(g.versions, default=step - 1), max(g.versions, default=step - 1)
+    versions = g.versions
+    vmin, vmax = min(versions, default=step - 1), max(versions, default=step - 1)
     out: list[SampleData] = []
-    for k, row in enumerate(g.tokens):
-        turns, prompt_text = _turns(g, row)
-        generated = [t for t, turn in zip(row, g.token_turn) if turn >= 0]
+    for k, row in enumerate(g.rows):
+        turns, prompt_text = _turns(row)
+        generated = row.generated()
         completion = "".join(t["text"] for t in turns if t["role"] == "policy")
         out.append(
             SampleData(
@@ -64,8 +64,8 @@ def group_samples(g: Group, *, task: SequenceTask, step: int, pick: str) -> list
                 group=g.group_id,
                 index=k,
                 prompt_index=g.prompt_index,
-                session=session[:MAX_SAMPLE_NAME],
-                engine=(g.engines[-1] if g.engines else "")[:MAX_SAMPLE_NAME],
+                session=row.session[:MAX_SAMPLE_NAME],
+                engine=(row.turns[-1].engine if row.turns else "")[:MAX_SAMPLE_NAME],
                 finish_reason="stop" if all(VOCAB[t].isdigit() for t in generated) else "length",
                 pick=pick,
                 prompt=prompt_text[:MAX_SAMPLE_TEXT],
@@ -83,29 +83,22 @@ def group_samples(g: Group, *, task: SequenceTask, step: int, pick: str) -> list
     return out
 
 
-def _turns(g: Group, row: list[int]) -> tuple[list[SampleTurn], str]:
-    """Split one episode's tokens into (turns after the prompt, the prompt's text) by `token_turn`: runs of
-    one turn's tokens are the policy's, runs of -1 after the prompt are tool replies."""
-    segments: list[tuple[int, list[int]]] = []
-    for token, turn in zip(row, g.token_turn):
-        if segments and segments[-1][0] == turn:
-            segments[-1][1].append(token)
-        else:
-            segments.append((turn, [token]))
-    prompt = decode(segments[0][1]) if segments and segments[0][0] < 0 else ""
+def _turns(row: Row) -> tuple[list[SampleTurn], str]:
+    """Split one episode into (turns after the prompt, the prompt's text) by its `turns`: each generated span is
+    a policy turn, the fed tokens before the first are the prompt, fed tokens after a turn are a tool reply."""
     turns: list[SampleTurn] = []
-    for turn, tokens in segments[1:] if prompt else segments:
-        text = decode(tokens)[:MAX_SAMPLE_TEXT]
-        if turn < 0:
-            turns.append(SampleTurn(role="tool", text=text))
-        else:
-            turns.append(
-                SampleTurn(
-                    role="policy",
-                    text=text,
-                    version=g.versions[turn],
-                    engine=g.engines[turn][:MAX_SAMPLE_NAME],
-                    request=g.request_ids[turn][:MAX_SAMPLE_NAME],
-                )
+    prompt = decode(row.tokens[: row.turns[0].start]) if row.turns else decode(row.tokens)
+    for i, turn in enumerate(row.turns):
+        turns.append(
+            SampleTurn(
+                role="policy",
+                text=decode(row.tokens[turn.start : turn.end])[:MAX_SAMPLE_TEXT],
+                version=row.versions[turn.start],
+                engine=turn.engine[:MAX_SAMPLE_NAME],
+                request=turn.request_id[:MAX_SAMPLE_NAME],
             )
+        )
+        fed_end = row.turns[i + 1].start if i + 1 < len(row.turns) else len(row.tokens)
+        if fed_end > turn.end:
+            turns.append(SampleTurn(role="tool", text=decode(row.tokens[turn.end : fed_end])[:MAX_SAMPLE_TEXT]))
     return turns, prompt

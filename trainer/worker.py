@@ -117,7 +117,7 @@ class RolloutWorker:
         finally:
             self._live -= 1
             await self._end_session(session_id, ended_by_engine=ended)
-        valid = [all(VOCAB[t].isdigit() for t, turn in zip(row, group.token_turn) if turn >= 0) for row in group.tokens]
+        valid = [all(VOCAB[t].isdigit() for t in row.generated()) for row in group.rows]
         group.meta["attempt"] = session_id
         receipt = GroupResult(
             rewards=group.rewards,
@@ -127,7 +127,7 @@ class RolloutWorker:
             attempt=session_id,
             meta={
                 "versions": group.versions,
-                "engines": sorted(set(group.engines)),
+                "engines": group.engines,
                 "worker": self.worker_id,
                 "started_at": started_at,
             },

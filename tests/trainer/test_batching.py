@@ -130,11 +130,12 @@ def test_batched_equals_one_at_a_time_bit_for_bit() -> None:
     batched_engine = Engine(CFG, "b", max_batch=64)
     batched = asyncio.run(_episodes(batched_engine, tickets, concurrent=True))
     serial = asyncio.run(_episodes(Engine(CFG, "s", max_batch=1), tickets, concurrent=False))
-    assert batched_engine.steps < sum(len(g.versions) for g in batched)  # they really shared steps
+    assert batched_engine.steps < sum(len(g.rows[0].turns) for g in batched)  # they really shared steps
     for b, s in zip(batched, serial):
         assert b.tokens == s.tokens
         assert b.logprobs == s.logprobs  # exact floats, not approximately
-        assert b.request_ids == s.request_ids and b.versions == [0, 0, 0]
+        assert [r.token_request_ids() for r in b.rows] == [r.token_request_ids() for r in s.rows]
+        assert b.versions == [0] and all(len(r.turns) == 3 for r in b.rows)
 
 
 def test_greedy_tokens_equal_the_reference_sampler_without_batching() -> None:

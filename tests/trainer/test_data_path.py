@@ -8,7 +8,7 @@ import pytest
 from rollout.channel import Channel
 from trainer.config import TrainConfig
 from trainer.data_path import GroupTokens, batch_tokens, build_filters, channel_key, group_tokens
-from trainer.episodes import Group
+from trainer.episodes import Group, lockstep_rows
 from trainer.problems import task_build
 
 CFG = TrainConfig(task="agent", group_size=3, prompts_per_step=4, seed=1)
@@ -23,12 +23,15 @@ def _group(group_id: int, cfg: TrainConfig = CFG, turns: int | None = None) -> G
         group_id=group_id,
         epoch=0,
         prompt_index=0,
-        tokens=rows,
-        logprobs=[[0.0] * len(token_turn) for _ in rows],
-        token_turn=token_turn,
-        versions=[0] * turns,
-        request_ids=[f"r{t}" for t in range(turns)],
-        engines=["engine-0"] * turns,
+        rows=lockstep_rows(
+            f"s{group_id}",
+            rows,
+            [[0.0] * len(token_turn) for _ in rows],
+            token_turn,
+            [0] * turns,
+            [f"r{t}" for t in range(turns)],
+            ["engine-0"] * turns,
+        ),
         rewards=[0.0] * cfg.group_size,
         exact=[0.0] * cfg.group_size,
     )

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from trainer.algorithm import group_advantages as torch_group_advantages
-from trainer.episodes import Group
+from trainer.episodes import Group, lockstep_rows
 from trainer.events import EventSchemaError, validate_event
 from trainer.histograms import (
     group_advantages,
@@ -27,12 +27,15 @@ def make_group(group_id: int, rewards: list[float], versions: list[int], generat
         group_id=group_id,
         epoch=0,
         prompt_index=group_id,
-        tokens=[[1] * len(turn) for _ in rewards],
-        logprobs=[[0.0] * len(turn) for _ in rewards],
-        token_turn=turn,
-        versions=versions,
-        request_ids=["r"] * len(versions),
-        engines=["e0"] * len(versions),
+        rows=lockstep_rows(
+            "s",
+            [[1] * len(turn) for _ in rewards],
+            [[0.0] * len(turn) for _ in rewards],
+            turn,
+            versions,
+            ["r"] * len(versions),
+            ["e0"] * len(versions),
+        ),
         rewards=rewards,
         exact=[float(r == 1.0) for r in rewards],
     )

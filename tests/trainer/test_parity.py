@@ -65,11 +65,11 @@ def _generate(ray, engine, n_groups: int = N_GROUPS) -> list[Group]:
 def _diffs(groups: list[Group], learner_logprobs: list[list[list[float]]]) -> list[float]:
     """|engine - learner| for every generated token of every row."""
     return [
-        abs(engine_row[pos] - learner_row[pos])
+        abs(engine_logp - learner_row[pos])
         for g, rows in zip(groups, learner_logprobs)
-        for engine_row, learner_row in zip(g.logprobs, rows)
-        for pos, turn in enumerate(g.token_turn)
-        if turn >= 0
+        for row, learner_row in zip(g.rows, rows)
+        for pos, (engine_logp, generated) in enumerate(zip(row.logprobs, row.mask))
+        if generated
     ]
 
 
@@ -86,9 +86,10 @@ def test_engine_logprobs_equal_the_learners_for_the_same_weights(ray_driver) -> 
     requests = N_GROUPS * task.turns
     assert snap["requests"] == requests and snap["steps"] < requests * task.turn_len()
     assert len({len(task.prompt_tokens(task.train_prompts[g.prompt_index])) for g in groups}) > 1
-    assert all(g.versions == [0] * task.turns and len(set(g.request_ids)) == task.turns > 1 for g in groups)
-    turns = {turn for g in groups for turn in g.token_turn if turn >= 0}
-    assert turns == set(range(task.turns))
+    assert all(g.versions == [0] for g in groups)  # every token sampled with version 0
+    assert all(len({t.request_id for t in r.turns}) == len(r.turns) == task.turns > 1 for g in groups for r in g.rows)
+    turns = {t.request_id.rsplit("/t", 1)[1] for g in groups for r in g.rows for t in r.turns}
+    assert turns == {str(k) for k in range(task.turns)}
 
     diffs = _diffs(groups, ray.get(learner.logprobs.remote(groups)))
     assert len(diffs) == N_GROUPS * CFG.group_size * task.turns * task.turn_len()

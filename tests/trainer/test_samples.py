@@ -8,7 +8,7 @@ import asyncio
 import pytest
 
 from trainer.config import ConfigError, TrainConfig
-from trainer.episodes import Group, GroupTicket, run_group
+from trainer.episodes import Group, GroupTicket, lockstep_rows, run_group
 from trainer.events import EventSchemaError, validate_event
 from trainer.problems import encode, task_build
 from trainer.sample_schema import MAX_SAMPLE_TEXT
@@ -37,9 +37,8 @@ def agent_group(cfg: TrainConfig, *, group_id: int, answers: list[str], version:
 
 
 def group_with_rewards(group_id: int, rewards: list[float]) -> Group:
-    return Group(
-        group_id, 0, 0, [[1]] * len(rewards), [[0.0]] * len(rewards), [-1], [0], ["r"], ["e"], rewards, rewards
-    )
+    rows = lockstep_rows("s", [[1]] * len(rewards), [[0.0]] * len(rewards), [-1], [0], ["r"], ["e"])
+    return Group(group_id, 0, 0, rows, rewards, rewards)
 
 
 def test_pick_takes_best_and_worst_by_mean_reward_plus_a_seeded_draw():

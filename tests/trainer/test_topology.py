@@ -82,15 +82,19 @@ def test_every_consumed_token_is_within_max_staleness_and_tagged(ray_driver) -> 
     def check(run: TrainingRun, groups: list) -> None:
         trainer_version = run.version - 1  # the version the batch was trained at
         for g in groups:
-            versions, request_ids = g.token_versions(), g.token_request_ids()
-            for pos, (v, rid) in enumerate(zip(versions, request_ids)):
-                if g.token_turn[pos] < 0:
-                    assert v == -1 and rid == ""
-                    continue
-                assert v >= trainer_version - cfg.max_staleness, (g.group_id, pos, v, trainer_version)
-                assert rid == f"{g.request_ids[g.token_turn[pos]]}" and rid.endswith(f"/t{g.token_turn[pos]}")
-                seen.append(trainer_version - v)
-            assert g.versions == sorted(g.versions)  # later turns never run on older weights
+            for row in g.rows:
+                request_ids = row.token_request_ids()
+                turn_of = {pos: k for k, t in enumerate(row.turns) for pos in range(t.start, t.end)}
+                for pos, (v, rid) in enumerate(zip(row.versions, request_ids)):
+                    if not row.mask[pos]:
+                        assert v == -1 and rid == "" and pos not in turn_of
+                        continue
+                    assert v >= trainer_version - cfg.max_staleness, (g.group_id, pos, v, trainer_version)
+                    turn = turn_of[pos]
+                    assert rid == row.turns[turn].request_id and rid.endswith(f"/t{turn}")
+                    seen.append(trainer_version - v)
+                turn_versions = [row.versions[t.start] for t in row.turns]
+                assert turn_versions == sorted(turn_versions)  # later turns never run on older weights
 
     result, events, _ = _run(cfg, check)
     assert result.status == "succeeded"

@@ -140,7 +140,8 @@ def test_a_later_turn_on_the_bound_engine_feeds_only_its_new_tokens() -> None:
     P = len(task.prompt_tokens(prompt))
     # Turn 0 feeds the prompt; turns 1 and 2 feed the last sampled token plus the 2-token tool reply.
     assert engine.tokens_fed == 4 * P + 2 * 4 * 3
-    assert group.versions == [0, 0, 0] and group.request_ids == ["s/t0", "s/t1", "s/t2"]
+    assert group.versions == [0]
+    assert all([t.request_id for t in row.turns] == ["s/t0", "s/t1", "s/t2"] for row in group.rows)
     assert engine.gate.snapshot()["active"] == 0 and "s" not in engine.sessions  # the final turn ended it
 
 
@@ -213,7 +214,7 @@ def test_checkpoint_round_trips_ready_groups_and_optimizer_exactly_as_plain_data
     }
     checkpoint_save(tmp_path, step=1, meta={"version": 1, "config": cfg.to_dict()}, state=state)
     meta, loaded = checkpoint_load(tmp_path)
-    assert meta["format"] == 2 and scheduler_state_from_plain(loaded["scheduler"]) == scheduler
+    assert meta["format"] == 3 and scheduler_state_from_plain(loaded["scheduler"]) == scheduler
     assert loaded["python_rng"] == random.getstate() and loaded["sampler"] == sampler.state_dict()
     fresh = Learner(cfg)
     fresh.load_state_dict(loaded["trainer"])
