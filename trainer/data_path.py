@@ -31,16 +31,28 @@ def channel_key(cfg: TrainConfig) -> str:
 
 
 def group_tokens(group: Any) -> int:
-    """Generated tokens of a group (every row's positions with loss mask 1): its channel weight."""
-    return int(group.generated_tokens)
+    """Generated tokens of a group (every row's positions with loss mask 1): its channel weight. A group an
+    agent environment ran weighs its episodes' token budget instead (`meta["weight"]`: their lengths vary, and
+    the learner's take must still be exactly `prompts_per_step` groups)."""
+    weight = group.meta.get("weight")
+    return int(weight) if weight else int(group.generated_tokens)
+
+
+def response_len_max(cfg: TrainConfig) -> int:
+    """Tokens one episode may generate: the task's turns x turn length, or the environment's budget."""
+    if cfg.environment:
+        from trainer.agent_episodes import build_environment, episode_budget
+
+        return episode_budget(build_environment(cfg))
+    task = task_build(cfg)
+    return task.turns * task.turn_len()
 
 
 def batch_tokens(cfg: TrainConfig, groups: int | None = None) -> float:
     """The learner's token budget per step: `prompts_per_step` groups (or `groups`, a top-up) of the task's
     generated length."""
-    task = task_build(cfg)
     n = cfg.prompts_per_step if groups is None else groups
-    return float(n * cfg.group_size * task.turns * task.turn_len())
+    return float(n * cfg.group_size * response_len_max(cfg))
 
 
 def build_filters(cfg: TrainConfig) -> list[Any]:

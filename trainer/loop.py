@@ -17,8 +17,10 @@ from typing import Any
 
 from rollout.scheduler import RolloutScheduler
 from trainer import publishing, reports
+from trainer.agent_episodes import build_environment, evaluate_env, spread
 from trainer.collect import collect
 from trainer.config import TrainConfig
+from trainer.data_path import response_len_max
 from trainer.episodes import Group
 from trainer.histograms import run_edges
 from trainer.phases import run_debug_phase
@@ -60,12 +62,15 @@ class TrainingRun:
         self.resume = resume
         self.on_step = on_step
         self.task = task_build(cfg)
+        # An agent environment's tasks replace the in-process task's prompts (trainer/agent_episodes.py).
+        self.env = build_environment(cfg) if cfg.environment else None
         self.histogram_edges = run_edges(
             group_size=cfg.group_size,
             max_staleness=cfg.max_staleness,
-            response_len_max=self.task.turns * self.task.turn_len(),
+            response_len_max=response_len_max(cfg),
         )
-        self.sampler = GroupSampler(len(self.task.train_prompts), cfg.seed)
+        tasks = len(self.env.tasks("train")) if self.env is not None else len(self.task.train_prompts)
+        self.sampler = GroupSampler(tasks, cfg.seed)
         self.version = 0
         self.consumed: list[tuple[int, int]] = []
         self.metrics: dict[str, Any] = {}
@@ -243,13 +248,27 @@ class TrainingRun:
         )
         if cfg.eval_every and (self.version % cfg.eval_every == 0 or self.version == cfg.steps):
             started_at = time.time()
-            data.update(self.rt.trainer_call("evaluate", cfg.eval_prompts))
+            data.update(self._evaluate())
             data["eval_span"] = reports.span(started_at, time.time())
         self.metrics.update({k: v for k, v in data.items() if k not in reports.NOT_METRICS})
         self.emit("train", data)
         for sample in samples_capture(groups, task=self.task, step=self.version, cfg=cfg):
             self.emit("sample", dict(sample))
         self.emit("sampler", self.sampler.progress())
+
+    def _evaluate(self) -> dict[str, float]:
+        """Greedy exact-match and reward on training and held-out tasks: by the learner on its own weights, or
+        for an agent environment, episodes through the session server at the version just published."""
+        n = self.cfg.eval_prompts
+        if self.env is None or self.rt.serving is None:
+            result: dict[str, float] = self.rt.trainer_call("evaluate", n)
+            return result
+        out: dict[str, float] = {}
+        for split in ("train", "held_out"):
+            tasks = spread(self.env.tasks(split), n)
+            got = self.rt.loop.run(evaluate_env(self.env, self.rt.serving, tasks, f"eval:v{self.version}:{split}"))
+            out[f"{split}_exact_match"], out[f"{split}_reward"] = got["exact_match"], got["reward"]
+        return out
 
     def checkpoint(self, reason: str, *, quiesce: bool = True) -> None:
         """Step 5: save the run's state (nothing without a checkpoint directory); see `trainer.resume`."""

@@ -9,10 +9,12 @@ limits are `trainer.sample_schema`.
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from trainer.episodes import Group, Row
-from trainer.problems import VOCAB, SequenceTask, decode
+from trainer.problems import VOCAB, SequenceTask
+from trainer.problems import decode as task_decode
 from trainer.sample_schema import MAX_SAMPLE_NAME, MAX_SAMPLE_TEXT, MAX_SAMPLE_TURNS, SampleData, SampleTurn
 
 if TYPE_CHECKING:
@@ -46,8 +48,16 @@ def samples_capture(groups: list[Group], *, task: SequenceTask, step: int, cfg: 
 
 
 def group_samples(g: Group, *, task: SequenceTask, step: int, pick: str) -> list[SampleData]:
-    """Every episode of group `g` as sample data (advantages normalized within the group, as GRPO does)."""
-    prompt = task.train_prompts[g.prompt_index]
+    """Every episode of group `g` as sample data (advantages normalized within the group, as GRPO does). A group
+    an agent environment ran over HTTP (`meta["environment"]`) is in the chat vocabulary, its finish reasons are
+    the session server's and its reward parts the environment's."""
+    agent = bool(g.meta.get("environment"))
+    if agent:
+        from agents.chat import decode as chat_decode
+
+        decode, parts = chat_decode, g.meta.get("reward_parts") or [{}] * len(g.rows)
+    else:
+        decode, prompt = task_decode, task.train_prompts[g.prompt_index]
     n = len(g.rewards)
     mean = sum(g.rewards) / max(1, n)
     std = (sum((r - mean) ** 2 for r in g.rewards) / max(1, n)) ** 0.5
@@ -55,7 +65,7 @@ def group_samples(g: Group, *, task: SequenceTask, step: int, pick: str) -> list
     vmin, vmax = min(versions, default=step - 1), max(versions, default=step - 1)
     out: list[SampleData] = []
     for k, row in enumerate(g.rows):
-        turns, prompt_text = _turns(row)
+        turns, prompt_text = _turns(row, decode)
         generated = row.generated()
         completion = "".join(t["text"] for t in turns if t["role"] == "policy")
         out.append(
@@ -66,13 +76,13 @@ def group_samples(g: Group, *, task: SequenceTask, step: int, pick: str) -> list
                 prompt_index=g.prompt_index,
                 session=row.session[:MAX_SAMPLE_NAME],
                 engine=(row.turns[-1].engine if row.turns else "")[:MAX_SAMPLE_NAME],
-                finish_reason="stop" if all(VOCAB[t].isdigit() for t in generated) else "length",
+                finish_reason=_finish(row, generated, agent),
                 pick=pick,
                 prompt=prompt_text[:MAX_SAMPLE_TEXT],
                 completion=completion[:MAX_SAMPLE_TEXT],
                 turns=turns[:MAX_SAMPLE_TURNS],
                 reward=float(g.rewards[k]),
-                reward_parts=task.reward_parts(prompt, generated),
+                reward_parts=dict(parts[k]) if agent else task.reward_parts(prompt, generated),
                 advantage=(g.rewards[k] - mean) / (std + 1e-6),
                 version_min=vmin,
                 version_max=vmax,
@@ -83,7 +93,13 @@ def group_samples(g: Group, *, task: SequenceTask, step: int, pick: str) -> list
     return out
 
 
-def _turns(row: Row) -> tuple[list[SampleTurn], str]:
+def _finish(row: Row, generated: list[int], agent: bool) -> str:
+    if agent:
+        return row.turns[-1].finish_reason if row.turns else "length"
+    return "stop" if all(VOCAB[t].isdigit() for t in generated) else "length"
+
+
+def _turns(row: Row, decode: Callable[[list[int]], str]) -> tuple[list[SampleTurn], str]:
     """Split one episode into (turns after the prompt, the prompt's text) by its `turns`: each generated span is
     a policy turn, the fed tokens before the first are the prompt, fed tokens after a turn are a tool reply."""
     turns: list[SampleTurn] = []

@@ -13,10 +13,13 @@ import secrets
 from typing import Any
 
 from agents.server import SessionServer
+from trainer.agent_episodes import Serving
 from trainer.config import TrainConfig
 from trainer.problems import policy_shape
 from trainer.resources import servers_of
 from trainer.serving_key import serving_key_from_env
+
+__all__ = ["Serving", "run_label", "serving_data", "serving_key", "start_local", "start_ray"]
 
 
 def run_label() -> str:

@@ -29,7 +29,7 @@ from trainer.engine import Engine
 from trainer.learner_actor import LearnerActor
 from trainer.placement import Emit, Placement, driver_bundle, local_placement, pin_threads, reserve
 from trainer.sampler import GroupSampler
-from trainer.serving import serving_data, serving_key, start_local, start_ray
+from trainer.serving import Serving, serving_data, serving_key, start_local, start_ray
 from trainer.worker import RolloutWorker
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -82,6 +82,7 @@ class Runtime:
     restarts: int = 0  # engines restarted so far (trainer.engine_restart)
     servers: list[Any] = field(default_factory=list)  # session servers (trainer/serving.py): handles or objects
     serving_urls: list[str] = field(default_factory=list)
+    serving: Serving | None = None  # how the driver reaches the first server (evaluation of an environment)
 
     def trainer_call(self, method: str, *args: Any, timeout: float | None = None) -> Any:
         if self.uses_ray:
@@ -171,19 +172,17 @@ def build_runtime(
     placement = local_placement(cfg) if cfg.mode == "local" else reserve(cfg, emit, stop)
     try:
         loop = LoopThread()
-        if cfg.mode == "local":
-            engines, workers, trainer, channel, resources = _start_local(cfg, name, engine_ids, engines_open)
-            invokables: list[Any] = [_LoopWorker(w, loop) for w in workers]
-        else:
-            engines, workers, trainer, channel, resources = _start_ray_actors(
-                cfg, name, engine_ids, engines_open, placement
-            )
-            invokables = workers
         key = serving_key()
         if cfg.mode == "local":
-            servers, urls = start_local(cfg, engines, loop, key)
+            engines, workers, trainer, channel, resources, (servers, urls) = _start_local(
+                cfg, name, engine_ids, engines_open, loop, key
+            )
+            invokables: list[Any] = [_LoopWorker(w, loop) for w in workers]
         else:
-            servers, urls = start_ray(cfg, name, engines, lambda role: _actor_options(placement, role), key)
+            engines, workers, trainer, channel, resources, (servers, urls) = _start_ray_actors(
+                cfg, name, engine_ids, engines_open, placement, key
+            )
+            invokables = workers
         emit("resources", placement.ready_data())
         if urls:
             emit("serving", serving_data(urls))
@@ -214,27 +213,36 @@ def build_runtime(
         name=name,
         servers=servers,
         serving_urls=urls,
+        serving=Serving(servers[0], urls[0], key) if servers else None,
     )
 
 
+Servers = tuple[list[Any], list[str]]  # session servers (handles or objects) and their URLs
+
+
 def _start_local(
-    cfg: TrainConfig, name: str, engine_ids: list[str], engines_open: bool
-) -> tuple[dict[str, Any], list[Any], Any, Channel, dict[str, Any]]:
+    cfg: TrainConfig, name: str, engine_ids: list[str], engines_open: bool, loop: LoopThread, key: str
+) -> tuple[dict[str, Any], list[Any], Any, Channel, dict[str, Any], Servers]:
     """Everything in this process, which reserved the driver bundle (the learner's share included)."""
     driver = driver_bundle(cfg)
     engines = {
         e: Engine(cfg, e, initially_open=engines_open, threads=driver.threads, gpus=driver.gpus) for e in engine_ids
     }
+    servers, urls = start_local(cfg, engines, loop, key)
+    serving = Serving(servers[0], urls[0], key) if servers else None
     # Gates are asyncio objects: build them on the loop that will drive them.
     channel = Channel.create(name, local=True, collector=GroupTokens)
-    workers = [RolloutWorker(cfg, f"worker-{i}", engines, channel=name) for i in range(cfg.num_workers)]
+    workers = [
+        RolloutWorker(cfg, f"worker-{i}", engines, channel=name, serving=serving) for i in range(cfg.num_workers)
+    ]
     trainer = LearnerActor(cfg, name, threads=driver.threads, gpus=driver.gpus)
-    return engines, workers, trainer, channel, {"device": trainer.info()["device"], "num_gpus": driver.gpus}
+    resources = {"device": trainer.info()["device"], "num_gpus": driver.gpus}
+    return engines, workers, trainer, channel, resources, (servers, urls)
 
 
 def _start_ray_actors(
-    cfg: TrainConfig, name: str, engine_ids: list[str], engines_open: bool, placement: Placement
-) -> tuple[dict[str, Any], list[Any], Any, Channel, dict[str, Any]]:
+    cfg: TrainConfig, name: str, engine_ids: list[str], engines_open: bool, placement: Placement, key: str
+) -> tuple[dict[str, Any], list[Any], Any, Channel, dict[str, Any], Servers]:
     """Engines, workers, trainer (Ray actor handles, typed Any: Ray types a handle's methods as the plain
     class's, without `.remote`), the channel, and the trainer's resources; each actor in its bundle."""
     import ray
@@ -245,11 +253,13 @@ def _start_ray_actors(
     engines: dict[str, Any] = {
         e: engine_actor(cfg, name, e, placement, initially_open=engines_open) for e in engine_ids
     }
+    servers, urls = start_ray(cfg, name, engines, options, key)
+    serving = Serving(servers[0], urls[0], key) if servers else None
     channel = Channel.create(name, collector=GroupTokens, actor_options=options("channel"))
     worker_cls = ray.remote(RolloutWorker)
     workers: list[Any] = [
         worker_cls.options(**options(f"worker-{i}"), max_concurrency=cfg.worker_capacity + 16).remote(
-            cfg, f"worker-{i}", engines, channel=name
+            cfg, f"worker-{i}", engines, channel=name, serving=serving
         )
         for i in range(cfg.num_workers)
     ]
@@ -261,7 +271,7 @@ def _start_ray_actors(
     )
     info = ray.get(trainer.info.remote())
     ray.get([h.ping.remote() for h in engines.values()] + [w.stats.remote() for w in workers])
-    return engines, workers, trainer, channel, {"device": info["device"], "num_gpus": learner.gpus}
+    return engines, workers, trainer, channel, {"device": info["device"], "num_gpus": learner.gpus}, (servers, urls)
 
 
 def _actor_options(placement: Placement, role: str) -> dict[str, Any]:

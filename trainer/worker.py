@@ -60,10 +60,19 @@ def _not_admitted(exc: BaseException) -> str | None:
 
 
 class RolloutWorker:
-    def __init__(self, cfg: TrainConfig, worker_id: str, engines: dict[str, Any], *, channel: str) -> None:
+    def __init__(
+        self, cfg: TrainConfig, worker_id: str, engines: dict[str, Any], *, channel: str, serving: Any = None
+    ) -> None:
         # No torch in a worker: it routes turns and scores episodes (tests/trainer/test_torch_free.py).
         self.cfg, self.worker_id = cfg, worker_id
         self.task = task_build(cfg)
+        self.agents: Any = None  # an agent environment's episodes over HTTP (trainer/agent_episodes.py)
+        if cfg.environment:
+            from trainer.agent_episodes import AgentEpisodes
+
+            if serving is None:
+                raise ValueError(f"environment {cfg.environment!r} needs the run's session server")
+            self.agents = AgentEpisodes(cfg, serving)
         self.engines = dict(engines)
         self.router = SessionAffinityRouter(sorted(self.engines))
         self.channel = Channel.connect(channel)  # kept groups go there (the learner takes them)
@@ -81,7 +90,6 @@ class RolloutWorker:
         """Run G episodes of the ticket's prompt as one session on one engine; abort if that engine dies."""
         session_id = f"{self.worker_id}:g{ticket.group_id}:a{next(self._attempt)}"
         started_at = time.time()  # wall clock: the rollout event's spans (trace export) compare across processes
-        prompt = self.task.train_prompts[ticket.prompt_index]
         epoch = self._abort_epoch
 
         ended = False  # the engine answered the final turn and so ended the session itself
@@ -96,15 +104,18 @@ class RolloutWorker:
 
         self._live += 1
         try:
-            group = await run_group(
-                self.task,
-                ticket,
-                prompt,
-                group_size=self.cfg.group_size,
-                seed=self.cfg.seed,
-                generate=generate,
-                session_id=session_id,
-            )
+            if self.agents is not None:  # G sessions on the session server, driven by the environment's agent
+                group = await self.agents.run_group(ticket, session_id)
+            else:
+                group = await run_group(
+                    self.task,
+                    ticket,
+                    self.task.train_prompts[ticket.prompt_index],
+                    group_size=self.cfg.group_size,
+                    seed=self.cfg.seed,
+                    generate=generate,
+                    session_id=session_id,
+                )
         except (SessionGoneError, NoEngineError, EpisodeAbortedError) as exc:
             kind = exc.kind if isinstance(exc, EpisodeAbortedError) else "engine_lost"
             if isinstance(exc, NoEngineError) and self._suspended:
@@ -117,7 +128,10 @@ class RolloutWorker:
         finally:
             self._live -= 1
             await self._end_session(session_id, ended_by_engine=ended)
-        valid = [all(VOCAB[t].isdigit() for t in row.generated()) for row in group.rows]
+        if self.agents is not None:  # the environment's reward judges the replies; an episode is valid if it ran
+            valid = [bool(row.turns) for row in group.rows]
+        else:
+            valid = [all(VOCAB[t].isdigit() for t in row.generated()) for row in group.rows]
         group.meta["attempt"] = session_id
         receipt = GroupResult(
             rewards=group.rewards,
@@ -247,6 +261,7 @@ class RolloutWorker:
             "suspended": sorted(self._suspended),
             "engines": sorted(self.engines),
             "router": self.router.snapshot(),
+            "agents": dict(self.agents.counts) if self.agents is not None else {},
         }
 
     async def close(self) -> None:

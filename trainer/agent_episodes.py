@@ -1,0 +1,160 @@
+"""Episodes of an agent environment over HTTP (docs/agents.md): a rollout worker opens G internal sessions on
+the run's session server, the environment drives them at once with a real `openai.AsyncOpenAI` client, and the
+group is built from the server's token-exact records (trainer/trajectories.py), never from the replies' text.
+
+A session the server answers 410 for (its engine died or evicted it) or 503 for (the gate stayed sealed past
+its admission bound, or is poisoned; the router is full) aborts the group like the in-process path does: its
+ticket goes back to the sampler and runs again as new sessions. Greedy evaluation runs the same way on
+held-out and training tasks (`evaluate_env`), from the driver.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any
+
+from agents.chat import VOCAB_SIZE
+from agents.environments import Environment, EpisodeResult, Task, resolve
+from rollout.errors import EpisodeAbortedError, SessionGoneError
+from rollout.invoke import call
+from trainer.config import TrainConfig
+from trainer.episodes import Group, GroupTicket
+from trainer.problems import policy_shape
+from trainer.trajectories import TrajectoryRecord, group_from_trajectories
+
+REQUEST_TIMEOUT_S = 300.0  # one request may wait at a sealed gate for a whole publication
+
+
+@dataclass(frozen=True)
+class Serving:
+    """How a worker reaches the run's session server: its handle (sessions, records), URL and bearer key."""
+
+    server: Any
+    url: str
+    key: str
+
+
+def build_environment(cfg: TrainConfig) -> Environment:
+    """The environment the config names. The platform checked the name against the staff's allowed list at
+    submit (runs/api), so the job accepts the name it was launched with."""
+    return resolve(cfg.environment, allowed=[cfg.environment])(seed=cfg.seed)
+
+
+def openai_client(serving: Serving) -> Any:
+    from openai import AsyncOpenAI
+
+    return AsyncOpenAI(base_url=f"{serving.url}/v1", api_key=serving.key, max_retries=0, timeout=REQUEST_TIMEOUT_S)
+
+
+def _abort_kind(exc: BaseException) -> str | None:
+    """The in-process path's abort kind for an HTTP refusal, or None when the failure is not a refusal."""
+    status = getattr(exc, "status_code", None)
+    return {410: "engine_lost", 503: "gate_wait"}.get(status) if isinstance(status, int) else None
+
+
+class AgentEpisodes:
+    """One worker's agent episodes: G sessions per group on the session server, driven by the environment."""
+
+    def __init__(self, cfg: TrainConfig, serving: Serving) -> None:
+        self.cfg, self.serving = cfg, serving
+        self.env = build_environment(cfg)
+        self.tasks = self.env.tasks("train")
+        self.client = openai_client(serving)
+        self.block_size = policy_shape(cfg)[1]
+        self.counts: Counter[str] = Counter()  # tool_calls, valid_tool_calls, tool_errors, episodes
+
+    async def run_group(self, ticket: GroupTicket, session_id: str) -> Group:
+        """G episodes of the ticket's task, one internal session each; aborts raise EpisodeAbortedError or
+        SessionGoneError (the worker re-queues the ticket)."""
+        task = self.tasks[ticket.prompt_index]
+        sids = [f"{session_id}:s{k}" for k in range(self.cfg.group_size)]
+        for sid in sids:
+            await call(self.serving.server, "open_session", sid)
+        try:
+            results = await asyncio.gather(
+                *(self.env.run_episode(self.client, sid, task) for sid in sids), return_exceptions=True
+            )
+        finally:
+            records = [await call(self.serving.server, "end_session", sid) for sid in sids]
+        for sid, result in zip(sids, results):
+            if isinstance(result, BaseException):
+                kind = _abort_kind(result)
+                if kind == "engine_lost":
+                    raise SessionGoneError(sid, "", f"session server answered 410: {result}") from result
+                if kind is not None:
+                    raise EpisodeAbortedError(sid, kind, f"session server answered 503: {result}") from result
+                raise result
+        episodes: list[EpisodeResult] = [r for r in results if isinstance(r, EpisodeResult)]
+        self._count(episodes)
+        plain = [TrajectoryRecord.from_plain(_plain(r), f"records[{k}]") for k, r in enumerate(records)]
+        return group_from_trajectories(
+            ticket,
+            plain,
+            [e.reward for e in episodes],
+            exact=[e.exact for e in episodes],
+            max_tokens=self.block_size,
+            vocab_size=VOCAB_SIZE,
+            meta={
+                "reward_parts": [e.parts for e in episodes],
+                "environment": self.env.name,
+                "weight": self.cfg.group_size * episode_budget(self.env),
+            },
+        )
+
+    def _count(self, episodes: list[EpisodeResult]) -> None:
+        self.counts["episodes"] += len(episodes)
+        for e in episodes:
+            self.counts["tool_calls"] += e.tool_calls
+            self.counts["valid_tool_calls"] += e.valid_tool_calls
+            self.counts["tool_errors"] += e.tool_errors
+
+
+def spread(tasks: list[Task], n: int) -> list[Task]:
+    """A fixed, evenly spread subset of `n` tasks (the same every evaluation, so curves are comparable)."""
+    if len(tasks) <= n:
+        return list(tasks)
+    return [tasks[int(i * len(tasks) / n)] for i in range(n)]
+
+
+def episode_budget(env: Environment) -> int:
+    """Tokens one episode may generate at most: its channel weight (groups of an environment weigh the same,
+    so the learner's token-weighted take is exactly `prompts_per_step` groups)."""
+    return env.max_turns * env.max_tokens
+
+
+def _plain(record: Any) -> Any:
+    return record.model_dump() if hasattr(record, "model_dump") else record
+
+
+async def evaluate_env(env: Environment, serving: Serving, tasks: list[Task], prefix: str) -> dict[str, float]:
+    """Greedy episodes of `tasks` through the session server: mean exact-match and reward. Their sessions are
+    internal but never reach a worker's channel: they are ended and dropped."""
+    client = openai_client(serving)
+    greedy = _Greedy(client)
+
+    async def one(k: int, task: Task) -> EpisodeResult:
+        sid = f"{prefix}:e{k}"
+        await call(serving.server, "open_session", sid)
+        try:
+            return await env.run_episode(greedy, sid, task)
+        finally:
+            await call(serving.server, "end_session", sid)
+
+    results = await asyncio.gather(*(one(k, t) for k, t in enumerate(tasks)))
+    await client.close()
+    n = max(1, len(results))
+    return {"exact_match": sum(r.exact for r in results) / n, "reward": sum(r.reward for r in results) / n}
+
+
+class _Greedy:
+    """The client an environment sees during evaluation: every chat completion is asked greedily."""
+
+    def __init__(self, client: Any) -> None:
+        self._client = client
+        self.chat = self
+        self.completions = self
+
+    async def create(self, **kwargs: Any) -> Any:
+        return await self._client.chat.completions.create(**{**kwargs, "temperature": 0.0})
