@@ -1,5 +1,7 @@
-"""The proxy's side of the wire to a run's session server: one httpx.AsyncClient per forwarded request (no
-environment proxies, no redirects followed, connect and read timeouts from settings), the run's serving key in
+"""The proxy's side of the wire to a run's session server: one pooled httpx.AsyncClient per event loop (no
+environment proxies, no redirects followed, connect and read timeouts from settings; building a client costs
+~80 ms of CPU for its TLS context, so a client per request stalled the web process's loop under a crowd and
+other requests' connects timed out), the run's serving key in
 `Authorization`, and the answer relayed: a streamed one (`text/event-stream`) chunk by chunk through an async
 iterator that closes the upstream response when the client goes away, any other one read whole up to its cap.
 Only safe headers cross, each way. Failures to reach the server answer 502 (refused, reset, its answer over
@@ -8,8 +10,10 @@ the cap, or it refused the platform's key) or 504 (timed out), in the OpenAI err
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
+import weakref
 from collections.abc import AsyncIterator
 from typing import Any, TypeVar
 
@@ -49,11 +53,21 @@ def error_answer(
     return answer
 
 
+_CLIENTS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, httpx.AsyncClient] = weakref.WeakKeyDictionary()
+POOL = httpx.Limits(max_connections=512, max_keepalive_connections=64)
+
+
 def _client() -> httpx.AsyncClient:
-    timeout = httpx.Timeout(
-        settings.AGENT_PROXY_READ_TIMEOUT_SECONDS, connect=settings.AGENT_PROXY_CONNECT_TIMEOUT_SECONDS
-    )
-    return httpx.AsyncClient(timeout=timeout, trust_env=False, follow_redirects=False)
+    """This event loop's client (daphne runs one loop; a client is bound to the loop it first ran on)."""
+    loop = asyncio.get_running_loop()
+    client = _CLIENTS.get(loop)
+    if client is None or client.is_closed:
+        timeout = httpx.Timeout(
+            settings.AGENT_PROXY_READ_TIMEOUT_SECONDS, connect=settings.AGENT_PROXY_CONNECT_TIMEOUT_SECONDS
+        )
+        client = httpx.AsyncClient(timeout=timeout, trust_env=False, follow_redirects=False, limits=POOL)
+        _CLIENTS[loop] = client
+    return client
 
 
 async def forward(
@@ -82,13 +96,10 @@ async def forward(
         assert answer is not None  # keys is never empty
         if answer.status_code == 401:
             log.warning("the session server at %s refused the run's serving key", url)
-            await client.aclose()
             return error_answer(502, "the run's session server refused the platform's serving key")
     except httpx.TimeoutException:
-        await client.aclose()
         return error_answer(504, "the run's session server did not answer in time")
     except httpx.HTTPError as exc:
-        await client.aclose()
         return error_answer(502, f"the run's session server could not be reached ({type(exc).__name__})")
     if answer.headers.get("content-type", "").startswith("text/event-stream"):
         return _streamed(answer, client, extra)
@@ -120,7 +131,6 @@ async def _whole(answer: httpx.Response, client: httpx.AsyncClient, extra: dict[
         return error_answer(502, f"the run's session server broke off its answer ({type(exc).__name__})")
     finally:
         await answer.aclose()
-        await client.aclose()
     response = HttpResponse(b"".join(chunks), status=answer.status_code)
     return _relayed_headers(answer, response, extra)
 
@@ -143,7 +153,6 @@ def _streamed(answer: httpx.Response, client: httpx.AsyncClient, extra: dict[str
             log.warning("the session server's stream broke off: %s", type(exc).__name__)
         finally:
             await answer.aclose()
-            await client.aclose()
 
     response = StreamingHttpResponse(chunks(), status=answer.status_code)
     response["Cache-Control"] = "no-cache"

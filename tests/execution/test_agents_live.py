@@ -1,0 +1,151 @@
+"""Agents over HTTP against a live run on real Ray (issue 24's compatibility acceptance): a run of the `digits`
+environment trains while the official `openai` client talks to its policy through the platform's proxy (plain,
+streaming, 32 concurrent sessions of 3 turns) and directly on the session server inside the job; external
+sessions never reach training; another user gets 404; some publication's drain waited for leases."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+
+import pytest
+
+from runs.models import Run
+from tests.execution.conftest import TINY_TRAIN_CONFIG, wait_for
+
+pytestmark = pytest.mark.slow
+
+AGENT_CONFIG = {
+    **TINY_TRAIN_CONFIG,
+    "environment": "digits",
+    "context_tokens": 64,
+    "num_engines": 2,
+    "steps": 400,
+    "eval_every": 0,
+    "checkpoint_every": 0,
+    "prompts_per_step": 4,
+}
+
+
+def _serving(run_id: int) -> Run | None:
+    run = Run.objects.get(pk=run_id)
+    return run if run.serving_url else None
+
+
+async def _conversations(client, sessions: int, turns: int) -> list[list[str]]:
+    """`sessions` concurrent conversations of `turns` turns each; returns every session's replies."""
+
+    async def talk(k: int) -> list[str]:
+        messages, replies = [], []
+        for turn in range(turns):
+            messages.append({"role": "user", "content": f"{k % 10}{turn}{(k + turn) % 10}"})
+            answer = await client.chat.completions.create(
+                model="policy", messages=messages, max_tokens=6, extra_body={"session_id": f"s{k}"}
+            )
+            reply = answer.choices[0].message.content
+            assert isinstance(reply, str)
+            replies.append(reply)
+            messages.append({"role": "assistant", "content": reply})
+        return replies
+
+    return await asyncio.gather(*(talk(k) for k in range(sessions)))
+
+
+def test_the_openai_client_drives_a_live_run_through_the_proxy_and_directly(platform, api, django_user_model):
+    import httpx
+    import openai
+
+    from runs.tokens import token_issue
+
+    platform.start_worker()
+    run = api.post("/api/runs/", {"name": "agents", "origin": "api", "config": AGENT_CONFIG}, expect=201)
+    api.wait_status(run["id"], {"running"}, timeout=180, on_timeout=lambda: platform.log("worker"))
+    serving = wait_for(lambda: _serving(run["id"]), timeout=120, what="the run's serving URL")
+    token = api.session.headers["Authorization"].split()[1]
+    base = f"{platform.web_url}/api/runs/{run['id']}/v1"
+
+    # Through the proxy with the official client: models, plain, streaming.
+    proxied = openai.OpenAI(base_url=base, api_key=token, max_retries=0, timeout=120)
+    assert [m.id for m in proxied.models.list().data][0].startswith(f"run-{run['id']}@v")
+    answer = proxied.chat.completions.create(
+        model="policy", messages=[{"role": "user", "content": "135"}], max_tokens=6
+    )
+    assert isinstance(answer.choices[0].message.content, str)
+    chunks = proxied.chat.completions.create(
+        model="policy", messages=[{"role": "user", "content": "246"}], max_tokens=6, stream=True
+    )
+    streamed = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert 1 <= len(streamed) <= 6 * len("<|end|>")
+
+    # 32 concurrent sessions of 3 turns each, while the run trains and publishes.
+    async def crowd() -> list[list[str]]:
+        client = openai.AsyncOpenAI(base_url=base, api_key=token, max_retries=0, timeout=300)
+        try:
+            return await _conversations(client, 32, 3)
+        finally:
+            await client.close()
+
+    started = time.monotonic()
+    replies = asyncio.run(crowd())
+    assert len(replies) == 32 and all(len(r) == 3 for r in replies), time.monotonic() - started
+    # Each session stayed on one engine; every token's version is its request's lease version, and a later
+    # turn never ran on an older version than an earlier one.
+    for k in range(32):
+        record = httpx.get(f"{base}/sessions/s{k}/trajectory", headers={"Authorization": f"Bearer {token}"}, timeout=30)
+        assert record.status_code == 200, record.text
+        body = record.json()
+        assert body["kind"] == "external" and len(body["segments"]) == 3
+        assert len({s["engine"] for s in body["segments"]}) == 1
+        leases = [s["versions"][0] for s in body["segments"]]
+        assert all(set(s["versions"]) == {s["versions"][0]} for s in body["segments"])
+        assert leases == sorted(leases)
+
+    # Directly on the session server inside the job, with the run's serving key.
+    direct = openai.OpenAI(base_url=f"{serving.serving_url}/v1", api_key=serving.serving_keys()[0], max_retries=0)
+    assert isinstance(
+        direct.chat.completions.create(model="policy", messages=[{"role": "user", "content": "789"}], max_tokens=4)
+        .choices[0]
+        .message.content,
+        str,
+    )
+
+    # Another user does not see the run through the proxy.
+    bob = django_user_model.objects.create_user(username="bob", password="pw")
+    stranger = httpx.get(f"{base}/models", headers={"Authorization": f"Bearer {token_issue(bob)}"}, timeout=30)
+    assert stranger.status_code == 404
+
+    # Training goes on, on internal sessions only; a publication that seals while chat requests are in flight
+    # drains them (with max_staleness 0 the workers are idle at a publication: only outside requests are left).
+    stop = threading.Event()
+
+    def chatter() -> None:
+        while not stop.is_set():
+            try:
+                proxied.chat.completions.create(
+                    model="policy", messages=[{"role": "user", "content": "97"}], max_tokens=6
+                )
+            except openai.APIError:
+                time.sleep(0.2)
+
+    talkers = [threading.Thread(target=chatter, daemon=True) for _ in range(4)]
+    for t in talkers:
+        t.start()
+    seen: dict[str, list] = {}
+
+    def drained() -> bool:
+        events = api.get(f"/api/runs/{run['id']}/events/?after=0")
+        seen["drained"] = [e["data"].get("drained") for e in events if e["type"] == "version"]
+        return any((d or 0) > 0 for d in seen["drained"])
+
+    try:
+        wait_for(drained, timeout=180, what="a publication that drained leases", on_timeout=lambda: str(seen))
+    finally:
+        stop.set()
+        for t in talkers:
+            t.join(timeout=150)
+    samples = api.get(f"/api/runs/{run['id']}/samples/?limit=200")["results"]
+    assert samples and all(s["session"].startswith("worker-") for s in samples), {s["session"] for s in samples}
+    api.post(f"/api/runs/{run['id']}/cancel/", expect=200)
+    done = api.wait_status(run["id"], {"cancelled", "failed", "succeeded"}, timeout=120)
+    assert done["status"] == "cancelled", done["error"]
