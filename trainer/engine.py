@@ -76,6 +76,7 @@ class Engine:
         self._staged: tuple[int, dict[str, torch.Tensor]] | None = None  # weights sent ahead (stage_version)
         self._sessions_in_flight: set[str] = set()
         self._step_delay_s = 0.0
+        self._failing_steps = 0  # inject_step_failures(): the next steps raise (their leases poison the gate)
         self._lone_cost_s = float("inf")  # CPU seconds per fed position of the last lone step (unknown yet)
         self._to_clear: list[int] = []
         self.tokens_fed = 0  # tokens run through the model (prompt + new turn tokens), shows cache reuse
@@ -238,6 +239,9 @@ class Engine:
         while True:
             if self._step_delay_s:
                 time.sleep(self._step_delay_s)  # throttle(): a slow device, on purpose
+            if self._failing_steps:
+                self._failing_steps -= 1
+                raise RuntimeError("injected step failure")
             lone, began = len(batch) == 1, time.thread_time()
             positions = self.ops.step_positions(batch[0]) if lone else 0
             self.ops.run_step(self.model, self.pool, batch, self.cfg.temperature)
@@ -256,6 +260,13 @@ class Engine:
         if not 0 <= step_delay_s <= 60:
             raise ValueError("step_delay_s must be within [0, 60]")
         self._step_delay_s = step_delay_s
+
+    def inject_step_failures(self, steps: int) -> None:
+        """Fault injection for tests and drills: the next `steps` forward steps fail (an unknown outcome for
+        every request in them: their leases settle "error" and the gate poisons until a reset)."""
+        if not 0 <= steps <= 1000:
+            raise ValueError("steps must be within [0, 1000]")
+        self._failing_steps = steps
 
     def _retire(self) -> None:
         """Finished requests leave with their answer; cancelled or aborted ones leave (their sessions were

@@ -26,6 +26,7 @@ from rollout.errors import (
     EpisodeAbortedError,
     GatePoisonedError,
     NoEngineError,
+    RouterFullError,
     SessionGoneError,
 )
 from rollout.filters import apply_filters
@@ -81,7 +82,7 @@ class RolloutWorker:
         self._attempt = itertools.count()
         self.aborted = 0  # episodes aborted (their groups go back to the sampler and run again)
         self.sessions_gone = 0  # of them: the engine no longer had the session's cache
-        self.aborted_by: Counter[str] = Counter()  # engine_lost | gate_wait | gate_poisoned | quiesce
+        self.aborted_by: Counter[str] = Counter()  # engine_lost | gate_wait | gate_poisoned | quiesce | router_full
         self._abort_epoch = 0  # abort_episodes() bumps it: episodes started before stop at their next turn
         self._live = 0
         self._suspended: set[str] = set()  # engines whose gate is poisoned: no new session until resume_engines
@@ -116,8 +117,11 @@ class RolloutWorker:
                     generate=generate,
                     session_id=session_id,
                 )
-        except (SessionGoneError, NoEngineError, EpisodeAbortedError) as exc:
+        except (SessionGoneError, NoEngineError, EpisodeAbortedError, RouterFullError) as exc:
             kind = exc.kind if isinstance(exc, EpisodeAbortedError) else "engine_lost"
+            if isinstance(exc, RouterFullError):  # back-pressure, never a run failure: the ticket runs again
+                kind = "router_full"
+                await asyncio.sleep(POISONED_BACKOFF_S)
             if isinstance(exc, NoEngineError) and self._suspended:
                 kind = "gate_poisoned"
                 await asyncio.sleep(POISONED_BACKOFF_S)  # every engine waits for a reset

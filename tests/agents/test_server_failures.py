@@ -168,3 +168,28 @@ def test_engine_killed_mid_session_is_410_and_never_replayed(killable) -> None:
         assert (await srv.stats.remote())["status"]["410"] == 1 + len(on_victim)
 
     asyncio.run(main())
+
+
+def test_an_unknown_outcome_poisons_the_gate_until_a_reset(ray_driver) -> None:
+    """A step that fails mid-generation is an unknown outcome: that request answers 502, the gate poisons and
+    every later request answers 503 (never generated, never a 500) until the owner resets the gate; then the
+    publication protocol reopens it and requests are served again."""
+    handles = engines(ray_driver, ["p0"])
+    srv, url = server(handles)
+    engine = handles["p0"]
+    try:
+        ray_driver.get(engine.inject_step_failures.remote(1))
+        failed = httpx.post(f"{url}/v1/chat/completions", json=_chat("u1"), headers=AUTH, timeout=60)
+        assert failed.status_code == 502, failed.text
+        assert ray_driver.get(engine.snapshot.remote())["state"] == "poisoned"
+        refused = httpx.post(f"{url}/v1/chat/completions", json=_chat("u2"), headers=AUTH, timeout=60)
+        assert refused.status_code == 503 and "poison" in refused.text, refused.text
+        assert "Retry-After" in refused.headers
+        assert "injected step failure" in ray_driver.get(engine.reset.remote("staff reset in a test"))
+        asyncio.run(publish(handles, 1))  # drain, install, reopen: what trainer/controls.py does after a reset
+        served = httpx.post(f"{url}/v1/chat/completions", json=_chat("u3"), headers=AUTH, timeout=60)
+        assert served.status_code == 200, served.text
+        assert ray_driver.get(srv.stats.remote())["status"]["503"] >= 1
+    finally:
+        for h in [srv, *handles.values()]:
+            ray_driver.kill(h)

@@ -173,6 +173,38 @@ def test_a_worker_sends_no_end_session_after_a_final_turn_the_engine_answered() 
     assert engine.snapshot()["sessions"] == 0 and engine.snapshot()["kv_rows_used"] == 0
 
 
+def test_a_full_router_aborts_the_group_for_a_rerun_and_never_fails_it() -> None:
+    """A router at its session cap is back-pressure: the group is aborted (`router_full`, its ticket goes back
+    to the sampler) after a short back-off, never raised as a failure that would end the run; once a session
+    is released the next group runs."""
+    import asyncio
+
+    from rollout.channel import Channel
+    from rollout.router import SessionAffinityRouter
+    from trainer.engine import Engine
+    from trainer.episodes import GroupTicket
+    from trainer.worker import RolloutWorker
+
+    cfg = TrainConfig(group_size=2, mode="local", device="cpu", filter_zero_variance=False)
+    engine = Engine(cfg, "e0")
+
+    async def main() -> list:
+        channel = Channel.create("router-full", local=True)
+        try:
+            worker = RolloutWorker(cfg, "w0", {"e0": engine}, channel="router-full")
+            worker.router = SessionAffinityRouter(["e0"], max_sessions=1)
+            worker.router.acquire("someone-else")  # the one session the router may hold
+            full = await worker.generate_group(GroupTicket(0, 0, 0))
+            worker.router.release("someone-else")
+            return [full, await worker.generate_group(GroupTicket(1, 0, 1)), worker.stats()]
+        finally:
+            channel.close()
+
+    full, then, stats = asyncio.run(main())
+    assert full.aborted and full.meta["kind"] == "router_full" and "maximum of 1 sessions" in full.meta["reason"]
+    assert not then.aborted and stats["aborted_by"] == {"router_full": 1}
+
+
 def test_checkpoint_round_trips_ready_groups_and_optimizer_exactly_as_plain_data(tmp_path) -> None:
     """A checkpoint holds no pickled objects (read with weights_only=True), yet restores exactly: ready groups
     in the scheduler state, the learner (Adam), the sampler and both RNG states."""
