@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from trainer.engine_step import GenRequest
 
 # A lone request's step predicted to take less CPU than this runs on the event loop, not the step thread.
-INLINE_STEP_S = 0.002
+INLINE_STEP_S = 0.005
 
 
 class Engine:
@@ -77,7 +77,7 @@ class Engine:
         self._sessions_in_flight: set[str] = set()
         self._step_delay_s = 0.0
         self._failing_steps = 0  # inject_step_failures(): the next steps raise (their leases poison the gate)
-        self._lone_cost_s = float("inf")  # CPU seconds per fed position of the last lone step (unknown yet)
+        self._lone_cost_s = float("inf")  # CPU seconds per 16-row chunk of the last lone step (unknown yet)
         self._to_clear: list[int] = []
         self.tokens_fed = 0  # tokens run through the model (prompt + new turn tokens), shows cache reuse
         self.requests = self.rejections = self.gone = self.steps = 0
@@ -227,7 +227,7 @@ class Engine:
         go to the step thread."""
         if len(batch) != 1 or self.batcher.waiting or self._step_delay_s:
             return False
-        return spent_s + self._lone_cost_s * self.ops.step_positions(batch[0]) < INLINE_STEP_S
+        return spent_s + self._lone_cost_s * self.ops.step_chunks(batch[0]) < INLINE_STEP_S
 
     def _steps(self, batch: list[GenRequest], fresh_rows: list[int], inline: bool = False) -> bool:
         """Steps over `batch` until a request finishes or stops, or another waits to join (then the event loop
@@ -243,11 +243,11 @@ class Engine:
                 self._failing_steps -= 1
                 raise RuntimeError("injected step failure")
             lone, began = len(batch) == 1, time.thread_time()
-            positions = self.ops.step_positions(batch[0]) if lone else 0
+            chunks = self.ops.step_chunks(batch[0]) if lone else 0
             self.ops.run_step(self.model, self.pool, batch, self.cfg.temperature)
-            if lone:  # what a lone step costs per fed position: _inline predicts from it
+            if lone:  # what a lone step costs per 16-row chunk: _inline predicts from it
                 took = time.thread_time() - began
-                self._lone_cost_s, spent = took / positions, spent + took
+                self._lone_cost_s, spent = took / chunks, spent + took
             self.steps += 1
             # Racy reads of loop-owned state are fine here: a change seen one step late costs one step.
             if self.batcher.waiting or any(r.done or r.future.done() for r in batch):
