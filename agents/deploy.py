@@ -22,8 +22,8 @@ def deploy_server(
     """Start one entrypoint as an async Ray actor in front of `engines` (actor handles); returns (handle, url)."""
     import ray
 
-    options = {"max_concurrency": 1000, "num_cpus": 0, **(actor_options or {})}
-    handle = (
+    options = {"max_concurrency": 1000, "num_cpus": 0.05, **(actor_options or {})}
+    handle: Any = (
         ray.remote(SessionServer)
         .options(**options)
         .remote(engines, block_size=block_size, key=key, run=run, limits=limits)

@@ -60,8 +60,8 @@ class Environment(ABC):
     concurrent episodes: keep per-episode state in `run_episode`'s locals."""
 
     name: ClassVar[str]
-    max_turns: ClassVar[int] = 1
-    max_tokens: ClassVar[int] = 16  # per request, the stop token included
+    max_turns: int = 1
+    max_tokens: int = 16  # per request, the stop token included (an instance may set its own)
 
     def __init__(self, seed: int = 0, **options: Any) -> None:
         self.seed = seed

@@ -82,7 +82,8 @@ class ChatRequest(_Generation):
 
 class CompletionRequest(_Generation):
     prompt: StrictStr
-    logprobs: StrictInt | StrictBool | None = None  # the legacy API's logprobs is a count
+    # The legacy API's logprobs is a count, the chat API's a flag: the field narrows differently per request.
+    logprobs: StrictInt | StrictBool | None = None  # type: ignore[assignment]
 
 
 def parse_json(raw: bytes) -> Any:

@@ -22,6 +22,7 @@ import tempfile
 import time
 from dataclasses import dataclass, fields
 from pathlib import Path
+from typing import Any
 
 LAUNCHER = Path(__file__).with_name("sandbox_init.py")
 REPO_ROOT = LAUNCHER.parent.parent
@@ -181,7 +182,9 @@ async def _run_confined(code: bytes, uid: int, python: str, limits: SandboxLimit
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-async def _supervise(proc: asyncio.subprocess.Process, status: StatusPipe, limits: SandboxLimits, started: float):
+async def _supervise(
+    proc: asyncio.subprocess.Process, status: StatusPipe, limits: SandboxLimits, started: float
+) -> SandboxResult:
     assert proc.stdout is not None and proc.stderr is not None
     over_cap = asyncio.Event()
     outputs = [bytearray(), bytearray()]
@@ -194,8 +197,8 @@ async def _supervise(proc: asyncio.subprocess.Process, status: StatusPipe, limit
                 over_cap.set()
 
     readers = [asyncio.ensure_future(drain(s, b)) for s, b in ((proc.stdout, outputs[0]), (proc.stderr, outputs[1]))]
-    finished = asyncio.ensure_future(asyncio.gather(*readers, proc.wait()))
-    cap_hit = asyncio.ensure_future(over_cap.wait())
+    finished: asyncio.Future[Any] = asyncio.ensure_future(asyncio.gather(*readers, proc.wait()))
+    cap_hit: asyncio.Future[Any] = asyncio.ensure_future(over_cap.wait())
     killed_for = None
     try:
         await asyncio.wait({finished, cap_hit}, timeout=limits.wall_s, return_when=asyncio.FIRST_COMPLETED)
@@ -224,7 +227,9 @@ async def _supervise(proc: asyncio.subprocess.Process, status: StatusPipe, limit
     return SandboxResult(error is None, stdout, stderr, exit_code, error, wall_s, cpu_s, detail)
 
 
-def _classify(killed_for, exit_code, cpu_s, stderr, limits) -> tuple[str | None, str]:
+def _classify(
+    killed_for: str | None, exit_code: int | None, cpu_s: float, stderr: str, limits: SandboxLimits
+) -> tuple[str | None, str]:
     tail = stderr[-2000:]
     if killed_for == "output_limit":
         return "output_limit", f"output over {limits.output_bytes} bytes: cut there and the snippet killed"
@@ -252,14 +257,14 @@ class StatusPipe:
         self.data = b""
         os.set_blocking(fd, False)
 
-    def poll(self) -> dict:
+    def poll(self) -> dict[str, Any]:
         """Read what is there now (all of it once the launcher is gone) and merge the lines."""
         try:
             while chunk := os.read(self.fd, 65536):
                 self.data += chunk
         except BlockingIOError:
             pass
-        report: dict = {}
+        report: dict[str, Any] = {}
         for line in self.data.decode(errors="replace").splitlines():
             try:
                 report |= json.loads(line)

@@ -28,6 +28,7 @@ import resource
 import signal
 import socket
 import sys
+from typing import Any
 
 CLONE_NEWNS, CLONE_NEWUTS, CLONE_NEWIPC = 0x20000, 0x4000000, 0x8000000
 CLONE_NEWPID, CLONE_NEWNET = 0x20000000, 0x40000000
@@ -75,7 +76,7 @@ def _under(path: str, roots: list[str]) -> bool:
     return any(path == r or path.startswith(r.rstrip("/") + "/") for r in roots)
 
 
-def confine_filesystem(config: dict, code: bytes) -> None:
+def confine_filesystem(config: dict[str, Any], code: bytes) -> None:
     """Step 2: hide the writable and private places, give the snippet its own small tmpfs, the rest read-only."""
     _mount(None, "/", None, MS_REC | MS_PRIVATE)
     hidden = [p for p in dict.fromkeys([*ALWAYS_HIDDEN, *config["hide"]]) if os.path.isdir(p)]
@@ -98,7 +99,7 @@ def confine_filesystem(config: dict, code: bytes) -> None:
                 _check(-1, f"remount read-only {path}")
 
 
-def drop_and_check(config: dict) -> None:
+def drop_and_check(config: dict[str, Any]) -> None:
     """Step 3 in the child, before user code: rlimits, the dedicated uid, and the checks that it all took."""
     _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
     os.chdir(WORKDIR)
@@ -133,7 +134,7 @@ def drop_and_check(config: dict) -> None:
     _check(_libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0), "prctl(PR_SET_PDEATHSIG)")
 
 
-def child(config: dict, status_fd: int, lifeline: int) -> None:
+def child(config: dict[str, Any], status_fd: int, lifeline: int) -> None:
     try:
         drop_and_check(config)
         os.set_blocking(lifeline, False)
@@ -154,7 +155,7 @@ def main() -> int:
     config = json.loads(sys.argv[1])
     status_fd = config["status_fd"]
 
-    def report(message: dict) -> None:
+    def report(message: dict[str, Any]) -> None:
         os.write(status_fd, (json.dumps(message) + "\n").encode())
 
     try:

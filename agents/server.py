@@ -72,7 +72,7 @@ class SessionServer:
         if host is None:
             import ray
 
-            host = ray.util.get_node_ip_address()
+            host = str(ray.util.get_node_ip_address())  # type: ignore[no-untyped-call]
         app = web.Application(client_max_size=self.limits.max_body_bytes, middlewares=[self._errors])
         app.add_routes(
             [
@@ -148,7 +148,8 @@ class SessionServer:
         try:
             if not hmac.compare_digest(request.headers.get("Authorization", "").encode(), b"Bearer " + self._key):
                 raise ApiError(401, "missing or wrong bearer key", type="authentication_error")
-            return await handler(request)
+            answer: web.StreamResponse = await handler(request)
+            return answer
         except ApiError as exc:
             self.counts[str(exc.status)] += 1
             headers = {"Retry-After": str(self.limits.retry_after_s)} if exc.status == 503 else None

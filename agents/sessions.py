@@ -42,7 +42,7 @@ def chat_feed(state: SessionState, messages: list[ChatMessage]) -> tuple[list[in
     """(ids to feed, the full history) for a chat request on `state`; 400 naming `messages` when it does not
     extend the session's conversation or a message cannot be encoded."""
     seen = state.messages
-    got = [(m.role, m.content) for m in messages]
+    got: list[tuple[str, str]] = [(m.role, m.content) for m in messages]
     if len(got) <= len(seen) or got[: len(seen)] != seen:
         raise bad_request(
             "messages",

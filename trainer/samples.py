@@ -52,6 +52,7 @@ def group_samples(g: Group, *, task: SequenceTask, step: int, pick: str) -> list
     an agent environment ran over HTTP (`meta["environment"]`) is in the chat vocabulary, its finish reasons are
     the session server's and its reward parts the environment's."""
     agent = bool(g.meta.get("environment"))
+    decode: Callable[[list[int]], str]
     if agent:
         from agents.chat import decode as chat_decode
 

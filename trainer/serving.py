@@ -49,7 +49,7 @@ def start_ray(
     import ray
 
     remote = ray.remote(SessionServer)
-    servers = [
+    servers: list[Any] = [
         remote.options(**options(f"server-{i}"), max_concurrency=1000, name=f"{name}-server-{i}").remote(
             engines, block_size=policy_shape(cfg)[1], key=key, run=run_label()
         )

@@ -24,7 +24,7 @@ def progression_tasks(
     split_pairs = {"held_out": sorted(pairs[:n_held]), "train": sorted(pairs[n_held:])}
     out: dict[str, list[Task]] = {}
     for split, chosen in split_pairs.items():
-        tasks = []
+        tasks: list[Task] = []
         for a, d in chosen:
             for shown in range(terms[0], terms[1] + 1):
                 seq = [str((a + k * d) % modulus).zfill(width) for k in range(shown + answer_terms)]

@@ -71,15 +71,19 @@ def test_full_phase_with_empty_batch_path_is_accepted(user, handoffs):
 
 @pytest.mark.django_db
 def test_every_free_string_in_the_schema_is_refused_unless_empty(user, handoffs):
-    """The class, not the instance: any string field that is not an enum could become a path; none is accepted."""
+    """The class, not the instance: any string field that is not an enum could become a path; none is accepted.
+    The one free string besides `batch_path` is `environment`, a name checked against the registry (built-ins,
+    installed entry points, staff-allowed module:Class paths: agents/environments.py): no path gets through."""
     from runs.execution.kinds import kind_get
 
     props = kind_get("rl_train").json_schema()["properties"]
     free = [name for name, prop in props.items() if prop["type"] == "string" and "enum" not in prop]
-    assert free == ["batch_path"] and props["batch_path"]["maxLength"] == 0
+    assert sorted(free) == ["batch_path", "environment"] and props["batch_path"]["maxLength"] == 0
     assert props["phase"]["enum"] == ["full"]
     for name in free:
         assert_refused(submit(user, {name: "/var/lib/anything"}), f"config.{name}")
+    for hostile in ("../../etc:passwd", "os:system", "agents.envs.digits:DigitsEnvironment", "x" * 201):
+        assert_refused(submit(user, {"environment": hostile}), "config.environment")
 
 
 @pytest.mark.django_db
