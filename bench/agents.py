@@ -32,7 +32,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import logging
 import os
 import secrets
 import statistics
@@ -46,6 +45,8 @@ from typing import Any
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("DJANGO_SECRET_KEY", secrets.token_urlsafe(50))  # this run's own; daphne gets the same
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
+for _name in ("LOG_LEVEL", "LOG_LEVEL_CHATTER"):  # Django's logging config would print every request (httpx)
+    os.environ.setdefault(_name, "WARNING")
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
@@ -71,15 +72,13 @@ def seed(s: int, t: int) -> int:
 class Sides:
     """The three ways to run one session; each records {(s, t): latency_s} and returns the tokens generated."""
 
-    def __init__(self, engine: Any, server: Any, url: str, key: str, proxy: tuple[str, str, int] | None) -> None:
+    def __init__(self, engine: Any, server: Any, url: str, key: str, proxy: tuple[str, str, int]) -> None:
         from openai import AsyncOpenAI
 
         self.engine, self.server = engine, server
         self.direct = AsyncOpenAI(base_url=f"{url}/v1", api_key=key, max_retries=0, timeout=120)
-        self.proxy = None
-        if proxy is not None:
-            base, token, self.user_id = proxy
-            self.proxy = AsyncOpenAI(base_url=base, api_key=token, max_retries=0, timeout=120)
+        base, token, self.user_id = proxy
+        self.proxy = AsyncOpenAI(base_url=base, api_key=token, max_retries=0, timeout=120)
 
     async def inproc(self, sid: str, s: int, lat: dict) -> int:
         made, stopped = 0, True
@@ -103,7 +102,6 @@ class Sides:
         return made
 
     async def via_proxy(self, sid: str, s: int, lat: dict) -> int:
-        assert self.proxy is not None
         made = await self._chat(self.proxy, sid, s, lat)
         await call(self.server, "end_session", f"ext-{self.user_id}-{sid}")  # free its engine rows
         return made
@@ -149,6 +147,10 @@ def added_ms(slow: dict, fast: dict) -> tuple[float, float]:
     return pct(diffs, 0.5), pct(diffs, 0.99)
 
 
+def _p50(side: dict[str, Any]) -> float:
+    return pct(list(side["lat"].values()), 0.5) * 1000
+
+
 class Platform:
     """daphne serving the platform on a scratch database, a user with an API token and a running Run that serves
     through the bench's session server (its serving key is the server's bearer key)."""
@@ -163,7 +165,6 @@ class Platform:
         import django
 
         django.setup()
-        logging.getLogger("httpx").setLevel(logging.WARNING)  # Django's logging config shows every request
         from django.contrib.auth import get_user_model
 
         from runs.models import Run, RunStatus
@@ -174,50 +175,20 @@ class Platform:
             name="bench-agents", origin="api", run_class="app", kind="rl_train", owner=user, status=RunStatus.RUNNING
         )
         self.key, self.token, self.user_id = self.run.serving_keys()[0], token_issue(user), user.pk
-        self.proc: subprocess.Popen | None = None
+        self.web: Any = None
 
     def serve(self, serving_url: str) -> tuple[str, str, int]:
         """Point the run at the server, start daphne; (proxy base URL, token, user id)."""
+        from tests.realtime.servers import Daphne  # the test suite's launcher (waits for its port)
+
         self.run.serving_url = serving_url
         self.run.save(update_fields=["serving_url"])
-        port = _free_port()
-        self.proc = subprocess.Popen(
-            [str(Path(sys.executable).parent / "daphne"), "-b", "127.0.0.1", "-p", str(port), "config.asgi:application"],
-            cwd=ROOT, env=self.env, stdout=open(f"{self.tmp}/daphne.log", "w"), stderr=subprocess.STDOUT,
-        )  # fmt: skip
-        base = f"http://127.0.0.1:{port}/api/runs/{self.run.pk}/v1"
-        _wait_up(f"{base}/models", self.token, self.proc)
-        return base, self.token, self.user_id
+        self.web = Daphne(self.env)
+        return f"{self.web.http}/api/runs/{self.run.pk}/v1", self.token, self.user_id
 
     def close(self) -> None:
-        if self.proc is not None:
-            self.proc.terminate()
-            self.proc.wait(timeout=30)
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _wait_up(url: str, token: str, proc: subprocess.Popen) -> None:
-    import httpx
-
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"daphne exited with {proc.returncode}")
-        try:
-            answer = httpx.get(url, headers={"Authorization": f"Bearer {token}"}, timeout=5)
-            if answer.status_code == 200:
-                return
-            raise RuntimeError(f"the proxy answered {answer.status_code}: {answer.text[:300]}")
-        except httpx.TransportError:
-            time.sleep(0.3)
-    raise RuntimeError("daphne did not come up in 60 s")
+        if self.web is not None:
+            self.web.close()
 
 
 async def one_round(sides: Sides, r: int, quick: bool) -> dict[str, Any]:
@@ -225,9 +196,7 @@ async def one_round(sides: Sides, r: int, quick: bool) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for c in CONCURRENCY:
         sessions = max(8, 2 * c) if quick else max(24, 4 * c)
-        order = [("inproc", sides.inproc), ("http", sides.http)]
-        if c == PROXY_C and sides.proxy is not None:
-            order.append(("proxy", sides.via_proxy))
+        order = [("inproc", sides.inproc), ("http", sides.http), ("proxy", sides.via_proxy)][: 3 if c == PROXY_C else 2]
         got = {}
         for name, run_one in order if r % 2 == 0 else reversed(order):
             got[name] = await measure(run_one, f"r{r}-c{c}-{name}", c, sessions)
@@ -237,41 +206,42 @@ async def one_round(sides: Sides, r: int, quick: bool) -> dict[str, Any]:
     return out
 
 
-def summarize(rounds: list[dict[str, Any]], loads: list[list[float]]) -> dict[str, Any]:
-    concurrency, proxy = {}, {}
+def compare(per: list[dict[str, Any]], slow: str, fast: str) -> dict[str, Any]:
+    """`slow` against `fast` over rounds: the median of per-round tokens/s ratios, its spread, added latency."""
+    ratios = [p[slow]["tokens_s"] / p[fast]["tokens_s"] for p in per]
+    added = [added_ms(p[slow]["lat"], p[fast]["lat"]) for p in per]
+    return {
+        "ratio": statistics.median(ratios),
+        "added_p50_ms": statistics.median(a[0] for a in added),
+        "added_p99_ms": statistics.median(a[1] for a in added),
+        "ratio_min": min(ratios),
+        "ratio_max": max(ratios),
+        "ratios": ratios,
+        "p50_ms": {side: statistics.median(_p50(p[side]) for p in per) for side in (fast, slow)},
+        "tokens": {side: [p[side]["tokens"] for p in per] for side in (fast, slow)},
+    }
+
+
+def summarize(rounds: list[dict[str, Any]]) -> tuple[dict[str, Any], dict[str, Any]]:
+    def tokens_s(per: list[dict[str, Any]], side: str) -> float:
+        return statistics.median(p[side]["tokens_s"] for p in per)
+
+    concurrency = {}
     for c in CONCURRENCY:
         per = [rd[str(c)] for rd in rounds]
-        ratios = [p["http"]["tokens_s"] / p["inproc"]["tokens_s"] for p in per]
-        added = [added_ms(p["http"]["lat"], p["inproc"]["lat"]) for p in per]
         concurrency[str(c)] = {
-            "http_tokens_s": statistics.median(p["http"]["tokens_s"] for p in per),
-            "inproc_tokens_s": statistics.median(p["inproc"]["tokens_s"] for p in per),
-            "ratio": statistics.median(ratios),
-            "added_p50_ms": statistics.median(a[0] for a in added),
-            "added_p99_ms": statistics.median(a[1] for a in added),
-            "ratio_min": min(ratios),
-            "ratio_max": max(ratios),
-            "ratios": ratios,
+            "http_tokens_s": tokens_s(per, "http"),
+            "inproc_tokens_s": tokens_s(per, "inproc"),
+            **compare(per, "http", "inproc"),
             "sessions": per[0]["sessions"],
-            "tokens": {side: [p[side]["tokens"] for p in per] for side in ("inproc", "http")},
         }
-    per = [rd[str(PROXY_C)] for rd in rounds if "proxy" in rd[str(PROXY_C)]]
-    if per:
-        ratios = [p["proxy"]["tokens_s"] / p["http"]["tokens_s"] for p in per]
-        proxy[str(PROXY_C)] = {
-            "tokens_s": statistics.median(p["proxy"]["tokens_s"] for p in per),
-            "ratio": statistics.median(ratios),
-            "added_p99_ms": statistics.median(added_ms(p["proxy"]["lat"], p["http"]["lat"])[1] for p in per),
-            "added_p50_ms": statistics.median(added_ms(p["proxy"]["lat"], p["http"]["lat"])[0] for p in per),
-            "ratio_min": min(ratios),
-            "ratio_max": max(ratios),
-            "ratios": ratios,
-            "vs": "direct HTTP to the session server, same round",
-        }
-    return {"concurrency": concurrency, "proxy": proxy, "load_average": loads}
+    per = [rd[str(PROXY_C)] for rd in rounds]
+    vs = "direct HTTP to the session server, same round"
+    return concurrency, {str(PROXY_C): {"tokens_s": tokens_s(per, "proxy"), **compare(per, "proxy", "http"), "vs": vs}}
 
 
 async def run_rounds(deployed: tuple[Any, Any, str, str, Any], rounds: int, quick: bool) -> dict[str, Any]:
+    """Every round's measures (latencies included) and the load average around each."""
     sides = Sides(*deployed)
     await measure(sides.http, "warmup", 4, 8)  # first calls pay imports and connection setup
     results, loads = [], []
@@ -279,7 +249,7 @@ async def run_rounds(deployed: tuple[Any, Any, str, str, Any], rounds: int, quic
         before = os.getloadavg()
         results.append(await one_round(sides, r, quick))
         loads.append([round(x, 2) for x in (*before, *os.getloadavg())])
-    return summarize(results, loads)
+    return {"rounds": results, "load_average_per_round": loads}
 
 
 def bench(args: argparse.Namespace, rounds: int) -> dict[str, Any]:
@@ -290,19 +260,17 @@ def bench(args: argparse.Namespace, rounds: int) -> dict[str, Any]:
     from trainer.engine import Engine
     from trainer.problems import policy_shape
 
-    platform = None if args.no_proxy else Platform(args.database_url)
-    key = platform.key if platform is not None else secrets.token_urlsafe(32)
+    platform = Platform(args.database_url)
     ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False)
     try:
         engine = ray.remote(Engine).options(num_cpus=0, max_concurrency=1000).remote(CFG, "e0", max_sessions=160)
         ray.get(engine.ping.remote(), timeout=120)
-        server, url = deploy_server({"e0": engine}, block_size=policy_shape(CFG)[1], key=key, run="bench")
-        proxy = platform.serve(url) if platform is not None else None
-        return asyncio.run(run_rounds((engine, server, url, key, proxy), rounds, args.quick))
+        server, url = deploy_server({"e0": engine}, block_size=policy_shape(CFG)[1], key=platform.key, run="bench")
+        proxy = platform.serve(url)
+        return asyncio.run(run_rounds((engine, server, url, platform.key, proxy), rounds, args.quick))
     finally:
         ray.shutdown()
-        if platform is not None:
-            platform.close()
+        platform.close()
 
 
 def main() -> None:
@@ -310,33 +278,29 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="one round of fewer sessions (under 3 minutes)")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--database-url", help="the platform's database for the proxy (default: a temporary SQLite)")
-    ap.add_argument("--no-proxy", action="store_true", help="skip the platform proxy (no daphne, no database)")
     args = ap.parse_args()
     if args.rounds < 3 and not args.quick:
         ap.error("--rounds must be at least 3 (the median of one or two rounds is not a median)")
     rounds = 1 if args.quick else args.rounds
     t0 = time.monotonic()
-    summary = bench(args, rounds)
+    measured = bench(args, rounds)
+    concurrency, proxy = summarize(measured["rounds"])
     result = json.loads(OUT.read_text()) if OUT.exists() else {}
-    result.update(
-        concurrency=summary["concurrency"],
-        proxy=summary["proxy"],
-        throughput_run={
-            "rounds": rounds,
-            "quick": args.quick,
-            "turns": TURNS,
-            "max_tokens": MAX_TOKENS,
-            "load_average_per_round": summary["load_average"],
-            "load_average_end": [round(x, 2) for x in os.getloadavg()],
-            "cpus": os.cpu_count(),
-            "wall_s": round(time.monotonic() - t0, 1),
-            "topology": "engine and session server as Ray actors (loopback), clients in the driver",
-            "database": "sqlite (temporary)" if not args.database_url else args.database_url.split("@")[-1],
-            "config": {k: getattr(CFG, k) for k in ("environment", "context_tokens", "d_model", "n_layer", "n_head")},
-        },
-    )
+    result.update(concurrency=concurrency, proxy=proxy)
+    result["throughput_run"] = {
+        **{"rounds": rounds, "quick": args.quick, "turns": TURNS, "max_tokens": MAX_TOKENS, "cpus": os.cpu_count()},
+        "load_average_per_round": measured["load_average_per_round"],  # 1/5/15 min before, then after
+        "wall_s": round(time.monotonic() - t0, 1),
+        "topology": "engine and session server as Ray actors (loopback), clients in the driver",
+        "database": args.database_url.split("@")[-1] if args.database_url else "sqlite (temporary)",
+        "config": {k: getattr(CFG, k) for k in ("environment", "context_tokens", "d_model", "n_layer", "n_head")},
+    }
     OUT.write_text(json.dumps(result, indent=2) + "\n")
-    print(f"\n{'C':>4} {'inproc tok/s':>13} {'http tok/s':>11} {'ratio':>6} {'spread':>11} {'+p50 ms':>8} {'+p99 ms':>8}")
+    table(result)
+
+
+def table(result: dict[str, Any]) -> None:
+    print(f"\n{'C':>4} {'inproc tok/s':>13} {'http tok/s':>11} {'ratio':>6} {'spread':>11} {'+p50 ms':>8} {'+p99':>8}")
     for c, row in result["concurrency"].items():
         spread = f"{row['ratio_min']:.2f}-{row['ratio_max']:.2f}"
         print(
@@ -344,8 +308,9 @@ def main() -> None:
             f" {row['added_p50_ms']:8.1f} {row['added_p99_ms']:8.1f}"
         )
     for c, row in result["proxy"].items():
-        print(f"proxy {c}: {row['tokens_s']:.0f} tok/s, {row['ratio']:.2f}x direct HTTP, +p99 {row['added_p99_ms']:.1f} ms")
-    print(f"load average {result['throughput_run']['load_average_per_round']}; wrote {OUT}")
+        print(f"proxy {c}: {row['tokens_s']:.0f} tok/s, {row['ratio']:.2f}x direct, +p99 {row['added_p99_ms']:.0f} ms")
+    print(f"load average 1/5/15 min, before/after each round: {result['throughput_run']['load_average_per_round']}")
+    print(f"wrote {OUT}")
 
 
 if __name__ == "__main__":
