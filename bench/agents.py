@@ -21,7 +21,8 @@ rollout worker does and the comparison isolates what the server adds:
 Load per concurrency C: C clients on one event loop run sessions back to back until S sessions are done; every
 session has TURNS turns of a short user message and max_tokens MAX_TOKENS, the same seeds on every side (a
 random-init policy may sample `<|end|>` early: tokens/s counts the tokens actually generated). Added latency per
-request: that request's (same session index, same turn) latency minus its in-process latency; p50 and p99.
+request: that request's (same session index, same turn) latency minus its in-process latency (the proxy's: minus
+its direct HTTP latency); p50 and p99. `--database-url` is migrated and gets a bench user and run (left there).
 Rounds alternate the side order (round 1: inproc, http, proxy; round 2 reversed; ...). Stored: tokens/s as medians
 over rounds, `ratio` the median of per-round ratios (two sides measured back to back under the same load), its
 spread and every round's ratio, never the best; the load average beside the numbers (the machine is shared).
@@ -34,6 +35,7 @@ import asyncio
 import json
 import os
 import secrets
+import shutil
 import statistics
 import subprocess
 import sys
@@ -189,6 +191,7 @@ class Platform:
     def close(self) -> None:
         if self.web is not None:
             self.web.close()
+        shutil.rmtree(self.tmp, ignore_errors=True)
 
 
 async def one_round(sides: Sides, r: int, quick: bool) -> dict[str, Any]:
