@@ -12,7 +12,7 @@ docs/realtime.md, "Event schema".
 from __future__ import annotations
 
 import math
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, PlainValidator, StringConstraints, ValidationError
 
@@ -242,6 +242,7 @@ class ServingData(_Data):
 
 # HTTP statuses a session server counts (agents/server.py `stats()["status"]`).
 AgentStatus = Literal["400", "401", "404", "409", "410", "413", "503"]
+AGENT_STATUSES: tuple[str, ...] = get_args(AgentStatus)
 
 
 class AgentsData(_Data):

@@ -11,7 +11,7 @@ from typing import Any
 
 from rollout.types import RolloutBatch
 from trainer.episodes import Group
-from trainer.event_schema import MAP_MAX, NAME_MAX
+from trainer.event_schema import AGENT_STATUSES, MAP_MAX, NAME_MAX
 from trainer.events import RolloutSpans, Span
 from trainer.histograms import step_histograms
 
@@ -33,8 +33,6 @@ _GATE_ENGINE_OPTIONAL = (
 )
 
 
-# The session server's HTTP status counts the agents event carries (agents/server.py `stats()["status"]`).
-AGENT_STATUSES = ("400", "401", "404", "409", "410", "413", "503")
 # The rollout workers' counters it sums (trainer/agent_episodes.py `AgentRunner.counts`).
 AGENT_WORKER_COUNTS = ("episodes", "tool_calls", "valid_tool_calls", "tool_errors")
 
