@@ -38,7 +38,7 @@ from runs.stores import run_events_publish
 from trainer.events import ControlCommand, IngestReply
 
 # Event types whose latest `data` the run summary keeps, under the same key.
-SUMMARY_TYPES: frozenset[str] = frozenset({"gate", "version", "sampler", "train", "checkpoint"})
+SUMMARY_TYPES: frozenset[str] = frozenset({"gate", "version", "sampler", "train", "checkpoint", "agents"})
 # Run.pending_reason of a `starting` run whose job waits for its placement group (its `resources` event
 # `waiting`), and of one whose group is ready while its processes start (`placed`).
 WAITING_FOR_RESOURCES = "waiting_for_resources"

@@ -12,7 +12,7 @@ docs/realtime.md, "Event schema".
 from __future__ import annotations
 
 import math
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, PlainValidator, StringConstraints, ValidationError
 
@@ -240,6 +240,31 @@ class ServingData(_Data):
     model: Name
 
 
+# HTTP statuses a session server counts (agents/server.py `stats()["status"]`).
+AgentStatus = Literal["400", "401", "404", "409", "410", "413", "503"]
+AGENT_STATUSES: tuple[str, ...] = get_args(AgentStatus)
+
+
+class AgentsData(_Data):
+    """Per training step of a run with an agent environment (trainer/reports.py `agents_data`): its session
+    servers' live sessions per engine, requests waiting at the gate and their cumulative counts; its rollout
+    workers' cumulative episode and tool-call counts; the mean of each reward part over the step's trained
+    groups. docs/agents.md, "Dashboard and metrics"."""
+
+    step: Int
+    sessions: Count
+    sessions_per_engine: Annotated[dict[Name, Count], Field(max_length=ENGINES_MAX)]
+    waiting: Count
+    requests: Count
+    tokens: Count
+    status: Annotated[dict[AgentStatus, Count], Field(max_length=8)]
+    episodes: Count
+    tool_calls: Count
+    valid_tool_calls: Count
+    tool_errors: Count
+    reward_parts: Numbers
+
+
 class ControlData(_Data):
     id: Int
     kind: Name
@@ -261,6 +286,7 @@ DATA_MODELS: dict[str, type[BaseModel]] = {
     "sample": SampleModel,
     "control": ControlData,
     "serving": ServingData,
+    "agents": AgentsData,
 }
 # Free-text fields an emitter cuts to TEXT_MAX rather than fail its run on (an exception's text can be long).
 TEXT_FIELDS: dict[str, tuple[str, ...]] = {

@@ -29,6 +29,7 @@ EVENT_TYPES: frozenset[str] = frozenset(
         "sample",
         "control",
         "serving",
+        "agents",
     }
 )
 # Commands staff send a running job (runs/controls.py delivers them in ingest replies; trainer/controls.py
@@ -43,6 +44,7 @@ GATE_STATES: frozenset[str] = frozenset({"open", "sealed", "draining", "installi
 # start) -> ready (every process started; the node of every bundle), or waiting -> timeout. `control`: the job's
 # answer to a staff command (ControlCommand). `sample`: one captured episode (trainer.sample_schema.SampleData),
 # which the platform stores in its own table. `serving`: where the run's session server listens ({url, model}).
+# `agents`: per step of a run with an agent environment, its session servers' and workers' counters.
 REQUIRED_DATA_KEYS: dict[str, frozenset[str]] = {t: keys for t in DATA_MODELS if (keys := required_keys(t))}
 
 

@@ -232,7 +232,8 @@ class TrainingRun:
         publishing.seal_engines(self)
 
     def report(self, groups: list[Group], stats: dict[str, Any]) -> None:
-        """Step 4: the train event (with an evaluation when due), captured samples and the sampler's progress."""
+        """Step 4: the train event (with an evaluation when due), captured samples, the sampler's progress and,
+        for an agent environment, the agents event."""
         cfg = self.cfg
         elapsed = time.monotonic() - self._t0
         data = reports.train_data(
@@ -255,6 +256,13 @@ class TrainingRun:
         for sample in samples_capture(groups, task=self.task, step=self.version, cfg=cfg):
             self.emit("sample", dict(sample))
         self.emit("sampler", self.sampler.progress())
+        if self.env is not None and self.rt.servers:
+            self.emit_agents(groups)
+
+    def emit_agents(self, groups: list[Group]) -> None:
+        """The agents event: one stats call per session server and per worker (trainer/reports.py)."""
+        servers, workers = self.rt.servers_call("stats"), self.rt.workers_call("stats")
+        self.emit("agents", reports.agents_data(self.version, servers, workers, groups))
 
     def _evaluate(self) -> dict[str, float]:
         """Greedy exact-match and reward on training and held-out tasks: by the learner on its own weights, or

@@ -1,4 +1,4 @@
-"""What a training run reports: the `data` of its rollout, train and gate events, built from plain values.
+"""What a training run reports: the `data` of its rollout, train, gate and agents events, built from plain values.
 
 Pure functions, no I/O: `trainer.loop` gathers the numbers and emits the events; the keys each type must carry
 are `trainer.events`' schema.
@@ -6,10 +6,12 @@ are `trainer.events`' schema.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from rollout.types import RolloutBatch
 from trainer.episodes import Group
+from trainer.event_schema import AGENT_STATUSES, MAP_MAX, NAME_MAX
 from trainer.events import RolloutSpans, Span
 from trainer.histograms import step_histograms
 
@@ -29,6 +31,10 @@ _GATE_ENGINE_OPTIONAL = (
     "sessions_gone",
     "poison_reason",
 )
+
+
+# The rollout workers' counters it sums (trainer/agent_episodes.py `AgentRunner.counts`).
+AGENT_WORKER_COUNTS = ("episodes", "tool_calls", "valid_tool_calls", "tool_errors")
 
 
 def batch_filtered_rate(batch: RolloutBatch) -> float:
@@ -146,3 +152,50 @@ def gate_data(snapshot: dict[str, Any]) -> dict[str, Any]:
         for e in snapshot["engines"]
     ]
     return {**snapshot, "engines": engines}
+
+
+def agents_data(
+    step: int, servers: list[dict[str, Any]], workers: list[dict[str, Any]], groups: list[Group]
+) -> dict[str, Any]:
+    """The agents event of `step`: each session server's `stats()` summed (sessions per engine summed by engine),
+    the workers' `stats()["agents"]` counters summed, and the mean of each reward part over the episodes of the
+    step's trained `groups` (`meta["reward_parts"]`: one {part: value} per episode; names cut to NAME_MAX
+    characters, the first MAP_MAX names in order, finite values only)."""
+    per_engine: dict[str, int] = {}
+    status = dict.fromkeys(AGENT_STATUSES, 0)
+    totals = {"sessions": 0, "waiting": 0, "requests": 0, "tokens": 0}
+    for s in servers:
+        for key in totals:
+            totals[key] += int(s.get(key, 0))
+        for engine, n in (s.get("sessions_per_engine") or {}).items():
+            per_engine[str(engine)] = per_engine.get(str(engine), 0) + int(n)
+        for code in AGENT_STATUSES:
+            status[code] += int((s.get("status") or {}).get(code, 0))
+    counts = dict.fromkeys(AGENT_WORKER_COUNTS, 0)
+    for w in workers:
+        for key in AGENT_WORKER_COUNTS:
+            counts[key] += int((w.get("agents") or {}).get(key, 0))
+    return {
+        "step": step,
+        **totals,
+        "sessions_per_engine": dict(sorted(per_engine.items())),
+        "status": status,
+        **counts,
+        "reward_parts": reward_parts_mean(groups),
+    }
+
+
+def reward_parts_mean(groups: list[Group]) -> dict[str, float]:
+    """Mean of each reward part over the episodes that report it (see `agents_data`)."""
+    sums: dict[str, list[float]] = {}
+    for g in groups:
+        for parts in (g.meta or {}).get("reward_parts") or []:
+            for name, value in (parts or {}).items():
+                key = str(name)[:NAME_MAX]
+                if key not in sums and len(sums) >= MAP_MAX:
+                    continue
+                if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+                    total = sums.setdefault(key, [0.0, 0.0])
+                    total[0] += float(value)
+                    total[1] += 1
+    return {k: total / n for k, (total, n) in sorted(sums.items())}

@@ -1,9 +1,10 @@
 """The scrape-time collector: every metric of runs/metrics/spec.py, built when Prometheus scrapes.
 
 Recorded counters and histograms are read from Redis (runs/metrics/record.py). Queue, slot, resource and
-per-run series are read from the database at scrape time, so they are right whichever process changed them
-and a finished run's series simply stop. The websocket count comes from the presence sets the web processes
-keep in Redis (`websocket_count`, injected by the page that serves /metrics: frontend/views/metrics.py).
+per-run series (those of agent runs: runs/metrics/run_agents.py) are read from the database at scrape time, so
+they are right whichever process changed them and a finished run's series simply stop. The websocket count comes
+from the presence sets the web processes keep in Redis (`websocket_count`, injected by the page that serves
+/metrics: frontend/views/metrics.py).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from prometheus_client.utils import floatToGoString
 
 from runs.finishes import progress_of
 from runs.metrics import record, spec
+from runs.metrics.run_agents import agent_families
 from runs.metrics.run_hist import HIST_KEYS
 from runs.models import ACTIVE_STATUSES, Run, RunStatus
 from runs.queue import runs_queue_info
@@ -141,6 +143,7 @@ def per_run() -> Iterator[Metric]:
     for metric, samples in gauges.items():
         yield _gauge(metric, samples)
     yield from hists.values()
+    yield from agent_families((str(run.pk), run.summary) for run in runs)
 
 
 # --- helpers --------------------------------------------------------------------------------------------

@@ -138,3 +138,52 @@ RUN_ADMITTED = _m(
     REQUEST_COUNT_BUCKETS,
 )
 RUN_HISTOGRAMS: tuple[Metric, ...] = (RUN_STALENESS, RUN_PAUSE, RUN_DRAIN, RUN_DRAINED, RUN_ADMITTED)
+
+# Runs with an agent environment: the latest `agents` event (summary.agents; docs/agents.md, "Dashboard and
+# metrics"). The counters are the job's own, cumulative since its attempt started (a resumed run restarts them).
+RUN_AGENT_SESSIONS = _m(
+    "run_agent_sessions", "gauge", "Live sessions bound to each engine by the run's session servers.", ("run", "engine")
+)
+RUN_AGENT_WAITING = _m(
+    "run_agent_requests_waiting",
+    "gauge",
+    "Requests the run's session servers sent to an engine and have no answer for (a sealed gate's waiters too).",
+    ("run",),
+)
+RUN_AGENT_REQUESTS = _m(
+    "run_agent_requests_total", "counter", "Generation requests the run's session servers took.", ("run",)
+)
+RUN_AGENT_TOKENS = _m(
+    "run_agent_tokens_total", "counter", "Completion tokens the run's session servers returned.", ("run",)
+)
+RUN_AGENT_ERRORS = _m(
+    "run_agent_error_responses_total",
+    "counter",
+    "Error answers of the run's session servers, by HTTP status (400, 401, 404, 409, 410, 413, 503).",
+    ("run", "status"),
+)
+RUN_AGENT_EPISODES = _m("run_agent_episodes_total", "counter", "Agent episodes the run's workers finished.", ("run",))
+RUN_AGENT_TOOL_CALLS = _m(
+    "run_agent_tool_calls_total", "counter", "Tool calls the run's agent episodes attempted.", ("run",)
+)
+RUN_AGENT_VALID_TOOL_CALLS = _m(
+    "run_agent_valid_tool_calls_total", "counter", "Tool calls in the environment's documented format.", ("run",)
+)
+RUN_AGENT_TOOL_ERRORS = _m(
+    "run_agent_tool_errors_total", "counter", "Tool calls whose tool failed or was refused.", ("run",)
+)
+RUN_AGENT_REWARD_PART = _m(
+    "run_agent_reward_part",
+    "gauge",
+    "Mean of each reward part of the environment over the last step's trained episodes.",
+    ("run", "part"),
+)
+# Counters of the agents event's data, by its field.
+RUN_AGENT_COUNTERS: dict[str, Metric] = {
+    "requests": RUN_AGENT_REQUESTS,
+    "tokens": RUN_AGENT_TOKENS,
+    "episodes": RUN_AGENT_EPISODES,
+    "tool_calls": RUN_AGENT_TOOL_CALLS,
+    "valid_tool_calls": RUN_AGENT_VALID_TOOL_CALLS,
+    "tool_errors": RUN_AGENT_TOOL_ERRORS,
+}

@@ -162,6 +162,45 @@ def test_promtool_passes_and_series_follow_runs(metrics_env, user, handoffs, dja
     assert value(after, "rlcp_admission_wait_seconds_count", run_class="interactive") == 3
 
 
+def agents(seq: int, step: int, engine: str = "engine-0") -> dict:
+    data = {"step": step, "sessions": 3, "sessions_per_engine": {engine: 2, "engine-1": 1}, "waiting": 4}
+    data |= {"requests": 10 * step, "tokens": 100 * step, "status": {"400": 1, "409": 0, "410": step, "503": 2}}
+    data |= {"episodes": 8 * step, "tool_calls": 6 * step, "valid_tool_calls": 5 * step, "tool_errors": step}
+    data |= {"reward_parts": {"answer": 0.25 * step, "valid_call": 0.5}}
+    return {"seq": seq, "type": "agents", "data": data}
+
+
+def test_agent_counters_of_a_running_run_are_exposed_and_go_when_it_ends(
+    metrics_env, user, handoffs, django_capture_on_commit_callbacks
+):
+    with django_capture_on_commit_callbacks(execute=True):
+        run = submit(user, origin="dashboard", name="agent")
+    hostile = 'e"\\n} 1\n# x'  # a job-chosen engine name: quoted, backslash, newline, exposition syntax
+    post(run, [train(1, 1, 0), agents(2, 1), agents(3, 2, engine=hostile)])
+    text = scrape()
+    promtool_check(text)
+    got = samples(text)
+    label = str(run.pk)
+    assert value(got, "rlcp_run_agent_sessions", run=label, engine=hostile) == 2  # the latest event wins
+    assert value(got, "rlcp_run_agent_sessions", run=label, engine="engine-0") is None
+    assert value(got, "rlcp_run_agent_sessions", run=label, engine="engine-1") == 1
+    assert value(got, "rlcp_run_agent_requests_waiting", run=label) == 4
+    assert value(got, "rlcp_run_agent_requests_total", run=label) == 20
+    assert value(got, "rlcp_run_agent_tokens_total", run=label) == 200
+    assert value(got, "rlcp_run_agent_error_responses_total", run=label, status="410") == 2
+    assert value(got, "rlcp_run_agent_error_responses_total", run=label, status="503") == 2
+    assert value(got, "rlcp_run_agent_error_responses_total", run=label, status="409") == 0
+    assert value(got, "rlcp_run_agent_episodes_total", run=label) == 16
+    assert value(got, "rlcp_run_agent_tool_calls_total", run=label) == 12
+    assert value(got, "rlcp_run_agent_valid_tool_calls_total", run=label) == 10
+    assert value(got, "rlcp_run_agent_tool_errors_total", run=label) == 2
+    assert value(got, "rlcp_run_agent_reward_part", run=label, part="answer") == 0.5
+    assert value(got, "rlcp_events_ingested_total", type="agents") == 2
+
+    post(run, [{"seq": 4, "type": "status", "data": {"status": "succeeded", "version": 2}}])
+    assert not [k for k in samples(scrape()) if ("run", label) in k[1]]
+
+
 def test_tick_duration_and_task_failures_are_counted(metrics_env, handoffs):
     from celery import shared_task
 

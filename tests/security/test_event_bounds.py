@@ -57,6 +57,24 @@ def counts(name: str, admitted: int = 0) -> dict:
     return {"engine": name, "drained": 1, "admitted_at_reopen": admitted}
 
 
+def agents(**change) -> dict:
+    data = {
+        "step": 1,
+        "sessions": 2,
+        "sessions_per_engine": {"engine-0": 2},
+        "waiting": 1,
+        "requests": 9,
+        "tokens": 40,
+        "status": {"400": 1, "409": 0, "410": 2, "503": 3},
+        "episodes": 8,
+        "tool_calls": 5,
+        "valid_tool_calls": 4,
+        "tool_errors": 1,
+        "reward_parts": {"answer": 0.5, "valid_call": 0.75},
+    }
+    return {**data, **change}
+
+
 LONG_TEXT, LONG_NAME = "t" * (TEXT_MAX + 1), "n" * (NAME_MAX + 1)
 TRAIN = train(0, 1)["data"]
 GATE = gate(0)["data"]
@@ -84,6 +102,14 @@ OVER_BOUNDS = [
     ("control", {"id": 1, "kind": "gate_reset", "outcome": "applied", "detail": LONG_TEXT}, "data.detail"),
     ("serving", {"url": "http://127.0.0.1:8000" + "0" * URL_MAX, "model": "m"}, "data.url"),
     ("serving", {"url": "http://127.0.0.1:8000", "model": LONG_NAME}, "data.model"),
+    ("agents", agents(sessions_per_engine={f"e{i}": 1 for i in range(ENGINES_MAX + 1)}), "data.sessions_per_engine"),
+    ("agents", agents(sessions_per_engine={LONG_NAME: 1}), f"data.sessions_per_engine.{LONG_NAME[:-1]}..."),
+    ("agents", agents(status={"410": -1}), "data.status.410"),
+    ("agents", agents(status={"200": 1}), "data.status.200"),
+    ("agents", agents(waiting=2**63), "data.waiting"),
+    ("agents", agents(tool_errors=1.5), "data.tool_errors"),
+    ("agents", agents(reward_parts={"answer": "high"}), "data.reward_parts.answer"),
+    ("agents", agents(reward_parts={f"p{i}": 0.0 for i in range(MAP_MAX + 1)}), "data.reward_parts"),
 ]
 
 
@@ -125,6 +151,13 @@ def test_undeclared_fields_are_dropped_and_declared_ones_kept():
     assert stored["train"] == {**TRAIN, "logprob_diff_mean": 0.01, "logprob_diff_max": 0.2}
     run.refresh_from_db()
     assert "junk" not in run.summary["sampler"] and "junk" not in run.summary["train"]
+
+
+def test_an_agents_event_is_accepted_and_stored_with_its_declared_fields_only():
+    run = run_make(user_make("ada"))
+    response = post(run, [{"seq": 1, "type": "agents", "data": {**agents(), "junk": "x" * 1000}}])
+    assert response.status_code == 200, response.content
+    assert RunEvent.objects.get(run=run, type="agents").data == agents()
 
 
 def test_an_event_over_the_byte_cap_is_refused_naming_it(settings):

@@ -5,6 +5,7 @@ import { api, ApiError, embedded, errorMessages } from "./lib/api";
 import { CLASS_LABEL, esc, num, timeOfDay, toSeconds } from "./lib/format";
 import { LiveSocket, wsUrl } from "./lib/live";
 import { ACTIVE, FINISHED, ownerName, Run, RunEvent, runView } from "./lib/model";
+import { AgentsPanel } from "./run_agents";
 import { RunCharts } from "./run_charts";
 import { RunHeatmap } from "./run_heatmap";
 import { EventLog } from "./run_log";
@@ -23,6 +24,9 @@ const timeline = new Timeline(document.getElementById("timeline")!);
 const heatmap = new RunHeatmap(document.getElementById("heatmap")!);
 const log = new EventLog(document.getElementById("log")!);
 const serving = new ServingPanel();
+const agents = new AgentsPanel();
+const agentsCard = document.getElementById("agents-card");
+if (agentsCard && typeof cfg.environment === "string") agentsCard.hidden = false; // an agent run: shown from the start
 const engines = new Map<string, Record<string, any>>();
 const workers = new Map<string, Record<string, any>>(); // per-worker records, when a job reports them
 let topology: Record<string, any> | null = null; // the job's "started" event: workers, mode, resources
@@ -93,6 +97,7 @@ function ingest(ev: RunEvent): void {
       break;
   }
   serving.add(ev);
+  agents.add(ev);
   charts.add(ev);
   heatmap.add(ev);
   timeline.add(ev);
@@ -170,6 +175,10 @@ function renderPanels(): void {
     ["engine", "id", "status", "state", "version", "active", "waiting", "sessions", "tombstoned_sessions"]);
   document.getElementById("workers")!.innerHTML = renderWorkers();
   serving.render(document.getElementById("serving")!);
+  if (agentsCard && (agents.seen || !agentsCard.hidden)) {
+    agentsCard.hidden = false;
+    agents.render(document.getElementById("agents")!);
+  }
   document.getElementById("checkpoints")!.innerHTML = checkpoints.length
     ? `<div class="table-wrap"><table aria-label="Checkpoints"><thead><tr><th scope="col">time</th><th scope="col">step</th><th scope="col">version</th><th scope="col">where</th></tr></thead><tbody>${checkpoints.slice().reverse().map((c) =>
       `<tr><td class="num">${timeOfDay(c.ts)}</td><td class="num">${num(c.data.step)}</td><td class="num">${c.data.version !== undefined ? `v${esc(c.data.version)}` : "—"}</td><td class="mono" style="word-break:break-all">${esc(c.data.path ?? c.data.dir ?? "")}</td></tr>`).join("")}</tbody></table></div>`
