@@ -129,7 +129,10 @@ def test_the_consumer_takes_a_token_weighted_batch_and_claims_it_exactly_once():
         t.join(10)
         assert verdicts["v"] == ["train"] * 4
         stats = s.stats()
-        assert stats["claimed"] == 4 and stats["handed"] == 0 and stats["ready"] == 0
+        # Nothing handed is left; `ready` may already hold new groups: once 3 and 5 were claimed the prefetch
+        # (2) had room again and the scheduler thread may have dispatched and finished group 6 (a loaded
+        # machine lets it win the race against this stats call), never more than the prefetch.
+        assert stats["claimed"] == 4 and stats["handed"] == 0 and stats["ready"] <= 2
         assert [r.group_id for r in s.generate(1, prefetch=0).groups] == [6, 8]  # 7 filtered
         assert s.claim([(5, "a", False), (6, "a", True)]) == ["orphan", "stale"]  # 5 was claimed already
     finally:
