@@ -13,6 +13,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from agents.envs.digits import prefix_score
+
 if TYPE_CHECKING:
     from trainer.config import TrainConfig
 
@@ -114,13 +116,7 @@ class DigitTask(SequenceTask):
         return self.answer_terms * self.width
 
     def score(self, p: Prompt, generated: list[int]) -> tuple[float, float]:
-        want, got = self.answer_text(p), decode(generated)
-        right = 0
-        for w, g in zip(want, got):
-            if w != g:
-                break
-            right += 1
-        return right / len(want), float(got == want)
+        return prefix_score(self.answer_text(p), decode(generated))
 
     def reward_parts(self, p: Prompt, generated: list[int]) -> dict[str, float]:
         """Per answer term: 1 when the term is right (the reward is the right prefix, in characters)."""

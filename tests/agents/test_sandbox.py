@@ -18,7 +18,13 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 UIDS = range(1_600_000_000, 1_600_000_000 + 1000)  # this module's sandbox uids, to find leftovers by owner
 FAST = SandboxLimits(cpu_s=1, wall_s=3.0)
 
-pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the sandbox needs root; elsewhere it refuses (tested)")
+
+@pytest.fixture(autouse=True)
+def _root() -> None:
+    """These tests need what the sandbox needs (root: namespaces, a dedicated uid). Without it they fail
+    loudly instead of being skipped: run_snippet would only answer sandbox_unavailable there."""
+    if os.geteuid() != 0:
+        pytest.fail("the sandbox tests need root (CI and this machine kind run as root)")
 
 
 def run(code: str, limits: SandboxLimits = FAST, sandbox: Sandbox | None = None) -> SandboxResult:
