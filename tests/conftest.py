@@ -48,6 +48,37 @@ class RayCluster:
     address: str  # GCS address for ray.init(address=...)
     dashboard_url: str  # job submission API
     temp_dir: str
+    head_pid: int = 0  # the `ray start --block` process (0: not known)
+
+    def postmortem(self) -> str:
+        """Whether the head still runs, and the tails of its logs: `ray start --block` ends the whole head when
+        any one of its processes dies and says which in head.log; the component logs say why."""
+        alive = "unknown"
+        if self.head_pid:
+            try:
+                os.kill(self.head_pid, 0)
+                alive = "running"
+            except ProcessLookupError:
+                alive = "gone"
+        parts = [f"Ray head pid {self.head_pid}: {alive}"]
+        logs = Path(self.temp_dir) / "session_latest" / "logs"
+        for path in [Path(self.temp_dir) / "head.log"] + [
+            logs / name
+            for name in (
+                "dashboard.log",
+                "dashboard.err",
+                "gcs_server.out",
+                "gcs_server.err",
+                "raylet.out",
+                "raylet.err",
+                "monitor.log",
+                "log_monitor.log",
+            )
+        ]:
+            if path.exists() and path.stat().st_size:
+                lines = path.read_text(errors="replace").splitlines()[-15:]
+                parts.append(f"--- {path.name} ---\n" + "\n".join(lines))
+        return "\n".join(parts)
 
 
 def _wait_for_job_api(cluster: RayCluster, head: subprocess.Popen, log_path: Path) -> None:
@@ -120,12 +151,17 @@ def ray_cluster() -> RayCluster:
         cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=die_with_parent()
     )
     address = f"127.0.0.1:{port}"
-    cluster = RayCluster(address=address, dashboard_url=f"http://127.0.0.1:{dash_port}", temp_dir=temp_dir)
+    cluster = RayCluster(
+        address=address, dashboard_url=f"http://127.0.0.1:{dash_port}", temp_dir=temp_dir, head_pid=head.pid
+    )
     _wait_for_job_api(cluster, head, Path(temp_dir) / "head.log")
     os.environ["RAY_ADDRESS_FOR_TESTS"] = address
     try:
         yield cluster
     finally:
+        if head.poll() is not None:  # died during the run: say why in the session's output before it is removed
+            report = f"\nThe shared Ray head died during the run (exit {head.returncode}):\n{cluster.postmortem()}\n"
+            sys.__stderr__.write(report)  # past pytest's capture: the teardown of a passing test shows nothing
         try:
             import ray
 
@@ -144,11 +180,16 @@ def ray_driver(ray_cluster: RayCluster):
     import ray
 
     if not ray.is_initialized():
-        ray.init(
-            address=ray_cluster.address,
-            log_to_driver=False,
-            runtime_env={"env_vars": {"OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO_ROOT)}},
-        )
+        try:
+            ray.init(
+                address=ray_cluster.address,
+                log_to_driver=False,
+                runtime_env={"env_vars": {"OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO_ROOT)}},
+            )
+        except Exception as exc:
+            pytest.fail(
+                f"could not connect to the shared Ray cluster: {exc}\n{ray_cluster.postmortem()}", pytrace=False
+            )
     return ray
 
 

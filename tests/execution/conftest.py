@@ -150,7 +150,10 @@ def ray_jobs_ready(ray_cluster: RayCluster) -> RayCluster:
     their kills need launches to go through at once."""
     from ray.job_submission import JobSubmissionClient
 
-    client = JobSubmissionClient(ray_cluster.dashboard_url)
+    try:
+        client = JobSubmissionClient(ray_cluster.dashboard_url)
+    except ConnectionError as exc:
+        pytest.fail(f"{exc}\n{ray_cluster.postmortem()}", pytrace=False)
 
     def accepted() -> bool:
         try:
