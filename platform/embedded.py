@@ -20,7 +20,11 @@ def free_port() -> int:
 
 
 def port_is_free(port: int) -> bool:
+    """Whether a server could listen on `port` now. SO_REUSEADDR as the servers themselves bind (daphne, Ray's
+    dashboard): the connections of a platform stopped a moment ago sit in TIME_WAIT on the port and block a
+    plain bind, though nothing listens there and the server would bind."""
     with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             s.bind(("127.0.0.1", port))
         except OSError:
