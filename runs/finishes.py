@@ -63,8 +63,10 @@ def pace_of(*, kind: str, now: datetime) -> dict[int, float]:
 def active_finishes(*, now: datetime) -> dict[int, float]:
     """Predicted finish time (seconds since the epoch) of each run holding a slot whose finish can be told: a
     running run's finish ETA; before it has one (starting, or before its second train step), its grant plus a
-    typical run of its kind, but not before now; with no such run lately, the end of its time limit (a bound,
-    not an estimate: a default run's is a day away). Never after that end. At most max_total rows are read."""
+    typical run of its kind, but not before now. Never after the end of its time limit. With neither, the run
+    has no entry: its time limit is a bound, not an estimate (a default run's is a day away, which a fresh
+    install's board showed as "~23h 59m"), and the queue behind it is told "unknown". At most max_total rows
+    are read."""
     out: dict[int, float] = {}
     runs = Run.objects.filter(status__in=ACTIVE_STATUSES).only(
         "status", "kind", "summary", "config", "granted_at", "time_limit_seconds"
@@ -81,9 +83,7 @@ def active_finishes(*, now: datetime) -> dict[int, float]:
             typical[run.kind] = typical_run_seconds(now=now, kind=run.kind)
         expected = typical[run.kind]
         if expected is not None and run.granted_at is not None:
-            ends.append(max(now.timestamp(), run.granted_at.timestamp() + expected))
-        if ends:
-            out[run.pk] = min(ends)
+            out[run.pk] = min([max(now.timestamp(), run.granted_at.timestamp() + expected), *ends])
     return out
 
 

@@ -56,13 +56,14 @@ class QueueInfo:
 
 
 def grant_rate_per_second(*, now: datetime) -> float | None:
-    """Recent grants per second (None when nothing was granted lately)."""
+    """Recent grants per second (None with fewer than two grants lately: one grant tells no rate, and the
+    quotient of one grant over the time since would predict a wait as long as the time already waited)."""
     recent = list(
         Run.objects.filter(granted_at__gte=now - ETA_WINDOW)
         .order_by("-granted_at")
         .values_list("granted_at", flat=True)[:ETA_SAMPLE]
     )
-    if not recent:
+    if len(recent) < 2:
         return None
     oldest = recent[-1]
     assert oldest is not None  # granted_at__gte excludes null
@@ -132,16 +133,11 @@ def wait_reason(
 def _resource_eta(
     snapshot: Snapshot, demand: tuple[Res, ...], strategy: str, now: datetime, finishes: dict[int, float]
 ) -> float | None:
-    """Seconds until the run would fit if the held runs end at their predicted finishes (`finishes`), else at
-    their latest ends (None: not known)."""
-    endings = [
-        (
-            datetime.fromtimestamp(finishes[h.run_id], tz=UTC) if h.run_id in finishes else h.latest_end,
-            h.demand,
-            h.placement,
-        )
-        for h in snapshot.running
-    ]
+    """Seconds until the run would fit if the held runs end at their predicted finishes (`finishes`). None: not
+    known, when a held run has no predicted finish (its time limit is a bound, never shown as an estimate)."""
+    if any(h.run_id not in finishes for h in snapshot.running):
+        return None
+    endings = [(datetime.fromtimestamp(finishes[h.run_id], tz=UTC), h.demand, h.placement) for h in snapshot.running]
     at = shadow_time(demand, strategy, snapshot.free, endings, now)
     return None if at is None else round((at - now).total_seconds(), 1)
 

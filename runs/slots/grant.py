@@ -131,14 +131,16 @@ class Plan:
 
 
 def blocking_reason(policy: Policy, held: dict[str, int], run_class: str) -> str | None:
-    """Why a run of this class cannot be granted given these held counts (None: capacity exists)."""
+    """Why a run of this class cannot be granted given these held counts (None: capacity exists). All slots
+    held is `global_limit_reached` before it is `reserve_protected`: the reserve holds a run back only while a
+    slot is free and kept for interactive runs (with a reserve of 0, never)."""
     if held.get(run_class, 0) >= policy.classes[run_class].limit:
         return CLASS_LIMIT_REACHED
+    if sum(held.values()) >= policy.max_total:
+        return GLOBAL_LIMIT_REACHED
     others = sum(n for k, n in held.items() if k != INTERACTIVE)
     if run_class != INTERACTIVE and others >= policy.borrowable:
         return RESERVE_PROTECTED
-    if sum(held.values()) >= policy.max_total:
-        return GLOBAL_LIMIT_REACHED
     return None
 
 

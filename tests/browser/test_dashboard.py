@@ -274,3 +274,39 @@ def test_non_staff_cannot_reach_settings(server, users, context) -> None:
     assert resp.status == 403 or "/login/" in page.url, f"non-staff got {resp.status} at {page.url}"
     assert page.get_by_label(re.compile("reserve", re.I)).count() == 0
     shot(page, "settings-forbidden")
+
+
+def test_a_fresh_install_never_shows_a_time_limit_as_an_estimate(server, users, context) -> None:
+    """No run has finished yet: the run holding the only slot has no finish estimate, and the one waiting behind
+    it is "unknown", not its time limit ("~23h 59m" before); once the held run trains, the waiting run's ETA
+    is the held run's own finish estimate, not longer."""
+    alice, boss = users["alice"], users["boss"]
+    svc.settings_update(changes={"max_total": 1, "interactive_reserve": 0}, partial=True, by=boss)
+    held = svc.run_submit(owner=alice, name="held", origin="dashboard", kind="rl_train", config=TINY)
+    waiting = svc.run_submit(owner=alice, name="waiting", origin="dashboard", kind="rl_train", config=TINY)
+    assert (held.status, waiting.status) == (RunStatus.STARTING, RunStatus.QUEUED)
+    assert held.time_limit_seconds and held.time_limit_seconds >= 3600  # the bound that must not show
+    page = context.new_page()
+    login(page, server, "alice")
+    row = page.locator(f'#waiting tr[data-run="{waiting.pk}"]')
+    expect(row.get_by_test_id("eta")).to_have_text("unknown")
+    expect(row.get_by_test_id("reason")).to_contain_text("limit")
+
+    svc.run_transition(run=held, status=RunStatus.RUNNING)
+    em = emitter_for(server, held)
+    em.post(em.start() + em.step_events() + em.step_events())  # two train steps: a step rate
+    own = Run.objects.get(pk=held.pk)
+    page.reload()
+    held_eta = page.locator(f'#running tr[data-run="{held.pk}"]').get_by_test_id("eta-finish")
+    expect(held_eta).to_contain_text("done in")
+    waits, finishes = row.get_by_test_id("eta").inner_text(), held_eta.inner_text().removeprefix("done in ")
+    assert _shown_seconds(waits) <= _shown_seconds(finishes) + 2, (waits, finishes, own.summary.get("progress"))
+
+
+def _shown_seconds(text: str) -> float:
+    """Seconds of an ETA as the board shows it: "any moment", "~42s", "~3m 05s" (hours are refused)."""
+    if text == "any moment":
+        return 0.0
+    match = re.fullmatch(r"~(?:(\d+)m )?(\d+)s", text)
+    assert match, f"not an estimate of minutes: {text!r}"
+    return 60 * int(match.group(1) or 0) + int(match.group(2))

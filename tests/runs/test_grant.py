@@ -179,3 +179,18 @@ def test_grant_table(name, policy, held, waiting, expected):
 )
 def test_blocking_reason(held, run_class, reason):
     assert blocking_reason(pol(4), held, run_class) == reason
+
+
+@pytest.mark.parametrize(
+    "reserve,held,reason",
+    [
+        # Every slot held: the global limit holds the eval back, whatever the reserve.
+        (0, {"app": 3, "system": 1}, GLOBAL_LIMIT_REACHED),
+        (1, {"app": 3, "interactive": 1}, GLOBAL_LIMIT_REACHED),
+        # A free slot kept for interactive runs: only then the reserve is the reason.
+        (1, {"app": 3}, RESERVE_PROTECTED),
+        (0, {"app": 3}, None),
+    ],
+)
+def test_a_system_eval_behind_app_runs_is_told_the_reason_that_holds_it(reserve, held, reason):
+    assert blocking_reason(pol(4, reserve, app={"limit": 4}), held, "system") == reason

@@ -39,11 +39,11 @@ def test_queued_eta_is_the_held_runs_finish(user, handoffs):
     assert queued["progress"] is None and queued["eta_finish_seconds"] is None
 
     # A second waiting run starts after the first one has run a typical run's length; none finished yet, so
-    # nothing tells that length: the old estimate (position over the grant rate) is what remains.
+    # nothing tells that length, and one grant tells no grant rate: unknown.
     later = submit(user, origin="dashboard", name="later")
     info = selectors.runs_queue_info(runs=[waiting, later])
     assert info[waiting.pk].eta_seconds == pytest.approx(90, abs=2)
-    assert info[later.pk].eta_seconds is not None and info[later.pk].eta_seconds != info[waiting.pk].eta_seconds
+    assert info[later.pk].eta_seconds is None
 
 
 def test_insufficient_resources_eta_uses_the_predicted_finish(user, handoffs):
@@ -56,7 +56,7 @@ def test_insufficient_resources_eta_uses_the_predicted_finish(user, handoffs):
     assert held.status == RunStatus.STARTING and waiting.status == RunStatus.QUEUED
     info = selectors.runs_queue_info(runs=[waiting])[waiting.pk]
     assert info.pending_reason == "insufficient_resources"
-    assert info.eta_seconds == pytest.approx(3600, abs=5)  # no finish predicted yet: its time limit
+    assert info.eta_seconds is None  # no finish predicted yet: unknown (its time limit is no estimate)
     training(held, step=10, total=20, seconds_per_step=6.0)  # 10 steps left: about 60 s
     info = selectors.runs_queue_info(runs=[waiting])[waiting.pk]
     assert info.eta_seconds == pytest.approx(60, abs=2)
@@ -81,17 +81,21 @@ def finished(user, *, kind: str, seconds: list[float]) -> None:
 
 def test_a_held_run_without_a_step_rate_is_predicted_to_take_a_typical_run_of_its_kind(user, handoffs):
     """A starting run (or one before its second train step) has no finish ETA: the queue behind it used to
-    wait for its time limit (a day away by default, on the board as "~24h"); runs of its kind that finished
-    lately tell a typical duration, counted from its grant. Another kind's history does not apply."""
+    wait for its time limit (a day away by default, on a fresh install's board as "~23h 59m"); now it is
+    unknown until runs of its kind that finished lately tell a typical duration, counted from its grant.
+    Another kind's history does not tell the held run's length; it only gives the recent grant rate."""
+    from runs.queue import grant_rate_per_second
+
     services.settings_update(changes={"max_total": 1}, partial=True, by=None)
     held = submit(user, origin="dashboard", name="held", time_limit_seconds=86400)
     waiting = submit(user, origin="dashboard", name="waiting")
     assert (held.status, waiting.status) == (RunStatus.STARTING, RunStatus.QUEUED)
     eta = lambda: selectors.runs_queue_info(runs=[waiting])[waiting.pk].eta_seconds  # noqa: E731
-    assert eta() == pytest.approx(86400, abs=5)  # nothing known yet: the time limit, the only bound
+    assert eta() is None  # nothing known yet, one grant tells no rate: unknown, never the time limit
 
-    finished(user, kind="eval", seconds=[5.0, 5.0, 5.0])  # another kind: no help
-    assert eta() == pytest.approx(86400, abs=5)
+    finished(user, kind="eval", seconds=[5.0, 5.0, 5.0])  # another kind: a grant rate, no length
+    rate = grant_rate_per_second(now=timezone.now())
+    assert rate is not None and eta() == pytest.approx(1 / rate, rel=0.1)
     finished(user, kind=held.kind, seconds=[30.0, 40.0, 50.0])
     Run.objects.filter(pk=held.pk).update(granted_at=timezone.now() - timedelta(seconds=15))
     assert eta() == pytest.approx(40 - 15, abs=2)  # the median of its kind, from its grant

@@ -25,7 +25,7 @@ def test_queue_positions_and_reasons(user, handoffs):
     assert (info[sys_a.pk].position_in_class, info[sys_a.pk].position_overall) == (1, 2)
     assert (info[sys_b.pk].position_in_class, info[sys_b.pk].position_overall) == (2, 3)
     assert info[app_waiting.pk].pending_reason == "class_limit_reached"  # app limit = 2 - 1 = 1
-    assert info[sys_a.pk].pending_reason == "reserve_protected"
+    assert info[sys_a.pk].pending_reason == "global_limit_reached"  # both slots held: not the reserve's doing
     assert info[sys_a.pk].eta_seconds is not None and info[sys_a.pk].eta_seconds > 0
     assert selectors.runs_queue_info(runs=[app_running]) == {}
 
