@@ -7,9 +7,10 @@ and Celery beat (the tick) under platform/supervise.py, and prints the URL, the 
 is quiet unless --verbose (or VERBOSE=1): platform/terminal.py; every child's output is in var/logs/<name>.log.
 Secrets (Ray token, Redis password, Django secret key, admin password) are generated into var/ (0700; files
 0600) and reach the children through their environment, never argv. Ctrl-C, SIGTERM or SIGHUP stop in order:
-tick and worker, then this installation's Ray jobs (with a checkpoint), then Ray, web and Redis; if this script
-is killed outright, the kernel SIGTERMs every child (parent-death signal). Any of REDIS_URL / RAY_ADDRESS
-already set in the environment is used instead of starting that service.
+tick and worker, then this installation's Ray jobs (with a checkpoint), then Ray, web and Redis
+(platform/stopping.py); if this script is killed outright, the kernel SIGTERMs every child (parent-death
+signal). Either way the runs it stopped resume at the next start (docs/operations.md "Restarts"). Any of
+REDIS_URL / RAY_ADDRESS already set in the environment is used instead of starting that service.
 This is a script, not a package: a package named `platform` would shadow the standard library module.
 """
 
@@ -30,16 +31,13 @@ from pathlib import Path
 
 # Modules next to this script (its directory is on sys.path).
 from embedded import port_is_free, private_dir, private_file, ray_service, redis_service, secret
+from stopping import runs_interrupted, say, stop_platform
 from supervise import Supervisor
 from terminal import banner_when_ready, shown_lines
 from web import daphne_argv
 
 REPO = Path(__file__).resolve().parent.parent
 VENV_BIN = Path(sys.executable).parent
-# Seconds a child gets after SIGTERM before its process group is SIGKILLed: a Celery warm shutdown finishes the
-# task at hand (a launch waits up to 30 s for Ray's job agent); Ray stops its own processes.
-WORKER_STOP_SECONDS = 40
-RAY_STOP_SECONDS = 30
 
 
 def ray_temp_root(var_dir: Path) -> str:
@@ -156,61 +154,6 @@ def nodes_refresh(env: dict[str, str]) -> None:
         say(f"could not read Ray's nodes yet ({tail[0]}); the tick will")
 
 
-def say(message: str) -> None:
-    """Print a status line; a closed terminal (SIGHUP) must not interrupt the stop."""
-    try:
-        print(message, flush=True)
-    except (OSError, ValueError):
-        pass
-
-
-def stop_ray_jobs(env: dict[str, str], timeout: float, hurry: threading.Event) -> None:
-    """Stop this installation's running Ray jobs (the platform's stop: SIGINT, the trainer checkpoints, Ray
-    SIGKILLs after RUN_STOP_GRACE_SECONDS) and wait, at most `timeout` seconds, until Ray reports each ended."""
-    for key in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN_PATH", "RAY_AUTH_TOKEN", "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"):
-        # What the children got, read by Ray's token loader when ray is first imported in this process.
-        if key in env:
-            os.environ[key] = env[key]
-        else:
-            os.environ.pop(key, None)
-    try:
-        from ray.job_submission import JobSubmissionClient
-
-        client = JobSubmissionClient(env["RAY_ADDRESS"])
-        prefix = env.get("RAY_SUBMISSION_PREFIX", "rlrun") + "-"
-        jobs = [
-            j.submission_id
-            for j in client.list_jobs()
-            if (j.submission_id or "").startswith(prefix) and not j.status.is_terminal()
-        ]
-        for job in jobs:
-            say(f"stopping Ray job {job} (it writes a checkpoint) ...")
-            client.stop_job(job)
-        deadline = time.monotonic() + timeout
-        while jobs and time.monotonic() < deadline and not hurry.is_set():
-            jobs = [j for j in jobs if not client.get_job_status(j).is_terminal()]
-            time.sleep(1)
-        if jobs:
-            say(f"Ray jobs still running after {timeout:.0f} s: {', '.join(jobs)}; stopping Ray")
-    except Exception as exc:  # noqa: BLE001 - Ray down or unreachable: nothing more to stop there
-        say(f"could not stop the Ray jobs: {exc}")
-
-
-def stop_platform(supervisor: Supervisor, env: dict[str, str], hurry: threading.Event) -> None:
-    """The ordered stop: nothing launches once it began, jobs checkpoint while web and Redis still take their
-    events, Ray goes before the services its jobs report to."""
-
-    def grace(seconds: float) -> float:
-        return 0 if hurry.is_set() else seconds
-
-    supervisor.stop(["tick", "worker"], grace=grace(WORKER_STOP_SECONDS), hurry=hurry)
-    if "ray" in supervisor.children and not supervisor.children["ray"].exited():
-        stop_ray_jobs(env, timeout=grace(int(env.get("RUN_STOP_GRACE_SECONDS", "60")) + 15), hurry=hurry)
-    supervisor.stop(["ray"], grace=grace(RAY_STOP_SECONDS), hurry=hurry)
-    supervisor.stop(["web"], grace=grace(10), hurry=hurry)
-    supervisor.stop(["redis"], grace=grace(10), hurry=hurry)
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Run the whole platform on this machine (`make run`).")
     parser.add_argument(
@@ -267,6 +210,7 @@ def main(argv: list[str] | None = None) -> int:
             supervisor.start(name, args, env=env, cwd=str(REPO), show=shown_lines(name, verbose))
         slots_line = size_slots(env, embedded_ray="ray" in services)
         nodes_refresh(env)
+        runs_interrupted(env, "starting")  # the runs the last stop or crash took from Ray resume, at their places
         for name, args in processes.items():
             if name not in services:
                 supervisor.start(name, args, env=env, cwd=str(REPO), show=shown_lines(name, verbose))

@@ -61,27 +61,36 @@ def run_enqueue(*, run: Run, now: datetime) -> None:
     grant_pass(reason="submit", now=now)
 
 
-def run_requeue(*, run: Run, reason: str) -> str | None:
+def run_requeue(*, run: Run, reason: str, interrupted: bool = False, grant: bool = True) -> str | None:
     """Put a `starting` run back in the queue at its old position, holding nothing: its placement group was not
     ready in time (the job's `timeout` event, or the tick's fallback for a job that never posted). Not a failure:
     the slot goes back to `waiting` with its original requested_at, the attempt goes up (a new Ray submission id
     and ingest token: the old job's late posts and outcome are ignored), and the next runs are granted in the
-    same transaction. Returns the old attempt's submission id (the caller stops that job if it may still run),
-    or None when the run was no longer `starting` (nothing written)."""
+    same transaction (unless not `grant`). Returns the old attempt's submission id (the caller stops that job if
+    it may still run), or None when the run was not in a status it may leave so (nothing written).
+
+    `interrupted`: the platform's own stop or crash ended the job (runs/execution/restart.py); a `running` run
+    goes back too, and continues from its latest checkpoint when it has one (else from step 0)."""
     now = timezone.now()
+    allowed = (RunStatus.STARTING, RunStatus.RUNNING) if interrupted else (RunStatus.STARTING,)
     with transaction.atomic():
         slot_store.slots_lock()
         locked = Run.objects.select_for_update().get(pk=run.pk)
-        if locked.status != RunStatus.STARTING:
+        if locked.status not in allowed:
             return None
         old_submission = locked.ray_submission_id
         locked.attempt += 1
         locked.pending_reason, locked.pending_detail = "", f"requeued: {reason}"[:300]
-        locked.save(update_fields=["attempt", "pending_reason", "pending_detail"])
+        fields = ["attempt", "pending_reason", "pending_detail"]
+        if interrupted:
+            locked.resume_requested = run_checkpoint_step(locked) is not None
+            fields.append("resume_requested")
+        locked.save(update_fields=fields)
         run_status_change(run=locked, status=RunStatus.QUEUED, error="", now=now)
         # Back to `waiting` with its original requested_at (the same queue position), placed nowhere.
         Slot.objects.filter(run_id=locked.pk).update(state=SlotState.WAITING, granted_at=None, placement=[])
-        grant_pass(reason="requeue", now=now)
+        if grant:
+            grant_pass(reason="requeue", now=now)
     logger.info("run %s: requeued at its old position (%s)", run.pk, reason)
     return old_submission
 

@@ -34,9 +34,10 @@ STATES: tuple[str, ...] = tuple(RunStatus.values)
 # Allowed moves; anything else is a bug in the caller and raises InvalidTransition.
 TRANSITIONS: dict[str, frozenset[str]] = {
     RunStatus.QUEUED: frozenset({RunStatus.STARTING, RunStatus.CANCELLED, RunStatus.FAILED}),
-    # starting -> queued: the run's placement group was not ready in time (runs.enqueue.run_requeue); not a failure.
+    # -> queued, not a failure (runs.enqueue.run_requeue): a starting run's placement group was not ready in time;
+    # a starting or running run's job was ended by the platform's own stop or crash (runs/execution/restart.py).
     RunStatus.STARTING: frozenset({RunStatus.RUNNING, RunStatus.STOPPING, RunStatus.QUEUED, *FINISHED_STATUSES}),
-    RunStatus.RUNNING: frozenset({RunStatus.STOPPING, *FINISHED_STATUSES}),
+    RunStatus.RUNNING: frozenset({RunStatus.STOPPING, RunStatus.QUEUED, *FINISHED_STATUSES}),
     RunStatus.STOPPING: frozenset(FINISHED_STATUSES),
     RunStatus.SUCCEEDED: frozenset({RunStatus.QUEUED}),
     RunStatus.FAILED: frozenset({RunStatus.QUEUED}),
