@@ -23,13 +23,13 @@ import pytest
 import requests
 
 from runs.lifecycle import TRANSITIONS
-from tests.execution.conftest import TINY_TRAIN_CONFIG
 from tests.platform_up import UpProcess, up  # noqa: F401 - up: the fixture
 
 pytestmark = pytest.mark.slow
 
 STEPS = 30
-RUN_CONFIG = {**TINY_TRAIN_CONFIG, "steps": STEPS, "eval_every": 0, "checkpoint_every": 5}
+# The default model and sizes (about 2 s a step here: a tiny model trains 30 steps before a stop takes hold).
+RUN_CONFIG = {"steps": STEPS, "eval_every": 0, "checkpoint_every": 5}
 
 
 def started(up) -> tuple[UpProcess, dict[str, str]]:  # noqa: F811
