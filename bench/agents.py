@@ -2,7 +2,9 @@
 proxy in front of it, side by side in one invocation. Writes `concurrency` and `proxy` of bench/results/agents.json
 (its other keys, `learning` and `tool_calls`, are written by other code and kept).
 
-    python bench/agents.py [--quick] [--rounds N] [--database-url URL]
+    python bench/agents.py [--quick] [--rounds N] [--database-url URL] [--out PATH]
+    python bench/agents.py --smoke --out PATH   (one round of one session per client: checks it runs; on the Ray
+                                                 cluster at RAY_ADDRESS when set, else on a head of its own)
 
 Topology, the one a run's Ray job deploys (trainer/topology.py, the default modes): one `trainer.engine.Engine`
 as an async Ray actor (a chat policy: TrainConfig(environment="digits"), shape from trainer.problems.policy_shape,
@@ -194,11 +196,11 @@ class Platform:
         shutil.rmtree(self.tmp, ignore_errors=True)
 
 
-async def one_round(sides: Sides, r: int, quick: bool) -> dict[str, Any]:
+async def one_round(sides: Sides, r: int, size: str) -> dict[str, Any]:
     """Every concurrency once, the sides in this round's order; per concurrency each side's measure."""
     out: dict[str, Any] = {}
     for c in CONCURRENCY:
-        sessions = max(8, 2 * c) if quick else max(24, 4 * c)
+        sessions = {"smoke": c, "quick": max(8, 2 * c), "full": max(24, 4 * c)}[size]
         order = [("inproc", sides.inproc), ("http", sides.http), ("proxy", sides.via_proxy)][: 3 if c == PROXY_C else 2]
         got = {}
         for name, run_one in order if r % 2 == 0 else reversed(order):
@@ -243,14 +245,14 @@ def summarize(rounds: list[dict[str, Any]]) -> tuple[dict[str, Any], dict[str, A
     return concurrency, {str(PROXY_C): {"tokens_s": tokens_s(per, "proxy"), **compare(per, "proxy", "http"), "vs": vs}}
 
 
-async def run_rounds(deployed: tuple[Any, Any, str, str, Any], rounds: int, quick: bool) -> dict[str, Any]:
+async def run_rounds(deployed: tuple[Any, Any, str, str, Any], rounds: int, size: str) -> dict[str, Any]:
     """Every round's measures (latencies included) and the load average around each."""
     sides = Sides(*deployed)
     await measure(sides.http, "warmup", 4, 8)  # first calls pay imports and connection setup
     results, loads = [], []
     for r in range(rounds):
         before = os.getloadavg()
-        results.append(await one_round(sides, r, quick))
+        results.append(await one_round(sides, r, size))
         loads.append([round(x, 2) for x in (*before, *os.getloadavg())])
     return {"rounds": results, "load_average_per_round": loads}
 
@@ -264,13 +266,18 @@ def bench(args: argparse.Namespace, rounds: int) -> dict[str, Any]:
     from trainer.problems import policy_shape
 
     platform = Platform(args.database_url)
-    ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False)
+    shared = os.environ.get("RAY_ADDRESS") if args.smoke else None  # measurements always get a head of their own
+    if shared:
+        ray.init(address=shared, log_to_driver=False)
+    else:
+        ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False)
     try:
         engine = ray.remote(Engine).options(num_cpus=0, max_concurrency=1000).remote(CFG, "e0", max_sessions=160)
         ray.get(engine.ping.remote(), timeout=120)
         server, url = deploy_server({"e0": engine}, block_size=policy_shape(CFG)[1], key=platform.key, run="bench")
         proxy = platform.serve(url)
-        return asyncio.run(run_rounds((engine, server, url, platform.key, proxy), rounds, args.quick))
+        size = "smoke" if args.smoke else "quick" if args.quick else "full"
+        return asyncio.run(run_rounds((engine, server, url, platform.key, proxy), rounds, size))
     finally:
         ray.shutdown()
         platform.close()
@@ -281,14 +288,18 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="one round of fewer sessions (under 3 minutes)")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--database-url", help="the platform's database for the proxy (default: a temporary SQLite)")
+    ap.add_argument("--smoke", action="store_true", help="one round, one session per client (needs --out)")
+    ap.add_argument("--out", type=Path, default=OUT)
     args = ap.parse_args()
-    if args.rounds < 3 and not args.quick:
+    if args.rounds < 3 and not (args.quick or args.smoke):
         ap.error("--rounds must be at least 3 (the median of one or two rounds is not a median)")
-    rounds = 1 if args.quick else args.rounds
+    if args.smoke and args.out.resolve().is_relative_to(OUT.parent):
+        ap.error("--smoke needs an --out outside bench/results/ (those files hold real measurements)")
+    rounds = 1 if args.quick or args.smoke else args.rounds
     t0 = time.monotonic()
     measured = bench(args, rounds)
     concurrency, proxy = summarize(measured["rounds"])
-    result = json.loads(OUT.read_text()) if OUT.exists() else {}
+    result = json.loads(args.out.read_text()) if args.out.exists() else {}
     result.update(concurrency=concurrency, proxy=proxy)
     result["throughput_run"] = {
         **{"rounds": rounds, "quick": args.quick, "turns": TURNS, "max_tokens": MAX_TOKENS, "cpus": os.cpu_count()},
@@ -298,11 +309,11 @@ def main() -> None:
         "database": args.database_url.split("@")[-1] if args.database_url else "sqlite (temporary)",
         "config": {k: getattr(CFG, k) for k in ("environment", "context_tokens", "d_model", "n_layer", "n_head")},
     }
-    OUT.write_text(json.dumps(result, indent=2) + "\n")
-    table(result)
+    args.out.write_text(json.dumps(result, indent=2) + "\n")
+    table(result, args.out)
 
 
-def table(result: dict[str, Any]) -> None:
+def table(result: dict[str, Any], out: Path) -> None:
     print(f"\n{'C':>4} {'inproc tok/s':>13} {'http tok/s':>11} {'ratio':>6} {'spread':>11} {'+p50 ms':>8} {'+p99':>8}")
     for c, row in result["concurrency"].items():
         spread = f"{row['ratio_min']:.2f}-{row['ratio_max']:.2f}"
@@ -313,7 +324,7 @@ def table(result: dict[str, Any]) -> None:
     for c, row in result["proxy"].items():
         print(f"proxy {c}: {row['tokens_s']:.0f} tok/s, {row['ratio']:.2f}x direct, +p99 {row['added_p99_ms']:.0f} ms")
     print(f"load average 1/5/15 min, before/after each round: {result['throughput_run']['load_average_per_round']}")
-    print(f"wrote {OUT}")
+    print(f"wrote {out}")
 
 
 if __name__ == "__main__":

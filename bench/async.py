@@ -11,7 +11,9 @@ only: `speedup` (a ratio of two medians, which may come from different rounds) a
 async mode over colocated: picking the best of several noisy modes after the fact overstates the gain).
 Writes bench/results/async.json: per mode the median samples/s, seconds to the reward threshold, gate-closed
 share of wall time, and every round's numbers.
-Usage: python bench/async.py [--quick] [--budget-s 90] [--rounds 3] [--tool-latency-s 0.2] [--modes a,b]
+Usage: python bench/async.py [--quick] [--budget-s 90] [--rounds 3] [--tool-latency-s 0.2] [--modes a,b] [--out PATH]
+       python bench/async.py --smoke --out PATH   (colocated and the headline mode, 2 small steps each: checks it
+                                                   runs; on the Ray cluster at RAY_ADDRESS when set)
        python bench/async.py --recompute bench/results/async.json   (the summary again from its stored rounds)
 """
 
@@ -34,6 +36,7 @@ from trainer.config import TrainConfig  # noqa: E402
 from trainer.loop import TrainingRun  # noqa: E402
 from trainer.sinks import EventEmitter  # noqa: E402
 
+OUT = ROOT / "bench" / "results" / "async.json"
 HEADLINE = "staleness_1"  # the async mode the headline ratio uses, chosen before measuring
 MODES = {
     "colocated": ("colocated", 0),
@@ -65,18 +68,21 @@ def main() -> None:
     ap.add_argument("--threshold", type=float, default=0.4, help="sampled training reward to reach")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--modes", default=",".join(MODES), help="comma-separated subset (colocated and the headline stay)")
-    ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "async.json"))
+    ap.add_argument("--smoke", action="store_true", help="2 small steps per mode: checks it runs (needs --out)")
+    ap.add_argument("--out", type=Path, default=OUT)
     ap.add_argument("--recompute", metavar="PATH", help="recompute the headline of a results file, run nothing")
     args = ap.parse_args()
+    if args.smoke and args.out.resolve().is_relative_to(OUT.parent):
+        ap.error("--smoke needs an --out outside bench/results/ (those files hold real measurements)")
     if args.recompute:
         out = json.loads(Path(args.recompute).read_text())
         out.update(paired(out["modes"]))
         Path(args.recompute).write_text(json.dumps(out, indent=1) + "\n")
         print(json.dumps({k: out[k] for k in ("headline", "paired_speedup", "paired_min", "paired_max")}))
         return
-    budget = 20.0 if args.quick else args.budget_s
-    rounds = 1 if args.quick else max(1, args.rounds)
-    names = [m for m in MODES if m in {"colocated", HEADLINE, *args.modes.split(",")}]
+    budget = 60.0 if args.smoke else 20.0 if args.quick else args.budget_s  # smoke: a bound, its steps end it
+    rounds = 1 if args.quick or args.smoke else max(1, args.rounds)
+    names = [m for m in MODES if m in {"colocated", HEADLINE, *([] if args.smoke else args.modes.split(","))}]
     base = TrainConfig().replace(
         task="agent",
         tool_latency_s=args.tool_latency_s,
@@ -86,6 +92,8 @@ def main() -> None:
         eval_every=0,
         time_limit_s=budget,
     )
+    if args.smoke:
+        base = base.replace(prompts_per_step=8, worker_capacity=4, steps=2)
     runs: dict[str, list[dict]] = {name: [] for name in names}
     for r in range(rounds):
         for name in names if r % 2 == 0 else reversed(names):
@@ -115,8 +123,8 @@ def main() -> None:
             "uptime": subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip(),
         },
     }
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(out, indent=1) + "\n")
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(out, indent=1) + "\n")
     print(json.dumps({k: out[k] for k in ("paired_speedup", "paired_min", "paired_max", "headline_mode", "speedup")}))
 
 

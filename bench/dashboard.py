@@ -5,7 +5,9 @@ Writes bench/results/dashboard.json with
   bundle_gzip_kb   every JS + CSS file the pages ship (frontend/static/dist), gzip -9
   frame_p95_ms     run page while its run emits 50 events/s through the real ingest endpoint: p95 frame time
 next to same-run baselines (empty board, idle run page, uPlot alone) and their ratios.
-Usage: python bench/dashboard.py [--quick]   (DATABASE_URL: a PostgreSQL server; a scratch database is used)
+Usage: python bench/dashboard.py [--quick] [--out PATH]   (DATABASE_URL: a PostgreSQL server; a scratch database
+of its own, `bench_dashboard_<pid>`, dropped at the end). `--smoke --out PATH`: 10 queued and 2 running, one
+repetition, a 1 s stream (checks it runs, in seconds).
 """
 
 from __future__ import annotations
@@ -30,9 +32,10 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 BASE_DB_URL = os.environ.get("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/postgres")
-SCRATCH_DB = "bench_dashboard"
+SCRATCH_DB = f"bench_dashboard_{os.getpid()}"  # per invocation: two runs never share (or drop) one database
 DB_URL = urlunparse(urlparse(BASE_DB_URL)._replace(path=f"/{SCRATCH_DB}"))
 os.environ["DATABASE_URL"] = DB_URL
+OUT = REPO / "bench" / "results" / "dashboard.json"
 REDIS_URL = os.environ.setdefault("REDIS_URL", "redis://127.0.0.1:6379/1")
 # Playwright's sync API runs an event loop in this thread; the ORM calls here are plain sync calls.
 os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
@@ -70,8 +73,13 @@ def wait_js(page, predicate: str, timeout: float = 30.0) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true", help="fewer repetitions and a shorter event stream")
+    ap.add_argument("--smoke", action="store_true", help="a small board, one repetition, 1 s stream (needs --out)")
+    ap.add_argument("--out", type=Path, default=OUT)
     args = ap.parse_args()
-    reps, stream_s = (3, 4.0) if args.quick else (7, 10.0)
+    if args.smoke and args.out.resolve().is_relative_to(OUT.parent):
+        ap.error("--smoke needs an --out outside bench/results/ (those files hold real measurements)")
+    reps, stream_s = (1, 1.0) if args.smoke else (3, 4.0) if args.quick else (7, 10.0)
+    queued, running_n = (10, 2) if args.smoke else (1000, 20)
 
     scratch_database()
     import django
@@ -135,16 +143,16 @@ def main() -> None:
 
             page.goto(server.url + "/")  # warm the server (imports, first queries) before measuring
             empty_ms = board_ms()
-            services.settings_update(changes={"max_total": 20, "interactive_reserve": 1}, partial=True, by=user)
+            services.settings_update(changes={"max_total": running_n, "interactive_reserve": 1}, partial=True, by=user)
             t0 = time.perf_counter()
-            for i in range(20):
+            for i in range(running_n):
                 origin = "dashboard" if i == 0 else "api"
                 # One user seeds the whole board: not subject to the per-user caps (docs/slots.md).
                 run = services.run_submit(
                     owner=user, name=f"running-{i}", origin=origin, kind="rl_train", config={}, user_caps=False
                 )
                 services.run_transition(run=run, status=RunStatus.RUNNING)
-            for i in range(1000):
+            for i in range(queued):
                 services.run_submit(
                     owner=user,
                     name=f"queued-{i}",
@@ -154,18 +162,18 @@ def main() -> None:
                     user_caps=False,
                 )
             seed_s = time.perf_counter() - t0
-            assert Run.objects.filter(status=RunStatus.QUEUED).count() == 1000
+            assert Run.objects.filter(status=RunStatus.QUEUED).count() == queued
             running = list(Run.objects.filter(status=RunStatus.RUNNING).order_by("id"))
-            assert len(running) == 20
+            assert len(running) == running_n
             for r in running:  # every running row has gate, version, sampler and a reward history to draw
                 em = Emitter(server.url, r.pk, r.ingest_token)
                 em.post(em.start() + [e for _ in range(5) for e in em.step_events()])
             full_ms = board_ms()
             split = {k: round(statistics.median(v), 1) for k, v in breakdown.items()}
             counted = page.locator("#waiting-count").inner_text()
-            assert counted == "1000", f"board counts {counted} waiting runs"
+            assert counted == str(queued), f"board counts {counted} waiting runs"
             drawn = page.locator("#waiting tbody tr").count()  # the head of the line; more on scroll
-            assert drawn >= 100, f"board drew {drawn} waiting rows"
+            assert drawn >= min(100, queued), f"board drew {drawn} waiting rows"
 
             # Run page under a 50 events/s stream (10 posts/s of 5 events, as a trainer's batching sink would).
             target = running[0]
@@ -226,8 +234,8 @@ def main() -> None:
                 "bundle_vs_uplot": round(bundle / uplot_kb, 2),
             },
             "setup": {
-                "queued": 1000,
-                "running": 20,
+                "queued": queued,
+                "running": running_n,
                 "events_per_s_measured": round(rate, 1),
                 "stream_s": stream_s,
                 "frames": len(busy),
@@ -249,8 +257,7 @@ def main() -> None:
 
         with psycopg.connect(BASE_DB_URL, autocommit=True) as conn:  # leave no scratch database behind
             conn.execute(f"DROP DATABASE IF EXISTS {SCRATCH_DB} WITH (FORCE)")
-    out = REPO / "bench" / "results" / "dashboard.json"
-    out.write_text(json.dumps(results, indent=2) + "\n")
+    args.out.write_text(json.dumps(results, indent=2) + "\n")
     print(json.dumps(results, indent=2))
 
 

@@ -1,6 +1,7 @@
 """Benchmark the batching engine against the one-request-at-a-time path. Writes bench/results/engine.json.
 
-    python bench/engine.py [--quick] [--rounds N]
+    python bench/engine.py [--quick] [--rounds N] [--out PATH]
+    python bench/engine.py --smoke --out PATH   (one round, one episode per client: checks it runs, in seconds)
 
 Same model (the default config's policy, seed 0), same prompts (the task's training prompts in order), same
 process, torch pinned to one thread. At each concurrency C (1, 16, 64), C clients on one event loop each run
@@ -43,6 +44,7 @@ from trainer.policy import build_policy, sample_tokens  # noqa: E402
 from trainer.problems import task_build  # noqa: E402
 
 CONCURRENCY = (1, 16, 64)
+OUT = ROOT / "bench" / "results" / "engine.json"
 
 
 class OldEngine:
@@ -99,16 +101,20 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--smoke", action="store_true", help="one round, one episode per client (needs --out)")
+    parser.add_argument("--out", type=Path, default=OUT)
     args = parser.parse_args()
+    if args.smoke and args.out.resolve().is_relative_to(OUT.parent):
+        parser.error("--smoke needs an --out outside bench/results/ (those files hold real measurements)")
     if args.rounds < 3 and not args.quick:
         parser.error("--rounds must be at least 3 (the median of one or two rounds is not a median)")
     torch.set_num_threads(1)
     cfg = TrainConfig(mode="local", device="cpu")
-    rounds = 1 if args.quick else args.rounds
+    rounds = 1 if args.quick or args.smoke else args.rounds
     result: dict[str, Any] = {"concurrency": {}, "rounds": rounds}
     for c in CONCURRENCY:
         # At least 256 episodes: a lone session's run is then ~1 s, long enough to outlast a scheduler hiccup.
-        episodes = max(256, 8 * c) if not args.quick else max(16, 2 * c)
+        episodes = c if args.smoke else max(16, 2 * c) if args.quick else max(256, 8 * c)
         serial, batched, one = [], [], []
         for _ in range(rounds):
             serial.append(asyncio.run(_clients(OldEngine(cfg), cfg, c, episodes)))
@@ -134,9 +140,8 @@ def main() -> None:
         )
         print(f"    rounds: batched {[round(x) for x in batched]}  serial {[round(x) for x in serial]}", flush=True)
     result["load_average"] = os.getloadavg()  # the machine is shared: read the numbers with the load beside them
-    out = ROOT / "bench" / "results" / "engine.json"
-    out.write_text(json.dumps(result, indent=2) + "\n")
-    print(f"wrote {out}")
+    args.out.write_text(json.dumps(result, indent=2) + "\n")
+    print(f"wrote {args.out}")
 
 
 if __name__ == "__main__":

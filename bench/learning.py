@@ -3,7 +3,9 @@
 Writes bench/results/learning.json: threshold, seconds_to_threshold, final and held-out exact-match, the curve,
 the baseline (a greedy evaluation of version 0, the run's initial weights, before any training step; the same
 prompts the run's evaluations use), and the machine load while it ran.
-Usage: python bench/learning.py [--quick] [--budget-s 600] [--mode colocated|local|disaggregated]
+Usage: python bench/learning.py [--quick] [--budget-s 600] [--mode colocated|local|disaggregated] [--out PATH]
+       python bench/learning.py --smoke --out PATH   (2 small steps, each evaluated on a few prompts: checks it
+                                                      runs; on the Ray cluster at RAY_ADDRESS when set)
 """
 
 from __future__ import annotations
@@ -26,6 +28,8 @@ from trainer.learner import Learner  # noqa: E402
 from trainer.loop import TrainingRun  # noqa: E402
 from trainer.problems import task_build  # noqa: E402
 from trainer.sinks import EventEmitter  # noqa: E402
+
+OUT = ROOT / "bench" / "results" / "learning.json"
 
 
 class CurveSink:
@@ -78,8 +82,11 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="tiny budget: checks the bench runs, not learning")
     ap.add_argument("--budget-s", type=float, default=600.0)
     ap.add_argument("--mode", default=None)
-    ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "learning.json"))
+    ap.add_argument("--smoke", action="store_true", help="2 small steps: checks it runs (needs --out)")
+    ap.add_argument("--out", type=Path, default=OUT)
     args = ap.parse_args()
+    if args.smoke and args.out.resolve().is_relative_to(OUT.parent):
+        ap.error("--smoke needs an --out outside bench/results/ (those files hold real measurements)")
     threshold = 0.5
     cfg = TrainConfig()
     changes: dict = {"time_limit_s": 60.0 if args.quick else args.budget_s, "eval_every": 5}
@@ -87,6 +94,8 @@ def main() -> None:
         changes["mode"] = args.mode
     if args.quick:
         changes.update(prompts_per_step=32, steps=20)
+    if args.smoke:
+        changes.update(prompts_per_step=8, steps=2, eval_every=1, eval_prompts=16, time_limit_s=120.0)
     cfg = cfg.replace(**changes)
     baseline = version_0_baseline(cfg)
     sink = CurveSink()
@@ -115,8 +124,8 @@ def main() -> None:
         },
         "quick": args.quick,
     }
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(out, indent=1) + "\n")
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(out, indent=1) + "\n")
     print(
         json.dumps(
             {

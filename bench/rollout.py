@@ -1,7 +1,9 @@
 """Benchmark rollout/: channel vs ray.util.queue.Queue across processes, gate lease vs asyncio.Semaphore,
 scheduler overhead per group. Writes bench/results/rollout.json.
 
-    python bench/rollout.py [--quick]
+    python bench/rollout.py [--quick] [--out PATH]
+    python bench/rollout.py --smoke --out PATH   (tiny sizes, one round: checks it runs; on the Ray cluster at
+                                                  RAY_ADDRESS when set, as the test suite's shared head)
 
 What is measured (baselines run in the same process, same Ray cluster, same moment):
 - channel.items_per_s: a producer actor (its own process) calls put(item) once per item on a client connected
@@ -37,6 +39,8 @@ from rollout.filters import ZeroVarianceFilter  # noqa: E402
 from rollout.gate import RequestGate  # noqa: E402
 from rollout.scheduler import RolloutScheduler  # noqa: E402
 from rollout.types import GroupResult  # noqa: E402
+
+OUT = ROOT / "bench" / "results" / "rollout.json"
 
 
 # --- gate -------------------------------------------------------------------------------------------------
@@ -198,28 +202,35 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="smaller sizes; finishes in well under 2 minutes")
     parser.add_argument("--chunk", type=int, default=64, help="items per put_many/get_many call")
-    parser.add_argument("--out", default=str(ROOT / "bench" / "results" / "rollout.json"))
+    parser.add_argument("--smoke", action="store_true", help="tiny sizes, one round: checks it runs (needs --out)")
+    parser.add_argument("--out", type=Path, default=OUT)
     args = parser.parse_args()
+    if args.smoke and args.out.resolve().is_relative_to(OUT.parent):
+        parser.error("--smoke needs an --out outside bench/results/ (those files hold real measurements)")
     quick = args.quick
     started = time.perf_counter()
 
-    gate = bench_gate(n=30_000 if quick else 200_000, rounds=5)
+    gate = bench_gate(n=1_000 if args.smoke else 30_000 if quick else 200_000, rounds=1 if args.smoke else 5)
     print("gate", gate, flush=True)
-    scheduler = bench_scheduler(batches=20 if quick else 100, batch_size=64)
+    scheduler = bench_scheduler(batches=2 if args.smoke else 20 if quick else 100, batch_size=64)
     print("scheduler", scheduler, flush=True)
 
     import ray
 
-    # Our own local head for this process only (never `ray stop`): shut down below.
+    runtime_env = {"env_vars": {"OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}}
+    shared = os.environ.get("RAY_ADDRESS") if args.smoke else None  # measurements always get a head of their own
     for attempt in range(3):
         try:
-            ray.init(
-                address="local",
-                num_cpus=os.cpu_count() or 2,  # the machine's real cores, nothing advertised beyond them
-                include_dashboard=False,
-                log_to_driver=False,
-                runtime_env={"env_vars": {"OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}},
-            )
+            if shared:
+                ray.init(address=shared, log_to_driver=False, runtime_env=runtime_env)
+            else:  # our own local head for this process only (never `ray stop`): shut down below
+                ray.init(
+                    address="local",
+                    num_cpus=os.cpu_count() or 2,  # the machine's real cores, nothing advertised beyond them
+                    include_dashboard=False,
+                    log_to_driver=False,
+                    runtime_env=runtime_env,
+                )
             break
         except Exception:  # noqa: BLE001 - Ray's 30 s node start-up wait can lapse on a loaded machine
             ray.shutdown()
@@ -227,16 +238,15 @@ def main() -> None:
                 raise
             print("ray.init timed out; retrying", flush=True)
     try:
-        channel, extra = bench_channel(
-            n_chan=20_000 if quick else 100_000, n_queue=1_000 if quick else 5_000, chunk=args.chunk
-        )
+        sizes = (500, 100) if args.smoke else (20_000, 1_000) if quick else (100_000, 5_000)
+        channel, extra = bench_channel(n_chan=sizes[0], n_queue=sizes[1], chunk=args.chunk)
     finally:
         ray.shutdown()
     print("channel", channel, "extra", extra, flush=True)
 
     result = {"channel": channel, "gate": gate, "scheduler": scheduler}
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=2) + "\n")
     print(f"wrote {args.out} in {time.perf_counter() - started:.1f} s", flush=True)
 
 

@@ -13,6 +13,7 @@ capture: the trainer in `local` mode (one process, torch pinned to one thread; e
          times drift by +-10% between runs, more than the effect. `capture_direct` times the capture alone
          (a real step's groups, built and emitted 50 times) over the median step.
 Writes bench/results/samples.json. Usage: python bench/samples.py [--quick] [--samples 100000] [--rounds 3]
+[--out PATH]; `--smoke --out PATH`: 1,000 samples, 2-step runs of 16 prompts (checks it runs, in seconds).
 """
 
 from __future__ import annotations
@@ -129,7 +130,8 @@ def bench_filter(n: int, queries: int) -> dict:
     timed(FILTER)  # warm the caches once, as a server that has answered before would be
     filtered, body = timed(FILTER)
     rows = body["results"]
-    assert len(rows) == 50 and all(
+    matching = Sample.objects.filter(run=run, reward__lte=0, finish_reason="length", staleness__gte=1).count()
+    assert len(rows) == min(50, matching) and all(
         r["reward"] <= 0 and r["finish_reason"] == "length" and r["staleness"] >= 1 for r in rows
     ), "the filter's first page is wrong"
     plain, _ = timed("")
@@ -182,7 +184,7 @@ def train_steps(cfg_dict: dict, events_path: str, *, alternate: bool = False) ->
     return [b - a for a, b in zip(marks, marks[1:])], last[0], report
 
 
-def bench_capture(rounds: int, steps: int) -> dict:
+def bench_capture(rounds: int, steps: int, prompts: int = 64) -> dict:
     import torch
 
     from trainer.config import TrainConfig
@@ -191,7 +193,7 @@ def bench_capture(rounds: int, steps: int) -> dict:
     from trainer.sinks import EventEmitter, JsonlSink
 
     torch.set_num_threads(1)
-    base = {"mode": "local", "steps": steps, "eval_every": 0, "prompts_per_step": 64, "group_size": 8, "seed": 3}
+    base = {"mode": "local", "steps": steps, "eval_every": 0, "prompts_per_step": prompts, "group_size": 8, "seed": 3}
     off = {**base, "samples_groups_per_step": 0, "samples_best_worst": False}
     on = {**base}  # the defaults: 2 drawn groups plus the best and the worst
     with tempfile.TemporaryDirectory() as tmp:
@@ -242,9 +244,15 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=4, help="the alternating run has rounds * steps steps")
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--database-url", default=os.environ.get("BENCH_DATABASE_URL", DEFAULT_DB))
+    parser.add_argument("--smoke", action="store_true", help="1,000 samples, 2-step runs (needs --out)")
+    parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args()
+    if args.smoke and args.out.resolve().is_relative_to(RESULTS.parent):
+        parser.error("--smoke needs an --out outside bench/results/ (those files hold real measurements)")
     if args.quick:
         args.samples, args.queries, args.rounds, args.steps = 10_000, 50, 2, 10
+    if args.smoke:
+        args.samples, args.queries, args.rounds, args.steps = 1_000, 5, 1, 2
     os.environ["DATABASE_URL"] = args.database_url
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
     os.environ.setdefault("DJANGO_ALLOWED_HOSTS", "testserver,127.0.0.1,localhost")
@@ -252,10 +260,11 @@ def main() -> None:
 
     django.setup()
     database_prepare(args.database_url)
-    result = {**bench_filter(args.samples, args.queries), **bench_capture(args.rounds, args.steps)}
+    capture = bench_capture(args.rounds, args.steps, prompts=16 if args.smoke else 64)
+    result = {**bench_filter(args.samples, args.queries), **capture}
     result["ok"] = result["filter_p95_ms"] <= 300 and result["capture_overhead"] <= 0.02
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(result, indent=2) + "\n")
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=2) + "\n")
     print(json.dumps(result, indent=2))
 
 

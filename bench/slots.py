@@ -4,7 +4,8 @@ process (it polls for granted runs), and per-grant cost vs queue depth. The proc
 bench/slots_procs.py.
 
 Writes bench/results/slots.json. Uses a database of its own, `bench_slots_<pid>`, dropped when it ends.
-Usage: DATABASE_URL=postgres://postgres@127.0.0.1:5432/postgres python bench/slots.py [--quick]
+Usage: DATABASE_URL=postgres://postgres@127.0.0.1:5432/postgres python bench/slots.py [--quick] [--out PATH]
+(`--smoke --out PATH`: 1 s phases, a queue of 100, 1 and 2 finishers: checks it runs, in seconds).
 Browser fan-out, the Celery hand-off (`dispatch_run.delay`) and the follow-ups task are stubbed in the bench
 processes: they run after commit, outside the grant lock, and are measured elsewhere; what is measured here is
 the slot path (the release and its commit, then the grant: lock, snapshot, grant, commit).
@@ -19,11 +20,19 @@ import os
 import statistics
 import sys
 import time
+from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
 from slots_procs import BENCH_KIND, ROOT, django_setup, finish_one, finisher_proc, poller_proc
 
 DB_NAME = f"bench_slots_{os.getpid()}"  # per invocation: two benches never share (or drop) one database
+OUT = ROOT / "bench" / "results" / "slots.json"
+# Per size: seconds per timed phase, timed cycles per depth, queue depths, finisher counts, latency's finishers.
+SIZES = {
+    "full": (15.0, 400, (100, 10_000, 100_000), (1, 4, 16), 4),
+    "quick": (4.0, 100, (100, 10_000, 100_000), (1, 4, 16), 4),
+    "smoke": (1.0, 5, (100,), (1, 2), 2),
+}
 
 
 def bench_url(base: str) -> str:
@@ -156,19 +165,23 @@ def measure_latency(url: str, concurrency: int, seconds: float) -> dict[str, flo
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--quick", action="store_true", help="short phases (under 2 minutes)")
+    parser.add_argument("--smoke", action="store_true", help="1 s phases, small sizes (needs --out)")
+    parser.add_argument("--out", type=Path, default=OUT)
     args = parser.parse_args()
+    if args.smoke and args.out.resolve().is_relative_to(OUT.parent):
+        parser.error("--smoke needs an --out outside bench/results/ (those files hold real measurements)")
     base = os.environ.get("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/postgres")
     if not base.startswith("postgres"):
         sys.exit("bench/slots.py needs PostgreSQL (DATABASE_URL=postgres://...)")
     recreate_database(base)
     try:
-        measure(base, quick=args.quick)
+        measure(base, size="smoke" if args.smoke else "quick" if args.quick else "full", out=args.out)
     finally:
         drop_database(base)  # WITH (FORCE): the bench's own connections are ended with it
 
 
-def measure(base: str, *, quick: bool) -> None:
-    seconds = 4.0 if quick else 15.0
+def measure(base: str, *, size: str, out: Path) -> None:
+    seconds, cycles, depths, finishers, latency_finishers = SIZES[size]
     url = bench_url(base)
     django_setup(url)
     from django.contrib.auth import get_user_model
@@ -184,10 +197,9 @@ def measure(base: str, *, quick: bool) -> None:
     result: dict = {"finishers": {}, "latency_ms": {}, "depth_ms_per_grant": {}}
 
     # Per-grant cost against queue depth: one process, 16 held, release+grant cycles timed one by one.
-    cycles = 100 if quick else 400
     filled = 0
     set_policy(4)
-    for depth in (100, 10_000, 100_000):
+    for depth in depths:
         fill_queue(owner_id=owner.pk, count=depth - filled + cycles, classes=classes)
         filled = depth
         from runs import services
@@ -209,7 +221,7 @@ def measure(base: str, *, quick: bool) -> None:
     set_policy(16)
     fill_queue(owner_id=owner.pk, count=int(12_000 * seconds), classes=classes)
     connection.close()
-    for concurrency in (1, 4, 16):
+    for concurrency in finishers:
         cycles_per_s, _ = run_parallel(url, "cycle", concurrency, seconds)
         floor_per_s, _ = run_parallel(url, "floor", concurrency, seconds)
         release_per_s, _ = run_parallel(url, "release", concurrency, seconds)
@@ -222,10 +234,9 @@ def measure(base: str, *, quick: bool) -> None:
             "release_only_ratio": round(release_per_s / floor_per_s, 3) if floor_per_s else 0.0,
         }
         print(f"{concurrency} finishers: {result['finishers'][str(concurrency)]}", flush=True)
-    result["latency_ms"] = measure_latency(url, 4, seconds)
-    print(f"latency (4 finishers): {result['latency_ms']}", flush=True)
+    result["latency_ms"] = measure_latency(url, latency_finishers, seconds)
+    print(f"latency ({latency_finishers} finishers): {result['latency_ms']}", flush=True)
 
-    out = ROOT / "bench" / "results" / "slots.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2) + "\n")
     print(json.dumps(result, indent=2))
