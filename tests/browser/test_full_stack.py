@@ -19,6 +19,11 @@ from tests.execution.conftest import TINY_TRAIN_CONFIG, platform, ray_jobs_ready
 pytestmark = [pytest.mark.browser, pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
 
+# Long enough to be seen `running` on the board: the 6 steps of the tiny config train in about 2 s on an idle
+# machine, and the row went from `starting` straight off the board between two of Playwright's polls.
+CONFIG = {**TINY_TRAIN_CONFIG, "steps": 40}
+
+
 def test_tiny_run_from_the_form_to_success(platform, users, context) -> None:  # noqa: F811
     platform.start_worker()
     page = context.new_page()
@@ -26,12 +31,12 @@ def test_tiny_run_from_the_form_to_success(platform, users, context) -> None:  #
     page.goto(f"{platform.web_url}/runs/new/")
     page.get_by_label("Run name").fill("full-stack")
     page.locator("summary", has_text="Advanced").click()
-    for name, value in TINY_TRAIN_CONFIG.items():
+    for name, value in CONFIG.items():
         page.locator(f"#cfg-{name}").fill(str(value))
     page.get_by_role("button", name="Submit run").click()
     page.wait_for_url(re.compile(r"/\?submitted=\d+$"))
     run = Run.objects.get(name="full-stack")
-    assert {k: run.config[k] for k in TINY_TRAIN_CONFIG} == TINY_TRAIN_CONFIG
+    assert {k: run.config[k] for k in CONFIG} == CONFIG
 
     row = page.locator(f'#running tr[data-run="{run.pk}"]')
     expect(row.get_by_test_id("status")).to_have_text("running", timeout=90_000)
@@ -40,7 +45,7 @@ def test_tiny_run_from_the_form_to_success(platform, users, context) -> None:  #
     expect(page.get_by_test_id("sampler")).to_have_text(re.compile(r"^\d+ / \d+$"))
     expect(page.get_by_test_id("gate-lane")).not_to_have_attribute("data-segments", "0")
     expect(page.get_by_test_id("run-status")).to_have_text("succeeded", timeout=180_000)
-    steps = TINY_TRAIN_CONFIG["steps"]
+    steps = CONFIG["steps"]
     expect(page.get_by_test_id("version")).to_have_text(f"v{steps}")
     expect(page.get_by_test_id("step")).to_have_text(str(steps))
     shot(page, "run-full-stack")

@@ -223,6 +223,26 @@ def platform(
     finally:
         plat.stop()
         _stop_jobs(ray_cluster, submission_prefix)
+    assert_status_paths()
+
+
+def assert_status_paths() -> None:
+    """Every run's status history (the platform's `status` events) is a path of runs.lifecycle.TRANSITIONS: it
+    starts `queued`, each event names the status before it as its `previous`, and each move is allowed. So no
+    move is recorded twice and no terminal state is followed by another (only a requeue or resume leaves one).
+    Checked after every test of a real platform (issue 25, point 2)."""
+    from runs.lifecycle import TRANSITIONS
+    from runs.models import RunEvent
+
+    histories: dict[int, list[dict[str, Any]]] = {}
+    rows = RunEvent.objects.filter(type="status", source="platform").order_by("run_id", "seq")
+    for run_id, data in rows.values_list("run_id", "data"):
+        histories.setdefault(run_id, []).append(data)
+    for run_id, moves in histories.items():
+        path = [m.get("status") for m in moves]
+        assert moves[0].get("previous") is None and path[0] == "queued", (run_id, path)
+        for before, move in zip(path, moves[1:]):
+            assert move.get("previous") == before and move.get("status") in TRANSITIONS[before], (run_id, path)
 
 
 def _stop_jobs(ray_cluster: RayCluster, prefix: str) -> None:
