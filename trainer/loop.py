@@ -27,11 +27,12 @@ from trainer.phases import run_debug_phase
 from trainer.placement import PlacementTimeout
 from trainer.problems import task_build
 from trainer.resume import apply_restore, load_for_resume, take_checkpoint
+from trainer.runtime import Runtime
 from trainer.sampler import GroupSampler
 from trainer.samples import samples_capture
 from trainer.sinks import EventEmitter
 from trainer.stopping import StopControl, StopRequested, finish_stopped
-from trainer.topology import Runtime, build_runtime
+from trainer.topology import build_runtime
 
 # RunResult.status of a run whose placement group was not ready in time: it trained nothing and exits 0.
 PLACEMENT_TIMEOUT = "placement_timeout"
