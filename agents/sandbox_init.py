@@ -1,4 +1,4 @@
-"""The sandbox's launcher: run as root by `agents.sandbox`, it confines one snippet and execs it, or refuses.
+"""The sandbox's launcher: run as root by `agents.sandbox_process`, it confines one snippet and execs it, or refuses.
 
 Started as `<sandbox python> -I -S -B sandbox_init.py <config JSON>` (the interpreter the snippet gets too, so
 nothing it imports late sits under a hidden path) with an empty environment, in its own session. It

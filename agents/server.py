@@ -7,6 +7,10 @@ Per request, in this order: bearer key (401), body size (413), validation (400),
 `Engine.generate` (503 when the gate stays sealed past its admission timeout or is poisoned), then settlement
 and the record (agents.trajectory). The engine call is never cancelled: a client that goes away leaves it to
 settle, and its segment is recorded with finish_reason "disconnected". Formats: agents/openai_shapes.py.
+
+Here: the actor methods (start, stop, sessions, engine membership, stats) and the HTTP side (routes, the key
+check and error middleware, the body). One request from its session's state on is
+`agents.server_request.RequestHandling`, which SessionServer extends.
 """
 
 from __future__ import annotations
@@ -14,41 +18,21 @@ from __future__ import annotations
 import asyncio
 import hmac
 import itertools
-import sys
-import time
-import uuid
 from collections import Counter
 from typing import Any
 
 from aiohttp import web
 
 from agents import openai_shapes as shapes
-from agents.chat import STOP
-from agents.protocol import (
-    ApiError,
-    ChatRequest,
-    CompletionRequest,
-    Limits,
-    parse_body,
-    parse_json,
-    requested_tokens,
-    session_of,
-)
-from agents.sessions import SessionState, chat_feed, completion_feed, max_new_tokens, record_answer
-from agents.trajectory import Segment, Trajectory
-from rollout.errors import (
-    AdmissionTimeoutError,
-    GatePoisonedError,
-    NoEngineError,
-    RejectedBeforeGeneration,
-    RouterFullError,
-    SessionGoneError,
-)
+from agents.protocol import ApiError, ChatRequest, CompletionRequest, Limits, parse_body, parse_json, session_of
+from agents.server_request import RequestHandling
+from agents.sessions import SessionState
+from agents.trajectory import Trajectory
 from rollout.invoke import call
 from rollout.router import SessionAffinityRouter
 
 
-class SessionServer:
+class SessionServer(RequestHandling):
     def __init__(
         self, engines: dict[str, Any], *, block_size: int, key: str, run: str = "run", limits: Limits | None = None
     ) -> None:
@@ -190,151 +174,3 @@ class SessionServer:
         if sid not in self.sessions:
             raise ApiError(404, f"no session {sid!r}", type="not_found_error", param="session_id")
         return web.json_response(self.trajectory(sid).model_dump())
-
-    # --- one request --------------------------------------------------------------------------------------
-    def _new_state(self, sid: str, kind: str, one_off: bool = False) -> SessionState:
-        if len(self.sessions) >= self.limits.max_records:
-            raise ApiError(503, "the server holds its maximum of session records", type="server_busy")
-        state = SessionState(Trajectory(session_id=sid, kind=kind), one_off=one_off)  # type: ignore[arg-type]
-        self.sessions[sid] = state
-        return state
-
-    def _state(self, sid: str | None, api: str) -> SessionState:
-        """The session's state, marked busy (410 when gone, 409 when a request is in flight)."""
-        if sid is None:
-            state = self._new_state(f"oneoff-{uuid.uuid4().hex}", "external", one_off=True)
-        else:
-            state = self.sessions.get(sid) or self._new_state(sid, "external")
-        if state.record.state == "gone":
-            raise _gone(state.record.session_id, state.record.gone_reason)
-        if state.busy:
-            raise ApiError(409, f"session {sid!r} already has a request in flight", type="conflict", param="session_id")
-        state.use(api)  # type: ignore[arg-type]
-        state.busy = True
-        return state
-
-    async def _answer(self, request: web.Request, req: Any, api: str) -> web.StreamResponse:
-        state = self._state(session_of(req.session_id, request.headers.get("X-Session-Id")), api)
-        try:
-            return await self._run(request, req, state)
-        except ApiError as exc:
-            if state.one_off or (not state.record.segments and exc.status != 410):
-                self._forget(state.record.session_id)  # nothing of it is in an engine: the id is free again
-            raise
-        finally:
-            state.busy = False
-
-    async def _run(self, request: web.Request, req: Any, state: SessionState) -> web.StreamResponse:
-        chat = isinstance(req, ChatRequest)
-        if chat:
-            feed, history = chat_feed(state, req.messages)
-        else:
-            feed, history = completion_feed(state, req.prompt), None
-        sid, prompt = state.record.session_id, "" if chat else req.prompt
-        requested = requested_tokens(req, self.block_size)
-        n = max_new_tokens(state, feed, requested, self.block_size, "messages" if chat else "prompt")
-        engine = self._route(sid)
-        stream = await shapes.open_stream(request) if req.stream else None  # headers go out before generation
-        self.counts["requests"] += 1
-        try:
-            result = await self._generate(state, engine, feed, n, req, [STOP] if chat or req.stop else None)
-        except ApiError as exc:
-            if stream is None:
-                raise
-            self.counts[str(exc.status)] += 1  # the stream's 200 is sent: the error is its last event
-            if state.one_off or (not state.record.segments and exc.status != 410):
-                self._forget(sid)
-            await shapes.stream_error(stream, exc.body())
-            return stream
-        finish = result["finish_reasons"][0]
-        if request.transport is None or request.transport.is_closing():
-            finish = "disconnected"
-        segment = Segment(
-            request_id=result["request_id"],
-            prompt_ids=feed,
-            completion_ids=result["tokens"][0],
-            logprobs=result["logprobs"][0],
-            versions=[result["version"]] * len(result["tokens"][0]),
-            finish_reason=finish,
-            engine=engine,
-        )
-        text = record_answer(state, segment, history, prompt)
-        self.counts["tokens"] += len(segment.completion_ids)
-        if state.one_off:
-            self._forget(sid)
-        body = shapes.answer(history is not None, self.run, sid, segment, text, bool(req.logprobs))
-        if stream is None:
-            return web.json_response(body)
-        try:
-            await shapes.finish_stream(stream, body)
-        except (ConnectionError, RuntimeError):
-            segment.finish_reason = "disconnected"
-        return stream
-
-    def _route(self, sid: str) -> str:
-        try:
-            engine = self.router.acquire(sid)
-        except SessionGoneError as exc:
-            raise _gone(sid, str(exc)) from None
-        except (RouterFullError, NoEngineError) as exc:
-            raise ApiError(503, str(exc), type="server_busy") from None
-        self.sessions[sid].record.engine = engine
-        return engine
-
-    async def _generate(
-        self, state: SessionState, engine: str, feed: list[int], n: int, req: Any, stop: list[int] | None
-    ) -> dict[str, Any]:
-        """The engine call, shielded: if this handler is cancelled the call still settles (a cancelled lease
-        would be an unknown outcome and poison the gate); errors map to 410/503/400."""
-        sid = state.record.session_id
-        seed = req.seed if req.seed is not None else next(self._ids) + int(time.time() * 1000) % 2**31
-        rid = f"{sid}/{len(state.record.segments)}-{next(self._ids)}"
-        args = (sid, [feed], n, seed, rid, req.temperature == 0, state.length > 0, state.one_off)
-        task = asyncio.ensure_future(call(self.engines[engine], "generate", *args, stop=stop))
-        self._background.add(task)
-        task.add_done_callback(self._background.discard)
-        self.router.request_started(engine)
-        self.waiting += 1
-        reported = None
-        try:
-            result: dict[str, Any] = await asyncio.shield(task)
-            reported = int(result.get("inflight", 0))
-            self.version = max(self.version, int(result["version"]))
-            return result
-        except SessionGoneError as exc:
-            self._tombstone([sid], str(exc))
-            self.router.remove_session(sid, engine, exc.reason)
-            raise _gone(sid, str(exc)) from None
-        except (AdmissionTimeoutError, GatePoisonedError) as exc:
-            raise ApiError(503, f"engine {engine!r}: {exc}", type="server_busy") from None
-        except RejectedBeforeGeneration as exc:
-            raise ApiError(400, str(exc), type="invalid_request_error") from None
-        except Exception as exc:
-            if not _engine_died(exc):
-                raise ApiError(502, f"engine {engine!r} failed: {exc!r}", type="engine_error") from None
-            gone = self.router.remove_engine(engine, reason=f"died ({type(exc).__name__})")
-            self._tombstone([sid, *gone], f"engine {engine!r} died")
-            raise _gone(sid, f"engine {engine!r} died; the session is not replayed elsewhere") from None
-        finally:
-            self.waiting -= 1
-            self.router.request_finished(engine, reported=reported)
-
-    def _tombstone(self, sids: list[str], reason: str) -> None:
-        for sid in sids:
-            state = self.sessions.get(sid)
-            if state is not None:
-                state.record.state, state.record.gone_reason = "gone", reason
-
-    def _forget(self, sid: str) -> None:
-        self.sessions.pop(sid, None)
-        self.router.release(sid)
-
-
-def _gone(sid: str, reason: str) -> ApiError:
-    return ApiError(410, f"session {sid!r} is gone: {reason}", type="session_gone", param="session_id")
-
-
-def _engine_died(exc: BaseException) -> bool:
-    """A Ray actor error (the engine process is gone); never imports Ray when the caller does not use it."""
-    ray_exceptions = sys.modules.get("ray.exceptions")
-    return ray_exceptions is not None and isinstance(exc, ray_exceptions.RayActorError)

@@ -18,10 +18,10 @@ from runs.errors import InvalidInput
 from runs.messages import CompareJson, CompareRun, ConfigDiffRow
 from runs.models import Run, RunEvent
 from runs.selectors import run_list
-from trainer.event_schema import TrainData
+from trainer.step_schema import TrainData
 
 COMPARE_RUNS_MAX = 10
-# Train-event keys compared: the declared number fields (trainer/event_schema.py TrainData); nothing else a job
+# Train-event keys compared: the declared number fields (trainer/step_schema.py TrainData); nothing else a job
 # posted becomes a column, so a run has at most this many metrics.
 COMPARE_METRICS: frozenset[str] = frozenset(
     name for name, info in TrainData.model_fields.items() if info.annotation in (float, float | None)

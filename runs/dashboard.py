@@ -24,7 +24,8 @@ from runs.slots import store
 from runs.slots.grant import HIGHER_PRIORITY_WAITING, blocking_reason
 from runs.slots.policy import CLASSES
 from runs.slots.resources import free_after, total
-from trainer.event_schema import NAME_MAX, declared_keys
+from trainer.event_fields import NAME_MAX
+from trainer.event_schema import declared_keys
 
 REWARD_HISTORY = 40  # train-event rewards an active row's sparkline starts with
 

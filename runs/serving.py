@@ -1,5 +1,5 @@
 """Where a run's session server listens, as the platform keeps it: the job's `serving` event
-(trainer/event_schema.py ServingData: `http://<ip>:<port>`) is vetted at ingest, and the latest vetted URL is
+(trainer/lifecycle_schema.py ServingData: `http://<ip>:<port>`) is vetted at ingest, and the latest vetted URL is
 the run's `serving_url`, which the proxy (runs/api/proxy.py) forwards to. Cleared when the attempt ends
 (runs.lifecycle.stamp).
 

@@ -22,7 +22,7 @@ from django.db.models import JSONField
 from django.db.models.expressions import RawSQL
 
 from runs.models import Run, RunEvent
-from trainer.event_schema import NAME_MAX
+from trainer.event_fields import NAME_MAX
 
 # Fixed track ids; engines and workers get ids from these bases in name order.
 DRIVER, LEARNER, GATE, STARTUP = 1, 2, 3, 4

@@ -1,6 +1,6 @@
 """Continuous batching, the pure part: which requests share the next forward step (`Batcher`), and which KV
 pool rows each session holds (`SessionTable`: bounded, least-recently-used idle sessions are evicted into
-tombstones with a reason). No torch and no asyncio here; `trainer.engine` drives both between steps.
+tombstones with a reason). No torch and no asyncio here; the engine (`trainer.engine_runner`) drives both between steps.
 """
 
 from __future__ import annotations

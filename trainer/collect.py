@@ -20,7 +20,7 @@ from rollout.scheduler_core import rollout_batch
 from rollout.types import GroupResult, RolloutBatch
 from trainer.config import TrainConfig
 from trainer.episodes import Group
-from trainer.topology import Runtime
+from trainer.runtime import Runtime
 
 
 @dataclass

@@ -9,19 +9,23 @@ rows of the KV pool (`trainer.kvpool`). The step runs on a thread of its own, so
 cancelling and answering while the model computes. A session's later turns only feed their new tokens: the
 conversation so far lives in its rows, which is why routing is sticky. Plain class; `trainer.topology`
 deploys it as an async Ray actor.
+
+Here: building the engine, turning a `generate` call into a request, ending sessions, the publication protocol
+and the snapshot. Running the batch (placing, stepping, retiring, aborting) is `trainer.engine_runner.BatchRunner`,
+which Engine extends.
 """
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures as cf
-import time
 from typing import TYPE_CHECKING, Any
 
 from rollout.errors import DrainTimeoutError, RejectedBeforeGeneration, SessionGoneError
 from rollout.gate import RequestGate, SettlementReceipt
 from trainer.batching import Batcher, SessionTable
 from trainer.config import TrainConfig
+from trainer.engine_runner import BatchRunner
 from trainer.problems import policy_shape
 
 if TYPE_CHECKING:
@@ -29,11 +33,8 @@ if TYPE_CHECKING:
 
     from trainer.engine_step import GenRequest
 
-# A lone request's step predicted to take less CPU than this runs on the event loop, not the step thread.
-INLINE_STEP_S = 0.005
 
-
-class Engine:
+class Engine(BatchRunner):
     def __init__(
         self,
         cfg: TrainConfig,
@@ -151,7 +152,7 @@ class Engine:
             self.rejections += 1
             raise RejectedBeforeGeneration(f"request {lease.request_id!r}: {reason}")
         generator = self.ops.request_generator(seed, greedy)
-        request = self.ops.GenRequest(
+        request: GenRequest = self.ops.GenRequest(
             session_id, lease.request_id, lease.version, feed, n, greedy, generator, stop=stop
         )
         request.future = asyncio.get_running_loop().create_future()
@@ -161,131 +162,6 @@ class Engine:
         self.requests += 1
         self.tokens_fed += sum(len(r) for r in feed) + len(feed) * (n - 1)
         return request
-
-    def _place(self, request: GenRequest) -> bool:
-        """Rows for a request of a new session (evicting idle sessions if needed); False: wait for rows."""
-        if request.future.done():
-            return False  # aborted or cancelled while waiting: retired, never run
-        if request.session is not None:
-            return True
-        sess = self.table.place(request.session_id, len(request.feed))
-        if sess is None:
-            return False
-        self._to_clear += sess.rows  # zeroed on the step thread before the step that first uses them
-        sess.busy = True
-        request.session = sess
-        return True
-
-    def _kick(self) -> None:
-        if self._stepper is None or self._stepper.done():
-            if not self._run_inline():  # a lone cheap request is often answered right here, no task, no hop
-                self._stepper = asyncio.get_running_loop().create_task(self._step_loop())
-
-    async def _step_loop(self) -> None:
-        """Admit, step, retire, until nothing is left to run; every step advances every active request."""
-        loop = asyncio.get_running_loop()
-        while not self._run_inline():
-            batch = list(self.batcher.active)
-            if self._inline(batch):  # the inline budget ran out mid-request: let the loop admit, cancel, answer
-                await asyncio.sleep(0)
-                continue
-            fresh, self._to_clear = self._to_clear, []
-            try:
-                await loop.run_in_executor(self._executor, self._steps, batch, fresh)
-            except Exception as exc:  # noqa: BLE001 - a failed step fails its requests, not the engine
-                self._fail(batch, exc)
-
-    def _run_inline(self) -> bool:
-        """Retire, admit, and run on the loop the steps that fit the inline budget (`_inline`); True when nothing
-        is left to run (waiting requests, if any, need rows a finishing session frees: end_session kicks again)."""
-        while True:
-            self._retire()
-            self.batcher.admit(self._place)
-            batch = list(self.batcher.active)
-            if not batch:
-                return True
-            if not self._inline(batch):
-                return False
-            fresh, self._to_clear = self._to_clear, []
-            try:
-                if not self._steps(batch, fresh, inline=True):
-                    return False
-            except Exception as exc:  # noqa: BLE001 - a failed step fails its requests, not the engine
-                self._fail(batch, exc)
-
-    def _fail(self, batch: list[GenRequest], exc: Exception) -> None:
-        """A failed step fails every request in it; their leases settle "error" (fail closed: the gate poisons)."""
-        for request in batch:
-            if not request.future.done():
-                request.future.set_exception(RuntimeError(f"engine {self.engine_id!r} step failed: {exc!r}"))
-                self._abort(request, f"its step failed ({type(exc).__name__})")
-
-    def _inline(self, batch: list[GenRequest], spent_s: float = 0.0) -> bool:
-        """Run the next step on the event loop itself: a lone request (nobody waiting to join) whose step is
-        predicted to end within INLINE_STEP_S of CPU (counting `spent_s` already spent inline). The hop to the step
-        thread and back (two thread wake-ups) costs a lone session more than such steps; longer ones, or a batch,
-        go to the step thread."""
-        if len(batch) != 1 or self.batcher.waiting or self._step_delay_s:
-            return False
-        return spent_s + self._lone_cost_s * self.ops.step_chunks(batch[0]) < INLINE_STEP_S
-
-    def _steps(self, batch: list[GenRequest], fresh_rows: list[int], inline: bool = False) -> bool:
-        """Steps over `batch` until a request finishes or stops, or another waits to join (then the event loop
-        answers, retires and admits): one hop per event, not per token. On the step thread; or `inline`, on the
-        loop, while the steps fit the inline budget. True: it stopped at such an event (not at the budget)."""
-        if fresh_rows:
-            self.pool.clear(fresh_rows)
-        spent = 0.0
-        while True:
-            if self._step_delay_s:
-                time.sleep(self._step_delay_s)  # throttle(): a slow device, on purpose
-            if self._failing_steps:
-                self._failing_steps -= 1
-                raise RuntimeError("injected step failure")
-            lone, began = len(batch) == 1, time.thread_time()
-            chunks = self.ops.step_chunks(batch[0]) if lone else 0
-            self.ops.run_step(self.model, self.pool, batch, self.cfg.temperature)
-            if lone:  # what a lone step costs per 16-row chunk: _inline predicts from it
-                took = time.thread_time() - began
-                self._lone_cost_s, spent = took / chunks, spent + took
-            self.steps += 1
-            # Racy reads of loop-owned state are fine here: a change seen one step late costs one step.
-            if self.batcher.waiting or any(r.done or r.future.done() for r in batch):
-                return True
-            if inline and not self._inline(batch, spent):
-                return False
-
-    def throttle(self, step_delay_s: float) -> None:
-        """Fault injection for tests and drills: every forward step takes `step_delay_s` longer (0: off)."""
-        if not 0 <= step_delay_s <= 60:
-            raise ValueError("step_delay_s must be within [0, 60]")
-        self._step_delay_s = step_delay_s
-
-    def inject_step_failures(self, steps: int) -> None:
-        """Fault injection for tests and drills: the next `steps` forward steps fail (an unknown outcome for
-        every request in them: their leases settle "error" and the gate poisons until a reset)."""
-        if not 0 <= steps <= 1000:
-            raise ValueError("steps must be within [0, 1000]")
-        self._failing_steps = steps
-
-    def _retire(self) -> None:
-        """Finished requests leave with their answer; cancelled or aborted ones leave (their sessions were
-        tombstoned when they stopped) and their rows are freed now, when no running step uses them."""
-        for request in self.batcher.retire(lambda r: r.done or r.future.done()):
-            sess = request.session
-            assert sess is not None
-            if request.future.done():  # aborted or cancelled: already tombstoned, its rows are freed now
-                self.table.finished(request.session_id)
-                continue
-            sess.length, sess.version = request.length, request.version
-            sess.pending = [int(t) for t in request.tokens[-1].view(-1).tolist()]
-            self.table.finished(request.session_id)
-            if request.last:  # the episode's final turn: no end_session follows, its rows are free now
-                self.table.end(request.session_id)
-            request.future.set_result(self.ops.request_result(request, self.engine_id, self.batcher.inflight))
-        for request in self.batcher.drop_waiting(lambda r: r.future.done()):
-            if request.session is not None:
-                self.table.finished(request.session_id)
 
     def end_session(self, session_id: str) -> None:
         self.table.end(session_id)
@@ -304,21 +180,6 @@ class Engine:
         except DrainTimeoutError:
             self._abort_all("was aborted at the drain deadline")
             raise
-
-    def _abort_all(self, why: str) -> None:
-        for request in self.batcher.all():
-            if not request.future.done():
-                reason = f"request {request.request_id!r} {why}"
-                request.future.set_exception(SessionGoneError(request.session_id, self.engine_id, reason))
-                self._abort(request, reason)
-
-    def _abort(self, request: GenRequest, reason: str) -> None:
-        """The request stops (it leaves the batch at the next step boundary) and its session is gone at once:
-        its rows may hold part of a turn. The rows are freed when the request has left."""
-        request.abort_reason = reason
-        self.table.tombstone(request.session_id, reason)
-        if request.session is None:  # never placed: it holds no rows
-            self.batcher.drop_waiting(lambda r: r is request)
 
     async def stage_version(self, version: int, weights: dict[str, torch.Tensor]) -> None:
         """Keep `version`'s weights for its install: sent while the gate is open, so the transfer is not in the

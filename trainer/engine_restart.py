@@ -14,7 +14,8 @@ from typing import Any
 from rollout.invoke import call
 from trainer.engine import Engine
 from trainer.placement import driver_bundle
-from trainer.topology import Runtime, engine_actor
+from trainer.runtime import Runtime
+from trainer.topology import engine_actor
 
 
 def restart_engine(rt: Runtime, engine_id: str, version: int, timeout_s: float = 60.0) -> dict[str, Any]:

@@ -11,7 +11,8 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, TypedDict, cast
 
-from trainer.event_schema import DATA_MODELS, HISTOGRAM_BUCKETS_MAX, DataSchemaError, data_clean, required_keys
+from trainer.event_fields import HISTOGRAM_BUCKETS_MAX
+from trainer.event_schema import DATA_MODELS, DataSchemaError, data_clean, required_keys
 from trainer.sample_schema import sample_data_check
 
 EVENT_TYPES: frozenset[str] = frozenset(

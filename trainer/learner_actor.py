@@ -2,7 +2,7 @@
 evaluates its own policy.
 
 Deployed as a Ray actor in the learner's bundle (with its GPUs, if the config asks for any) or used in-process
-in local mode; the driver (`trainer.topology.Runtime`) calls it the same way in both.
+in local mode; the driver (`trainer.runtime.Runtime`) calls it the same way in both.
 """
 
 from __future__ import annotations

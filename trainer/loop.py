@@ -3,8 +3,9 @@
 Reads top to bottom like the algorithm. Each step is a public method, so the debug phases
 (`trainer.phases`) run the same steps one at a time. Where things run is `trainer.topology`; publishing a
 version (seal, drain, install, reopen; dead engines dropped) is `trainer.publishing`; checkpoint and restore are
-`trainer.resume`; stop requests are `trainer.stopping`; the data of the rollout, train and gate
-events is built by `trainer.reports`; everything the run reports goes through the injected `EventEmitter`.
+`trainer.resume`; stop requests are `trainer.stopping`; reporting a trained step (train, sample, sampler and
+agents events, the evaluation) is `trainer.step_report`; the data of the rollout, train and gate events is built
+by `trainer.reports`; everything the run reports goes through the injected `EventEmitter`.
 """
 
 from __future__ import annotations
@@ -16,8 +17,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rollout.scheduler import RolloutScheduler
-from trainer import publishing, reports
-from trainer.agent_episodes import build_environment, evaluate_env, spread
+from trainer import publishing, reports, step_report
+from trainer.agent_episodes import build_environment
 from trainer.collect import collect
 from trainer.config import TrainConfig
 from trainer.data_path import response_len_max
@@ -27,11 +28,11 @@ from trainer.phases import run_debug_phase
 from trainer.placement import PlacementTimeout
 from trainer.problems import task_build
 from trainer.resume import apply_restore, load_for_resume, take_checkpoint
+from trainer.runtime import Runtime
 from trainer.sampler import GroupSampler
-from trainer.samples import samples_capture
 from trainer.sinks import EventEmitter
 from trainer.stopping import StopControl, StopRequested, finish_stopped
-from trainer.topology import Runtime, build_runtime
+from trainer.topology import build_runtime
 
 # RunResult.status of a run whose placement group was not ready in time: it trained nothing and exits 0.
 PLACEMENT_TIMEOUT = "placement_timeout"
@@ -233,50 +234,8 @@ class TrainingRun:
 
     def report(self, groups: list[Group], stats: dict[str, Any]) -> None:
         """Step 4: the train event (with an evaluation when due), captured samples, the sampler's progress and,
-        for an agent environment, the agents event."""
-        cfg = self.cfg
-        elapsed = time.monotonic() - self._t0
-        data = reports.train_data(
-            self.version,
-            stats,
-            groups,
-            filtered_rate=self.metrics.get("filtered_rate", 0.0),
-            elapsed=elapsed,
-            samples=self.samples,
-            gate_closed_s=self.gate_closed_s,
-            edges=self.histogram_edges,
-            steps_total=cfg.steps,
-        )
-        if cfg.eval_every and (self.version % cfg.eval_every == 0 or self.version == cfg.steps):
-            started_at = time.time()
-            data.update(self._evaluate())
-            data["eval_span"] = reports.span(started_at, time.time())
-        self.metrics.update({k: v for k, v in data.items() if k not in reports.NOT_METRICS})
-        self.emit("train", data)
-        for sample in samples_capture(groups, task=self.task, step=self.version, cfg=cfg):
-            self.emit("sample", dict(sample))
-        self.emit("sampler", self.sampler.progress())
-        if self.env is not None and self.rt.servers:
-            self.emit_agents(groups)
-
-    def emit_agents(self, groups: list[Group]) -> None:
-        """The agents event: one stats call per session server and per worker (trainer/reports.py)."""
-        servers, workers = self.rt.servers_call("stats"), self.rt.workers_call("stats")
-        self.emit("agents", reports.agents_data(self.version, servers, workers, groups))
-
-    def _evaluate(self) -> dict[str, float]:
-        """Greedy exact-match and reward on training and held-out tasks: by the learner on its own weights, or
-        for an agent environment, episodes through the session server at the version just published."""
-        n = self.cfg.eval_prompts
-        if self.env is None or self.rt.serving is None:
-            result: dict[str, float] = self.rt.trainer_call("evaluate", n)
-            return result
-        out: dict[str, float] = {}
-        for split in ("train", "held_out"):
-            tasks = spread(self.env.tasks(split), n)
-            got = self.rt.loop.run(evaluate_env(self.env, self.rt.serving, tasks, f"eval:v{self.version}:{split}"))
-            out[f"{split}_exact_match"], out[f"{split}_reward"] = got["exact_match"], got["reward"]
-        return out
+        for an agent environment, the agents event; see `trainer.step_report`."""
+        step_report.report(self, groups, stats, elapsed=time.monotonic() - self._t0)
 
     def checkpoint(self, reason: str, *, quiesce: bool = True) -> None:
         """Step 5: save the run's state (nothing without a checkpoint directory); see `trainer.resume`."""

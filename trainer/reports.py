@@ -11,9 +11,10 @@ from typing import Any
 
 from rollout.types import RolloutBatch
 from trainer.episodes import Group
-from trainer.event_schema import AGENT_STATUSES, MAP_MAX, NAME_MAX
+from trainer.event_fields import MAP_MAX, NAME_MAX
 from trainer.events import RolloutSpans, Span
 from trainer.histograms import step_histograms
+from trainer.step_schema import AGENT_STATUSES
 
 # Keys of the train event that are not run metrics (RunResult.metrics): lists, spans and histograms.
 NOT_METRICS = frozenset({"group_ids", "epochs", "histograms", "span", "eval_span"})

@@ -237,7 +237,7 @@ class EventEmitter:
             event = EventDict(run=self.run, seq=self.seq, ts=time.time(), type=type_, data=data)
             validate_event(event)  # a schema bug fails here, loudly, not in the platform
             undeclared = undeclared_fields(type_, data)
-            if undeclared:  # the platform would drop them: declare them in trainer/event_schema.py
+            if undeclared:  # the platform would drop them: declare them in the type's model (trainer/event_schema.py)
                 raise EventSchemaError(
                     f"{undeclared[0]}: not declared in trainer/event_schema.py (the platform drops it)"
                 )

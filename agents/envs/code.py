@@ -14,7 +14,8 @@ from typing import Any
 
 from agents.environments import Environment, EpisodeResult, Split, Task, chat
 from agents.envs.tools import ToolsEnvironment
-from agents.sandbox import SandboxLimits, run_snippet
+from agents.sandbox import run_snippet
+from agents.sandbox_types import SandboxLimits
 
 PREFIX = "run:"
 REPLY_CHARS = 200

@@ -11,7 +11,7 @@ from typing import Any
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from runs.metrics import spec
-from trainer.event_schema import AGENT_STATUSES
+from trainer.step_schema import AGENT_STATUSES
 
 
 def agent_families(summaries: Iterable[tuple[str, Any]]) -> Iterator[Metric]:

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from agents.sandbox import MAX_CODE_BYTES, Sandbox, SandboxLimits, SandboxResult
+from agents.sandbox import MAX_CODE_BYTES, Sandbox
+from agents.sandbox_types import SandboxLimits, SandboxResult
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 UIDS = range(1_600_000_000, 1_600_000_000 + 1000)  # this module's sandbox uids, to find leftovers by owner

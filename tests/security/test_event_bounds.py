@@ -12,7 +12,7 @@ from rest_framework.test import APIClient
 from runs.dashboard import board_runs, dashboard_snapshot
 from runs.models import Run, RunEvent, RunStatus
 from tests.realtime.conftest import gate, run_make, train, user_make
-from trainer.event_schema import ENGINES_MAX, IDS_MAX, MAP_MAX, NAME_MAX, NODES_MAX, TEXT_MAX, URL_MAX
+from trainer.event_fields import ENGINES_MAX, IDS_MAX, MAP_MAX, NAME_MAX, NODES_MAX, TEXT_MAX, URL_MAX
 from trainer.sample_schema import MAX_SAMPLE_TEXT
 
 pytestmark = pytest.mark.django_db

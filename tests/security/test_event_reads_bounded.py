@@ -16,7 +16,7 @@ from django.db import connection
 from runs.compare import run_compare
 from runs.models import Run, RunEvent, RunStatus
 from runs.trace import run_trace
-from trainer.event_schema import ENGINES_MAX, HISTOGRAM_BUCKETS_MAX, IDS_MAX, NAME_MAX, PHASES_MAX, TEXT_MAX
+from trainer.event_fields import ENGINES_MAX, HISTOGRAM_BUCKETS_MAX, IDS_MAX, NAME_MAX, PHASES_MAX, TEXT_MAX
 
 pytestmark = pytest.mark.django_db
 

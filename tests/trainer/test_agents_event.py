@@ -11,7 +11,8 @@ import torch
 
 from trainer.config import TrainConfig
 from trainer.episodes import Group
-from trainer.event_schema import MAP_MAX, NAME_MAX, data_clean
+from trainer.event_fields import MAP_MAX, NAME_MAX
+from trainer.event_schema import data_clean
 from trainer.loop import TrainingRun
 from trainer.reports import agents_data, reward_parts_mean
 from trainer.sinks import EventEmitter

@@ -44,7 +44,7 @@ def _two_turns(engine: Engine, sid: str, seed: int) -> list[dict]:
 @pytest.fixture
 def roomy_budget(monkeypatch) -> None:
     """Every lone step fits the inline budget once its cost is known (the real 2 ms depends on the load)."""
-    monkeypatch.setattr("trainer.engine.INLINE_STEP_S", 10.0)
+    monkeypatch.setattr("trainer.engine_runner.INLINE_STEP_S", 10.0)
 
 
 def test_a_lone_cheap_request_is_answered_on_the_loop_with_the_threads_numbers(roomy_budget) -> None:
@@ -64,7 +64,7 @@ def test_a_lone_cheap_request_is_answered_on_the_loop_with_the_threads_numbers(r
 def test_a_lone_step_too_costly_for_the_loop_goes_to_the_thread(monkeypatch) -> None:
     engine = Engine(CFG, "e")
     hops = ThreadHops(engine)
-    monkeypatch.setattr("trainer.engine.INLINE_STEP_S", 0.0)  # every step predicted over the budget
+    monkeypatch.setattr("trainer.engine_runner.INLINE_STEP_S", 0.0)  # every step predicted over the budget
     _two_turns(engine, "a", 1)
     _two_turns(engine, "b", 2)
     assert hops.count == 4  # every turn, each in one hop (the thread runs its steps back to back)

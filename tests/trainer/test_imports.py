@@ -37,10 +37,10 @@ def test_no_trainer_module_imports_the_web_stack() -> None:
 
 
 def test_debug_phases_checkpointing_and_stopping_use_only_public_members_of_the_run() -> None:
-    """phases, publishing, resume and stopping drive a TrainingRun from outside: through its public members only."""
+    """phases, publishing, resume, stopping and step_report drive a TrainingRun from outside: public members only."""
     import ast
 
-    for module in ("phases", "publishing", "resume", "stopping"):
+    for module in ("phases", "publishing", "resume", "stopping", "step_report"):
         tree = ast.parse((REPO / "trainer" / f"{module}.py").read_text())
         private = sorted(
             {
