@@ -27,10 +27,11 @@ from runs.ingest_validate import ingest_batch_validate
 from runs.metrics import spec as metric
 from runs.metrics.record import Batch
 from runs.metrics.run_hist import hist_fold
-from runs.models import FINISHED_STATUSES, Run, RunEvent, RunStatus, Slot, ingest_token_derive
+from runs.models import FINISHED_STATUSES, Run, RunEvent, RunStatus, Slot
 from runs.progress import progress_fold
 from runs.realtime import run_summary_publish
 from runs.retention import events_keep
+from runs.run_keys import ingest_token_derive
 from runs.samples import samples_record
 from runs.serving import serving_url_latest
 from runs.slots import store as slot_store

@@ -7,23 +7,22 @@ Both ways a move is written (the ORM, and one SQL statement per step on PostgreS
 and take their rules from here (`allowed_from`, `stamp`); tests/runs/test_lifecycle_stores.py checks that
 they accept and refuse the same moves. Every way a run ends goes through `run_finish`.
 
-Celery tasks are named here, not imported: runs.tasks (the entry points) sits above this module.
+Work for Celery (launch, stop, follow-ups) is handed over after commit through runs/handoff.py.
 """
 
 from __future__ import annotations
 
 import functools
 import logging
-import threading
 from datetime import datetime
 from typing import Any
 
-from celery import current_app
 from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
 
 from runs.errors import InvalidInput, InvalidTransition
+from runs.handoff import TASK_DISPATCH, TASK_FOLLOWUPS, TASK_STOP, task_after_commit, task_named
 from runs.metrics.hooks import grants_record
 from runs.models import FINISHED_STATUSES, Run, RunStatus
 from runs.slots import store as slot_store
@@ -45,11 +44,7 @@ TRANSITIONS: dict[str, frozenset[str]] = {
 }
 
 logger = logging.getLogger(__name__)
-_discovery_lock = threading.Lock()
 
-TASK_DISPATCH = "runs.tasks.dispatch_run"
-TASK_STOP = "runs.tasks.stop_run"
-TASK_FOLLOWUPS = "runs.tasks.run_followups"
 # A catch-up gives up after this many locked passes in a row that granted nothing although its check said they
 # would. Now and then that is a race (another catch-up granted in between); always, it would be a bug: the tick
 # grants then.
@@ -79,21 +74,6 @@ def stamp(status: str, now: datetime) -> dict[str, Any]:
     if status == RunStatus.QUEUED:
         return {"granted_at": None, "started_at": None, "finished_at": None, "heartbeat_at": None, "serving_url": ""}
     return {}
-
-
-def task_named(name: str) -> Any:
-    """A Celery task by name. A process that is not a worker (web, scripts) has not yet run the autodiscovery a
-    worker runs at start-up; the first lookup runs it (once: concurrent first lookups wait for it)."""
-    if name not in current_app.tasks:
-        with _discovery_lock:
-            if name not in current_app.tasks:
-                current_app.loader.import_default_modules()
-    return current_app.tasks[name]
-
-
-def task_after_commit(name: str, *args: Any) -> None:
-    """Hand a task to Celery once the current transaction commits (nothing is sent if it rolls back)."""
-    transaction.on_commit(lambda: task_named(name).delay(*args))
 
 
 def run_status_change(*, run: Run, status: str, error: str | None = None, now: datetime | None = None) -> Run:

@@ -6,7 +6,9 @@ import secrets
 
 from django.conf import settings
 from django.db import models
-from django.utils.crypto import constant_time_compare, salted_hmac
+from django.utils.crypto import constant_time_compare
+
+from runs.run_keys import ingest_token_derive, new_ingest_nonce, serving_key_derive
 
 
 class RunStatus(models.TextChoices):
@@ -48,26 +50,6 @@ ORIGIN_TO_CLASS: dict[str, str] = {
 def new_ingest_token() -> str:
     """Kept for migration 0001, which names it as the default of the (since removed) plaintext column."""
     return secrets.token_urlsafe(32)
-
-
-def new_ingest_nonce() -> str:
-    return secrets.token_hex(16)
-
-
-def ingest_token_derive(*, run_id: int, attempt: int, nonce: str, secret: str | None = None) -> str:
-    """The ingest token of one attempt of a run: HMAC-SHA256 keyed by SECRET_KEY over (run, attempt, nonce).
-    Never stored: the database holds only the nonce, so reading it (or a backup) yields no token; a new attempt
-    gives a new token, and a relaunch of the same attempt the same one (docs/execution.md)."""
-    return salted_hmac(
-        "runs.ingest_token", f"{run_id}:{attempt}:{nonce}", secret=secret, algorithm="sha256"
-    ).hexdigest()
-
-
-def serving_key_derive(*, run_id: int, attempt: int, nonce: str, secret: str | None = None) -> str:
-    """The serving key of one attempt of a run (the secret the proxy shows the run's session server:
-    trainer/serving_key.py): the ingest token's derivation under its own salt, so neither yields the other and
-    nothing secret is stored."""
-    return salted_hmac("runs.serving_key", f"{run_id}:{attempt}:{nonce}", secret=secret, algorithm="sha256").hexdigest()
 
 
 class Run(models.Model):

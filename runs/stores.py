@@ -1,9 +1,8 @@
 """The run store: the two ways a lifecycle move is written, behind one interface. `OrmStore` works on any
 database (a release takes the grant lock and is granted in its transaction); `PgStore` does each step in one
 SQL statement on PostgreSQL (runs/slots/pg.py), and its releases commit without the grant lock. Neither
-decides anything: which moves are allowed (`allowed`) and which columns a move stamps (`columns`) come from
-runs.lifecycle, the one owner of the state machine. Also the ORM writer of a single move and its publishing.
-"""
+decides anything: which moves are allowed (`allowed`) and the columns a move stamps (`columns`) come from
+runs.lifecycle, the one owner of the state machine. Also the ORM writer of a single move and its publishing."""
 
 from __future__ import annotations
 

@@ -15,7 +15,7 @@ from celery.signals import task_failure
 from django.db import DatabaseError
 from django.utils import timezone
 
-from runs import lifecycle, sweeps
+from runs import handoff, lifecycle, sweeps
 from runs.errors import ServiceError
 from runs.execution import capacity, followups, launch, liveness, reconcile
 from runs.metrics import spec as metric
@@ -75,19 +75,19 @@ def _tick() -> dict[str, Any]:
     return done
 
 
-@shared_task(name=lifecycle.TASK_DISPATCH)
+@shared_task(name=handoff.TASK_DISPATCH)
 def dispatch_run(run_id: int) -> str:
     """Launch a granted (`starting`) run; anything else is a stale message and ignored."""
     return launch.launch_run(run_id)
 
 
-@shared_task(name=lifecycle.TASK_STOP)
+@shared_task(name=handoff.TASK_STOP)
 def stop_run(run_id: int) -> str:
     """Stop a run's job; a `stopping` run without a job is cancelled at once."""
     return launch.stop_run(run_id)
 
 
-@shared_task(name=lifecycle.TASK_FOLLOWUPS, bind=True, max_retries=FOLLOWUPS_MAX_RETRIES)
+@shared_task(name=handoff.TASK_FOLLOWUPS, bind=True, max_retries=FOLLOWUPS_MAX_RETRIES)
 def run_followups(self: Task, run_id: int, attempt: int) -> str:
     """Evaluation after a success, auto-resume after a failure (idempotent). Run at once by the finishing
     process after commit; a failure there sends it here, to a worker, which retries database errors."""

@@ -12,6 +12,7 @@ from runs.api.ingest import RunIngestView
 from runs.api.proxy import run_proxy
 from runs.api.samples import RunSampleDetailView, RunSamplesView
 from runs.api.schedules import ScheduleDetailView, ScheduleListCreateView
+from runs.api.trace import RunTraceView
 
 urlpatterns = [
     path("runs/", views.RunListCreateView.as_view(), name="api-runs"),
@@ -27,7 +28,7 @@ urlpatterns = [
     path("runs/<int:run_id>/v1/<path:path>", run_proxy, name="api-run-proxy"),
     path("runs/<int:run_id>/samples/", RunSamplesView.as_view(), name="api-run-samples"),
     path("runs/<int:run_id>/samples/<int:sample_id>/", RunSampleDetailView.as_view(), name="api-run-sample"),
-    path("runs/<int:run_id>/trace/", views.RunTraceView.as_view(), name="api-run-trace"),
+    path("runs/<int:run_id>/trace/", RunTraceView.as_view(), name="api-run-trace"),
     path("slots/", views.SlotsView.as_view(), name="api-slots"),
     path("slots/dry-run/", views.SlotDryRunView.as_view(), name="api-slots-dry-run"),
     path("settings/concurrency/", views.ConcurrencySettingsView.as_view(), name="api-settings-concurrency"),

@@ -23,7 +23,6 @@ from runs.errors import InvalidInput, ServiceError
 from runs.execution.kinds import DEFAULT_KIND
 from runs.models import RunClass, RunStatus
 from runs.slots import store
-from runs.trace import run_trace
 
 ERRORS = {400: s.ErrorSerializer, 404: s.ErrorSerializer, 409: s.ErrorSerializer}
 RUN_ID = OpenApiParameter("run_id", int, OpenApiParameter.PATH, description="run id")
@@ -282,26 +281,3 @@ class ConcurrencySettingsView(ServiceView):
     def put(self, request: Request) -> Response:
         services.settings_update(changes=_body(request), partial=False, by=request.user)
         return self._effective()
-
-
-class RunTraceView(ServiceView):
-    throttle_classes = [HeavyReadThrottle]
-    throttle_scope = "trace"
-
-    @extend_schema(
-        operation_id="runs_trace",
-        parameters=[RUN_ID],
-        responses={
-            200: OpenApiResponse(
-                description="Chrome trace JSON (Trace Event Format: traceEvents, displayTimeUnit, otherData); "
-                "opens in Perfetto. Sent as a download (Content-Disposition: attachment)."
-            ),
-            404: s.ErrorSerializer,
-            **throttled_response(),
-        },
-    )
-    def get(self, request: Request, run_id: int) -> HttpResponse:
-        run = selectors.run_get(user=request.user, run_id=run_id)
-        response = JsonResponse(run_trace(run=run))
-        response["Content-Disposition"] = f'attachment; filename="run-{run.pk}-trace.json"'
-        return response
