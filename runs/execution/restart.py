@@ -21,14 +21,11 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
-from django.db import transaction
-
 from runs.enqueue import run_requeue
 from runs.execution.ray import submission_id_for
-from runs.execution.reconcile import JOB_RUNNING, JOB_STOPPED, jobs_observe, run_reconcile
-from runs.lifecycle import grant_pass
+from runs.execution.reconcile import JOB_RUNNING, JOB_STOPPED, job_statuses, jobs_observe, run_reconcile
+from runs.lifecycle import slots_grant
 from runs.models import Run, RunStatus
-from runs.slots import store as slot_store
 
 if TYPE_CHECKING:
     from ray.job_submission import JobDetails
@@ -47,16 +44,17 @@ def runs_interrupted(*, stopping: bool, observed: dict[int, JobDetails | None] |
     jobs (as `jobs_observe` returns it), read now when not given."""
     runs = list(Run.objects.filter(status__in=(RunStatus.STARTING, RunStatus.RUNNING)).order_by("pk"))
     launched = [r for r in runs if r.ray_submission_id and r.ray_submission_id == submission_id_for(r)]
+    launched_ids = {r.pk for r in launched}
     if observed is None:
         observed = jobs_observe(launched)
     if observed is None:
         return None
+    statuses = job_statuses(observed)
     done: dict[int, str] = {}
     for run in runs:
-        if run.pk not in observed and run in launched:
+        if run.pk not in observed and run.pk in launched_ids:
             continue  # its job could not be read: neither alive nor gone
-        info = observed.get(run.pk)
-        status = str(getattr(info.status, "value", info.status)) if info is not None else None
+        info, status = observed.get(run.pk), statuses.get(run.pk)
         ended_by_us = status is None or (stopping and status in (JOB_STOPPED, JOB_RUNNING))
         try:
             if ended_by_us:
@@ -69,9 +67,7 @@ def runs_interrupted(*, stopping: bool, observed: dict[int, JobDetails | None] |
         except Exception:  # noqa: BLE001 - one bad run must not keep the others from their place
             logger.exception("run %s: requeue after the platform's %s failed", run.pk, "stop" if stopping else "start")
     if not stopping:
-        with transaction.atomic():
-            slot_store.slots_lock()
-            grant_pass(reason="restart")
+        slots_grant(reason="restart")
     for pk, what in done.items():
         logger.info("run %s: %s after the platform's %s", pk, what, "stop" if stopping else "start")
     return done
