@@ -61,17 +61,15 @@ def request_generator(seed: int, greedy: bool) -> torch.Generator | None:
 def race_noise(requests: list[GenRequest], vocab: int) -> torch.Tensor:
     """(sum G, vocab) float64 Exp(1) noise, each request's rows from its own generator, in the order
     torch.multinomial draws them (greedy rows get ones: their token is the argmax anyway)."""
-    return torch.cat(
-        [
-            torch.ones(len(r.feed), vocab, dtype=torch.float64)
-            if r.generator is None
-            else torch.empty(len(r.feed), vocab, dtype=torch.float64).exponential_(generator=r.generator)
-            for r in requests
-        ]
-    )
+    parts = [
+        torch.ones(len(r.feed), vocab, dtype=torch.float64)
+        if r.generator is None
+        else torch.empty(len(r.feed), vocab, dtype=torch.float64).exponential_(generator=r.generator)
+        for r in requests
+    ]
+    return parts[0] if len(parts) == 1 else torch.cat(parts)
 
 
-@torch.no_grad()
 def run_step(model: TinyTransformer, pool: KVPool, batch: list[GenRequest], temperature: float) -> None:
     """Advance every request of `batch` by one token (joiners prefill, the others decode)."""
     joiners = [r for r in batch if not r.tokens]
@@ -104,7 +102,7 @@ def step_chunks(r: GenRequest) -> int:
 
 def _feed_rows(r: GenRequest) -> list[list[int]]:
     """A fresh session whose rows all feed the same prompt (a GRPO group) computes it once: one row."""
-    if r.length == 0 and all(row == r.feed[0] for row in r.feed):
+    if r.length == 0 and r.feed.count(r.feed[0]) == len(r.feed):
         return r.feed[:1]
     return r.feed
 
@@ -145,10 +143,10 @@ def _advance(
     logits = pooled_step(model, pool, meta[0], tokens, meta[1], meta[2], row_span(rows))
     if targets:
         pool.copy_rows(sources, targets)
-    logp = F.log_softmax(logits.float() / temperature, dim=-1)[torch.tensor(expand, device=device)]  # (B, V)
-    noise = race_noise(requests, logp.shape[1]).to(device)
-    sampled = (logp.exp().double() / noise).argmax(dim=-1, keepdim=True)  # torch.multinomial(p, 1), exactly
-    tok = torch.where(torch.tensor(greedy, device=device)[:, None], logp.argmax(dim=-1, keepdim=True), sampled)
+    logp = F.log_softmax(logits.float() / temperature, dim=-1)
+    if len(expand) != len(rows):  # a shared prompt's rows read its one computed row
+        logp = logp[torch.tensor(expand, device=device)]  # (B, V)
+    tok = _pick(requests, logp, greedy)
     tok_logp = logp.gather(1, tok)  # (B, 1)
     if len(requests) == 1:  # a lone request: its rows are all of them
         requests[0].tokens.append(tok)
@@ -162,6 +160,18 @@ def _advance(
         r.logps.append(tok_logp[offset : offset + g])
         _check_stop(r)
         offset += g
+
+
+def _pick(requests: list[GenRequest], logp: torch.Tensor, greedy: list[bool]) -> torch.Tensor:
+    """One token per row (B, 1): the argmax for greedy rows, torch.multinomial(p, 1)'s draw for the others (the
+    race against each request's own noise). Steps where every row is one kind skip the other's work."""
+    if all(greedy):
+        return logp.argmax(dim=-1, keepdim=True)
+    noise = race_noise(requests, logp.shape[1]).to(logp.device)
+    sampled = (logp.exp().double() / noise).argmax(dim=-1, keepdim=True)  # torch.multinomial(p, 1), exactly
+    if not any(greedy):
+        return sampled
+    return torch.where(torch.tensor(greedy, device=logp.device)[:, None], logp.argmax(dim=-1, keepdim=True), sampled)
 
 
 def _check_stop(r: GenRequest) -> None:

@@ -51,10 +51,13 @@ class KVPool:
         self._vbuf: torch.Tensor | None = None
         # Constants of every step: the key positions (the scratch column's is past every query position, so the
         # causal comparison alone masks it), the head numbers, and the model's parameters as the step uses them.
-        self.key_pos = torch.arange(model.block_size + 1, device=device)
-        self.key_pos[-1] = 1 << 30
+        key_pos = torch.arange(model.block_size + 1, device=device)
+        key_pos[-1] = 1 << 30
+        query_pos = torch.arange(model.block_size, device=device)[:, None]
+        # causal[p]: the additive mask of a query at position p over the whole width, (L, L+1): 0 where it sees
+        # the key (keys 0..p), -inf elsewhere. A step's mask is one lookup into it.
+        self.causal = torch.tensor([float("-inf"), 0.0], device=device)[(key_pos <= query_pos).long()]
         self.heads = torch.arange(n_head, device=device)
-        self.mask_values = torch.tensor([float("-inf"), 0.0], device=device)  # masked, seen
         self.weights = StepWeights(model)
 
     def gather(self, layer: int, rows: torch.Tensor, span: slice | None = None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -100,7 +103,7 @@ class KVPool:
 
 def row_span(rows: list[int]) -> slice | None:
     """`rows` as a slice when they are consecutive and ascending."""
-    if rows and rows[-1] - rows[0] == len(rows) - 1 and all(b == a + 1 for a, b in zip(rows, rows[1:])):
+    if rows and rows[-1] - rows[0] == len(rows) - 1 and rows == list(range(rows[0], rows[-1] + 1)):
         return slice(rows[0], rows[-1] + 1)
     return None
 
@@ -169,34 +172,36 @@ def pooled_step(
         offs = torch.arange(T, device=tokens.device)
         pos = start[:, None] + offs  # (B, T)
         write_at = torch.where(offs < valid[:, None], pos, L)  # padding goes to the scratch column
-    # Query at position p sees keys 0..p, never the scratch column (its key position is past every query's).
-    # An additive mask, made once: what attention would make of a boolean one in every layer.
-    mask = pool.mask_values[(pool.key_pos <= pos[:, :, None]).long()][:, None]  # (B, 1, T, L+1)
-    x = _chunks((F.embedding(tokens, w.tok) + F.embedding(pos.clamp(max=L - 1), w.pos)).view(M, -1))  # (n, R, C)
+    # Query at position p sees keys 0..p, never the scratch column (its key position is past every query's);
+    # a padding query past the last position sees what the last position sees. An additive mask, made once per
+    # step: what attention would make of a boolean one in every layer.
+    pos = pos.clamp(max=L - 1)
+    mask = pool.causal[pos][:, None]  # (B, 1, T, L+1)
+    x = _chunks((torch.embedding(w.tok, tokens) + torch.embedding(w.pos, pos)).view(M, -1))  # (n, R, C)
     C = x.shape[2]
     hd = C // H
     # Where each (row, position, head) writes in the pool seen as (S*H*(L+1), hd): one index_copy_ per tensor.
     flat = ((rows[:, None, None] * H + pool.heads) * (L + 1) + write_at[:, :, None]).view(-1)  # (B*T*H,)
     blocks, head = w.linears(x.shape[0])
     for i, ((ln1, ln2), (qkv_w, proj_w, up_w, down_w)) in enumerate(zip(w.norms, blocks)):
-        qkv = _linear(qkv_w, F.layer_norm(x, (C,), *ln1)).view(-1, 3 * C)[:M]  # (M, 3C)
+        qkv = _linear(qkv_w, torch.layer_norm(x, (C,), *ln1)).view(-1, 3 * C)[:M]  # (M, 3C)
         pool.k[i].view(-1, hd).index_copy_(0, flat, qkv[:, C : 2 * C].reshape(M * H, hd))
         pool.v[i].view(-1, hd).index_copy_(0, flat, qkv[:, 2 * C :].reshape(M * H, hd))
         q = qkv[:, :C].view(B, T, H, hd).transpose(1, 2)  # (B, H, T, hd)
         keys, values = pool.gather(i, rows, span)  # (B, H, L+1, hd)
         y = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask)
         x = x + _linear(proj_w, _chunks(y.transpose(1, 2).reshape(M, C)))
-        x = x + _linear(down_w, F.gelu(_linear(up_w, F.layer_norm(x, (C,), *ln2))))
+        x = x + _linear(down_w, F.gelu(_linear(up_w, torch.layer_norm(x, (C,), *ln2))))
     if T > 1:  # each row's last real position (a decode step's rows already are their last positions)
         x = _chunks(x.view(-1, C)[torch.arange(0, M, T, device=x.device) + valid - 1])  # (B in chunks, C)
         head = w.linears(x.shape[0])[1]
-    return _linear(head, F.layer_norm(x, (C,), *w.ln_f)).view(-1, head[0].shape[2])[:B]  # (B, V)
+    return _linear(head, torch.layer_norm(x, (C,), *w.ln_f)).view(-1, head[0].shape[2])[:B]  # (B, V)
 
 
 def _chunks(x: torch.Tensor) -> torch.Tensor:
     """(m, C) -> (chunks, CHUNK_ROWS, C), the rows that fill the last chunk zero."""
     extra = -x.shape[0] % CHUNK_ROWS
-    return (F.pad(x, (0, 0, 0, extra)) if extra else x).view(-1, CHUNK_ROWS, x.shape[1])
+    return (torch.constant_pad_nd(x, (0, 0, 0, extra)) if extra else x).view(-1, CHUNK_ROWS, x.shape[1])
 
 
 def _linear(layer: Linear, x: torch.Tensor) -> torch.Tensor:
