@@ -35,6 +35,7 @@ from runs.messages import (
     SlotsUpdateLayer,
     TruncatedMsg,
 )
+from runs.visibility import may_see
 
 logger = logging.getLogger(__name__)
 REPLAY_PAGE = 500
@@ -228,7 +229,7 @@ class DashboardConsumer(AuthenticatedConsumer):
         await self.send_json(snapshot)
 
     def _visible(self, owner_id: int) -> bool:
-        return bool(self.user.is_staff or owner_id == self.user.id)
+        return may_see(self.user, owner_id)
 
     async def run_update(self, message: RunUpdateLayer) -> None:
         if not self._visible(message["owner_id"]):

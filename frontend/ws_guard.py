@@ -134,9 +134,9 @@ def session_user(session_key: str | None, user_id: int) -> Any:
 
 
 def run_visible(user: Any, run_id: int) -> bool:
-    from runs.models import Run
+    from runs.visibility import visible_runs
 
-    return bool(user.is_staff or Run.objects.filter(pk=run_id, owner_id=user.pk).exists())
+    return visible_runs(user).filter(pk=run_id).exists()
 
 
 # --- the guarded consumer -------------------------------------------------------------------------------

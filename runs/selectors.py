@@ -26,6 +26,7 @@ from runs.queue import (  # noqa: F401  (re-exported: the queue reads live in ru
 )
 from runs.slots import store
 from runs.slots.policy import CLASSES
+from runs.visibility import may_see, visible_runs
 from trainer.events import StoredEvent
 
 
@@ -37,9 +38,7 @@ def run_list(*, user: Any, status: str | None = None, run_class: str | None = No
         raise InvalidInput(
             f"unknown run class {run_class!r}; expected one of {', '.join(RunClass.values)}", field="run_class"
         )
-    qs = Run.objects.select_related("owner").order_by("-id")
-    if not user.is_staff:
-        qs = qs.filter(owner=user)
+    qs = visible_runs(user, Run.objects.select_related("owner").order_by("-id"))
     if status is not None:
         qs = qs.filter(status=status)
     if run_class is not None:
@@ -166,7 +165,7 @@ def run_stream_open(
     run = Run.objects.select_related("owner").filter(pk=run_id).first()
     if run is None:
         return StreamOpening(refusal="not_found")
-    if not (user.is_staff or run.owner_id == user.pk):
+    if not may_see(user, run.owner_id):
         return StreamOpening(refusal="forbidden")
     if after is not None and after > run.last_seq:
         return StreamOpening(refusal="after_beyond")

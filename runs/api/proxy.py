@@ -30,6 +30,7 @@ from runs.api.throttles import HeavyReadThrottle
 from runs.api.tokens import HashedTokenAuthentication
 from runs.models import Run, RunStatus
 from runs.proxy_rules import ProxyRefused, body_check, external_session, route, session_id_choose
+from runs.visibility import visible_runs
 
 SCOPE = "agents"
 NOT_SERVING_RETRY_SECONDS = 5
@@ -105,9 +106,7 @@ def _unauthorized(message: str) -> HttpResponse:
 
 async def _run_for(user: Any, run_id: int) -> Run:
     """The run if the caller may use it (its owner, or staff); one 404 for no such run and not yours."""
-    runs = Run.objects.only("id", "owner_id", "status", "serving_url", "attempt", "ingest_nonce")
-    if not user.is_staff:
-        runs = runs.filter(owner_id=user.pk)
+    runs = visible_runs(user, Run.objects.only("id", "owner_id", "status", "serving_url", "attempt", "ingest_nonce"))
     run = await runs.filter(pk=run_id).afirst()
     if run is None:
         raise ProxyRefused(404, f"run {run_id} not found")
