@@ -20,6 +20,7 @@ from runs import selectors
 from runs.finishes import active_finishes, typical_run_seconds
 from runs.messages import BoardRun, ClusterJson, DashboardSnapshotMsg, QueueChange, QueueKey, RunJson
 from runs.models import ACTIVE_STATUSES, ClusterStatus, Run, RunEvent, RunStatus, Slot
+from runs.queue import grant_rate_per_second, runs_queue_info
 from runs.slots import store
 from runs.slots.grant import HIGHER_PRIORITY_WAITING, blocking_reason
 from runs.slots.policy import CLASSES
@@ -121,7 +122,7 @@ def queue_rows(*, user: Any) -> tuple[list[BoardRun], dict[int, int]]:
     )
     # runs_queue_info reads id, class, status and the demand: light instances instead of full rows (from_db
     # takes the values in the model's field order); the demand comes from the slot (same bundles, fewer bytes).
-    info = selectors.runs_queue_info(
+    info = runs_queue_info(
         runs=[
             Run.from_db(
                 None,
@@ -206,7 +207,7 @@ def queue_change(*, joined: Iterable[tuple[int, float]], left: Iterable[tuple[in
         joined=stamped(joined),
         left=stamped(left),
         reasons=reasons,
-        rate=selectors.grant_rate_per_second(now=now),
+        rate=grant_rate_per_second(now=now),
         finishes=sorted(active_finishes(now=now).values()),
         run_seconds=typical_run_seconds(now=now),
     )

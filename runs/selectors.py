@@ -15,15 +15,7 @@ from runs.events import run_event_to_dict
 from runs.finishes import progress_of
 from runs.messages import RunJson, SlotsJson
 from runs.models import Run, RunClass, RunEvent, RunStatus, SlotState
-from runs.queue import (  # noqa: F401  (re-exported: the queue reads live in runs/queue.py)
-    SCAN_THRESHOLD,
-    QueueInfo,
-    _positions_by_count,
-    _positions_by_scan,
-    grant_rate_per_second,
-    runs_queue_info,
-    slot_dry_run,
-)
+from runs.queue import QueueInfo, runs_queue_info
 from runs.slots import store
 from runs.slots.policy import CLASSES
 from runs.visibility import may_see, visible_runs

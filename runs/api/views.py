@@ -22,6 +22,7 @@ from runs.api.throttles import HeavyReadThrottle, throttled_response
 from runs.errors import InvalidInput, ServiceError
 from runs.execution.kinds import DEFAULT_KIND
 from runs.models import RunClass, RunStatus
+from runs.queue import runs_queue_info, slot_dry_run
 from runs.slots import store
 
 ERRORS = {400: s.ErrorSerializer, 404: s.ErrorSerializer, 409: s.ErrorSerializer}
@@ -67,7 +68,7 @@ def _body(request: Request) -> dict[str, Any]:
 
 
 def _runs_json(runs: list, request: Request) -> list[dict[str, Any]]:
-    info = selectors.runs_queue_info(runs=runs)
+    info = runs_queue_info(runs=runs)
     context = {"request": request, "queue_info": info, "paces": {}}  # pace factors: read once per kind
     data = s.RunSerializer(runs, many=True, context=context).data
     # many=True builds a ListSerializer, whose .data is a ReturnList (the stubs type it as the child's ReturnDict).
@@ -232,9 +233,7 @@ class SlotDryRunView(ServiceView):
             raise InvalidInput("must be a positive integer number of seconds", field="time_limit_seconds")
         if limit is None and resources is not None:
             limit = limits.limits_load().default_time_limit_seconds
-        return Response(
-            selectors.slot_dry_run(origin=body.get("origin"), resources=resources, time_limit_seconds=limit)
-        )
+        return Response(slot_dry_run(origin=body.get("origin"), resources=resources, time_limit_seconds=limit))
 
 
 class RunResourcesView(ServiceView):

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from django.utils import timezone
 
-from runs import selectors, services
+from runs import queue, selectors, services
 from runs.errors import InvalidInput
 from runs.execution.kinds import KINDS, RunKind
 from runs.models import ClusterNode, Run, RunStatus, Slot
@@ -60,7 +60,7 @@ def test_demand_is_stored_and_the_grant_places_it(user, handoffs):
     assert slot.time_limit_seconds == run.time_limit_seconds and slot.strategy == "PACK"
     second = submit(user, name="s", gpus=2)
     assert second.status == RunStatus.QUEUED  # one GPU is left free
-    info = selectors.runs_queue_info(runs=[second])[second.pk]
+    info = queue.runs_queue_info(runs=[second])[second.pk]
     assert info.pending_reason == "insufficient_resources"
     assert info.pending_detail["needs"]["GPU"] == 2 and info.pending_detail["free"]["GPU"] == 1
     services.run_finish(run=run, status=RunStatus.SUCCEEDED)
@@ -83,7 +83,7 @@ def test_unknown_capacity_accepts_and_waits(user, handoffs):
     ClusterNode.objects.all().delete()
     run = submit(user, gpus=64)
     assert run.status == RunStatus.QUEUED
-    info = selectors.runs_queue_info(runs=[run])[run.pk]
+    info = queue.runs_queue_info(runs=[run])[run.pk]
     assert info.pending_reason == "insufficient_resources"
     assert info.pending_detail["message"] == "cluster capacity not known yet" and info.eta_seconds is None
 
@@ -91,12 +91,12 @@ def test_unknown_capacity_accepts_and_waits(user, handoffs):
 @pytest.mark.django_db
 def test_dry_run_with_a_demand(user, handoffs):
     nodes(a=(1, 0))
-    assert selectors.slot_dry_run(origin="api", resources=_demand({"cpus": 1}))["granted"] is True
+    assert queue.slot_dry_run(origin="api", resources=_demand({"cpus": 1}))["granted"] is True
     submit(user, cpus=1)
-    dry = selectors.slot_dry_run(origin="api", resources=_demand({"cpus": 0.5}), time_limit_seconds=60)
+    dry = queue.slot_dry_run(origin="api", resources=_demand({"cpus": 0.5}), time_limit_seconds=60)
     assert dry["granted"] is False and dry["pending_reason"] == "insufficient_resources"
     assert dry["pending_detail"]["needs"]["CPU"] == 0.5 and dry["pending_detail"]["free"]["CPU"] == 0
-    assert selectors.slot_dry_run(origin="api")["granted"] is True  # no demand given: needs nothing
+    assert queue.slot_dry_run(origin="api")["granted"] is True  # no demand given: needs nothing
 
 
 @pytest.mark.django_db
@@ -116,7 +116,7 @@ def test_gpu_limit_holds_back_a_class(user, handoffs):
     services.settings_update(changes={"classes": {"app": {"gpu_limit": 1}}}, partial=True, by=None)
     first, second = submit(user, gpus=1), submit(user, name="s", gpus=1)
     assert (first.status, second.status) == (RunStatus.STARTING, RunStatus.QUEUED)
-    assert selectors.runs_queue_info(runs=[second])[second.pk].pending_reason == "gpu_limit_reached"
+    assert queue.runs_queue_info(runs=[second])[second.pk].pending_reason == "gpu_limit_reached"
     assert selectors.slots_snapshot()["classes"]["app"]["gpus"] == 1.0
     assert submit(user, name="i", origin="dashboard", gpus=1).status == RunStatus.STARTING
 

@@ -8,7 +8,7 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from runs import selectors, services
+from runs import queue, selectors, services
 from runs.models import Run, RunStatus
 from tests.runs.test_services import submit
 
@@ -41,7 +41,7 @@ def test_queued_eta_is_the_held_runs_finish(user, handoffs):
     # A second waiting run starts after the first one has run a typical run's length; none finished yet, so
     # nothing tells that length, and one grant tells no grant rate: unknown.
     later = submit(user, origin="dashboard", name="later")
-    info = selectors.runs_queue_info(runs=[waiting, later])
+    info = queue.runs_queue_info(runs=[waiting, later])
     assert info[waiting.pk].eta_seconds == pytest.approx(90, abs=2)
     assert info[later.pk].eta_seconds is None
 
@@ -54,11 +54,11 @@ def test_insufficient_resources_eta_uses_the_predicted_finish(user, handoffs):
     held = submit_demand(user, name="held", cpus=2, time_limit_seconds=3600)
     waiting = submit_demand(user, name="waiting", cpus=2, time_limit_seconds=3600)
     assert held.status == RunStatus.STARTING and waiting.status == RunStatus.QUEUED
-    info = selectors.runs_queue_info(runs=[waiting])[waiting.pk]
+    info = queue.runs_queue_info(runs=[waiting])[waiting.pk]
     assert info.pending_reason == "insufficient_resources"
     assert info.eta_seconds is None  # no finish predicted yet: unknown (its time limit is no estimate)
     training(held, step=10, total=20, seconds_per_step=6.0)  # 10 steps left: about 60 s
-    info = selectors.runs_queue_info(runs=[waiting])[waiting.pk]
+    info = queue.runs_queue_info(runs=[waiting])[waiting.pk]
     assert info.eta_seconds == pytest.approx(60, abs=2)
 
 
@@ -90,7 +90,7 @@ def test_a_held_run_without_a_step_rate_is_predicted_to_take_a_typical_run_of_it
     held = submit(user, origin="dashboard", name="held", time_limit_seconds=86400)
     waiting = submit(user, origin="dashboard", name="waiting")
     assert (held.status, waiting.status) == (RunStatus.STARTING, RunStatus.QUEUED)
-    eta = lambda: selectors.runs_queue_info(runs=[waiting])[waiting.pk].eta_seconds  # noqa: E731
+    eta = lambda: queue.runs_queue_info(runs=[waiting])[waiting.pk].eta_seconds  # noqa: E731
     assert eta() is None  # nothing known yet, one grant tells no rate: unknown, never the time limit
 
     finished(user, kind="eval", seconds=[5.0, 5.0, 5.0])  # another kind: a grant rate, no length

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from runs import selectors, services
+from runs import queue, selectors, services
 from runs.events import run_events_record
 from runs.models import RunEvent, RunStatus
 from tests.runs.test_services import submit
@@ -19,7 +19,7 @@ def test_queue_positions_and_reasons(user, handoffs):
     app_waiting = submit(user, origin="api")
     interactive = submit(user, origin="dashboard")
     assert app_running.status == "starting" and interactive.status == "starting"
-    info = selectors.runs_queue_info(runs=[sys_a, sys_b, app_waiting])
+    info = queue.runs_queue_info(runs=[sys_a, sys_b, app_waiting])
     # grant order: app (30) before system (10), FIFO inside system
     assert (info[app_waiting.pk].position_in_class, info[app_waiting.pk].position_overall) == (1, 1)
     assert (info[sys_a.pk].position_in_class, info[sys_a.pk].position_overall) == (1, 2)
@@ -27,16 +27,16 @@ def test_queue_positions_and_reasons(user, handoffs):
     assert info[app_waiting.pk].pending_reason == "class_limit_reached"  # app limit = 2 - 1 = 1
     assert info[sys_a.pk].pending_reason == "global_limit_reached"  # both slots held: not the reserve's doing
     assert info[sys_a.pk].eta_seconds is not None and info[sys_a.pk].eta_seconds > 0
-    assert selectors.runs_queue_info(runs=[app_running]) == {}
+    assert queue.runs_queue_info(runs=[app_running]) == {}
 
 
 def test_global_limit_reason(user, handoffs):
     services.settings_update(changes={"max_total": 1}, partial=True, by=None)
     submit(user, origin="dashboard")
     waiting = submit(user, origin="dashboard")
-    assert selectors.runs_queue_info(runs=[waiting])[waiting.pk].pending_reason == "class_limit_reached"
+    assert queue.runs_queue_info(runs=[waiting])[waiting.pk].pending_reason == "class_limit_reached"
     services.settings_update(changes={"classes": {"interactive": {"limit": 5}}}, partial=True, by=None)
-    assert selectors.runs_queue_info(runs=[waiting])[waiting.pk].pending_reason == "global_limit_reached"
+    assert queue.runs_queue_info(runs=[waiting])[waiting.pk].pending_reason == "global_limit_reached"
 
 
 def test_snapshot_shape(user, handoffs):
@@ -66,16 +66,16 @@ def test_snapshot_shape(user, handoffs):
 
 def test_dry_run(user, handoffs):
     services.settings_update(changes={"max_total": 2}, partial=True, by=None)
-    assert selectors.slot_dry_run(origin="system")["granted"] is True
+    assert queue.slot_dry_run(origin="system")["granted"] is True
     submit(user, origin="system")
-    assert selectors.slot_dry_run(origin="api") == {
+    assert queue.slot_dry_run(origin="api") == {
         "origin": "api",
         "run_class": "app",
         "granted": False,
         "pending_reason": "reserve_protected",
         "pending_detail": None,
     }
-    assert selectors.slot_dry_run(origin="dashboard")["granted"] is True
+    assert queue.slot_dry_run(origin="dashboard")["granted"] is True
 
 
 def test_events_record_is_idempotent_and_gapless(user, handoffs):
@@ -95,7 +95,7 @@ def test_events_record_is_idempotent_and_gapless(user, handoffs):
 
 
 def test_positions_by_scan_match_counts(user, handoffs):
-    from runs.selectors import _positions_by_count, _positions_by_scan
+    from runs.queue import _positions_by_count, _positions_by_scan
     from runs.slots import store
 
     services.settings_update(changes={"max_total": 1, "classes": {"app": {"priority": 10}}}, partial=True, by=None)
