@@ -17,6 +17,7 @@ from django.db.models.functions import RowNumber
 from django.utils import timezone
 
 from runs import selectors
+from runs.events import STATUS
 from runs.finishes import active_finishes, typical_run_seconds
 from runs.messages import BoardRun, ClusterJson, DashboardSnapshotMsg, QueueChange, QueueKey, RunJson
 from runs.models import ACTIVE_STATUSES, ClusterStatus, Run, RunEvent, RunStatus, Slot
@@ -228,7 +229,7 @@ def queue_keys(run_ids: set[int]) -> dict[int, tuple[str, float]]:
     missing = run_ids - out.keys()
     if missing:
         rows = (
-            RunEvent.objects.filter(run_id__in=missing, type="status", data__status=RunStatus.QUEUED)
+            RunEvent.objects.filter(run_id__in=missing, type=STATUS, data__status=RunStatus.QUEUED)
             .order_by("run_id", "seq")
             .values_list("run_id", "run__run_class", "ts")
         )

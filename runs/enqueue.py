@@ -15,7 +15,7 @@ from django.utils import timezone
 from runs import limits
 from runs.checkpoints import run_checkpoint_step
 from runs.errors import InvalidTransition, NoCheckpoint
-from runs.events import PLATFORM_SOURCE, run_events_record
+from runs.events import PLATFORM_SOURCE, STATUS, run_events_record
 from runs.lifecycle import grant_pass, run_status_change
 from runs.models import Run, RunStatus, Slot, SlotState
 from runs.realtime import dashboard_publish
@@ -40,7 +40,7 @@ def run_enqueue(*, run: Run, now: datetime) -> None:
             source=PLATFORM_SOURCE,
             events=[
                 {
-                    "type": "status",
+                    "type": STATUS,
                     "ts": now,
                     "data": {"status": RunStatus.QUEUED, "previous": None, "error": ""},
                 }

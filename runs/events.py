@@ -1,7 +1,12 @@
-"""Recording run events: the platform's per-run stream order (`seq`) and per-source idempotency.
+"""Recording run events: the platform's per-run stream order (`seq`), per-source idempotency, and the two
+stored types of a run's state.
 
 `run_events_record` is the one writer of RunEvent rows (status changes and trainer batches alike); its
 callers publish what it stored (runs.stores.run_events_publish), so this module imports no publisher.
+
+A stored `status` event is a move of the platform's state machine (runs.lifecycle, source `platform`), one per
+move, so a run's `status` events are a path of TRANSITIONS. A job reports its own state with a `status` event
+too (trainer/events.py); ingest stores those under `job_status` (`stored_type`), so they never read as moves.
 """
 
 from __future__ import annotations
@@ -17,6 +22,14 @@ from runs.models import Run, RunEvent
 from trainer.events import StoredEvent
 
 PLATFORM_SOURCE = "platform"
+STATUS = "status"  # the platform's moves: {status, previous, error}, written only by runs.lifecycle's stores
+JOB_STATUS = "job_status"  # the job's own reports of its state: {status, version?, metrics?, error?}
+
+
+def stored_type(posted: str) -> str:
+    """The type a job's posted event is stored under: its `status` reports become `job_status` (the stored
+    `status` type belongs to the platform's moves); every other type is stored as posted."""
+    return JOB_STATUS if posted == STATUS else posted
 
 
 def event_ts(ts: Any) -> datetime:

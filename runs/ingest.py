@@ -2,10 +2,10 @@
 count every accepted post as a heartbeat (an empty one, `{"events": []}`, is only that), apply the job's
 `resources` events to a `starting` run (waiting: pending reason; ready: running, with its real placement;
 timeout: back to the queue), record where its session server listens (its latest `serving` event whose URL
-survived vetting: runs/serving.py), and finish the run when the batch holds the job's final `status` event
-(succeeded, failed; cancelled while stopping): at once, in the same request, not at the next tick. Each reply
-carries the staff commands the job has not answered yet (runs/controls.py); its `control` events answer them.
-The HTTP view is runs/api/ingest.py; formats in docs/realtime.md.
+survived vetting: runs/serving.py), and finish the run when the batch holds the job's final report of its state
+(its `status` event, stored as `job_status`: succeeded, failed): at once, in the same request, not at the next
+tick. Each reply carries the staff commands the job has not answered yet (runs/controls.py); its `control`
+events answer them. The HTTP view is runs/api/ingest.py; formats in docs/realtime.md.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from django.utils import timezone
 from runs import enqueue, lifecycle
 from runs.controls import controls_ack, controls_pending
 from runs.errors import InvalidTransition, ServiceError
-from runs.events import event_ts, run_events_record
+from runs.events import JOB_STATUS, event_ts, run_events_record
 from runs.execution.liveness import has_placement_group
 from runs.execution.outcome import event_outcome, run_job_finished
 from runs.ingest_validate import ingest_batch_validate
@@ -146,7 +146,7 @@ def run_events_ingest(*, run: Run, payload: Any) -> IngestResult:
     _ingest_record(stored, dropped=len(dropped), now=now.timestamp(), started=started)
     controls_ack(run_id=run.pk, stored=stored)
     status = resources_apply(run=run, stored=stored, status=status)
-    final = next((e for e in reversed(stored) if e.type == "status"), None)
+    final = next((e for e in reversed(stored) if e.type == JOB_STATUS), None)
     if final is not None and status not in FINISHED_STATUSES:
         # After the commit above: finishing takes the grant lock, which is always taken before a run row lock.
         outcome = event_outcome(Run.objects.get(pk=run.pk), final.data)

@@ -4,7 +4,8 @@ dropped, a wrong type or an over-long string or list is refused), and the nodes 
 (a claim naming a node the platform does not know, no ClusterNode row, is dropped from the event), and the URL
 a `serving` event names (dropped unless its host is a Ray node or loopback: runs/serving.py). One refused
 event refuses the whole batch, with a 400 naming the event's field (`events[3].data.message`) and its seq.
-Formats in docs/realtime.md.
+A job's `status` event comes out typed `job_status` (runs.events.stored_type): the stored `status` type is the
+platform's moves only. Formats in docs/realtime.md.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Any
 from django.conf import settings
 
 from runs.errors import InvalidInput, ServiceError
+from runs.events import stored_type
 from runs.models import ClusterNode
 from runs.serving import serving_events_vet
 from trainer.events import EventSchemaError, validate_event
@@ -56,7 +58,8 @@ def ingest_body_check(size: int) -> None:
 
 def ingest_batch_validate(payload: Any) -> list[dict[str, Any]]:
     """Decode a posted body (a list of events, or {"events": [...]}) into run_events_record items, each event's
-    data cut to its declared fields; InvalidInput naming the first refused event's field and seq."""
+    data cut to its declared fields and its type the stored one (`status` -> `job_status`); InvalidInput naming
+    the first refused event's field and seq."""
     events = payload.get("events") if isinstance(payload, dict) else payload
     if not isinstance(events, list):
         raise InvalidInput("expected a JSON list of events or an object with a list under 'events'", field="events")
@@ -73,7 +76,7 @@ def ingest_batch_validate(payload: Any) -> list[dict[str, Any]]:
         except EventSchemaError as exc:
             where = f"events[{index}]" + ("" if exc.field == "event" else f".{exc.field}")
             raise InvalidInput(f"{_seq(raw)}{exc.reason}", field=where) from None
-        items.append({"type": event.type, "data": event.data, "ts": event.ts, "source_seq": event.seq})
+        items.append({"type": stored_type(event.type), "data": event.data, "ts": event.ts, "source_seq": event.seq})
     _unknown_nodes_dropped(items)
     serving_events_vet(items)
     return items

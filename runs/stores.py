@@ -14,7 +14,7 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from runs.errors import InvalidTransition
-from runs.events import PLATFORM_SOURCE, run_event_to_dict
+from runs.events import PLATFORM_SOURCE, STATUS, run_event_to_dict
 from runs.models import Run, RunEvent, RunStatus, Slot
 from runs.realtime import dashboard_publish, run_event_publish
 from runs.slots import pg as slots_pg
@@ -59,7 +59,7 @@ def moved_publish(moved: Moved, *, ts: float) -> None:
             "run": moved.run_id,
             "seq": moved.seq,
             "ts": ts,
-            "type": "status",
+            "type": STATUS,
             "data": {"status": moved.status, "previous": moved.previous, "error": moved.error},
         }
     )
@@ -102,7 +102,7 @@ def status_write(*, run: Run, status: str, error: str | None, now: datetime, col
             seq=run.last_seq,
             source=PLATFORM_SOURCE,
             ts=now,
-            type="status",
+            type=STATUS,
             data={"status": status, "previous": previous, "error": run.error},
         )
     return Moved.of(run, status=status, previous=previous)

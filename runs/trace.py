@@ -1,10 +1,11 @@
 """Trace export: a run's stored events as Chrome trace JSON (the Trace Event Format that Perfetto and
 chrome://tracing open), one track per part of the run.
 
-Tracks (threads of one process, the run): `driver` (rollout batches, status changes), `learner` (train steps,
-evaluations, checkpoints), `gate` (each publication: seal, drain, install, reopen, inside one `publish vN`
-span; gate states as instants), `startup` (where the time before training went: queued, launch, placement,
-process start), one per engine and one per rollout worker (the span of the groups each served in a batch).
+Tracks (threads of one process, the run): `driver` (rollout batches; the platform's moves, `status X`, and the
+job's reports of its state, `job X`), `learner` (train steps, evaluations, checkpoints), `gate` (each
+publication: seal, drain, install, reopen, inside one `publish vN` span; gate states as instants), `startup`
+(where the time before training went: queued, launch, placement, process start), one per engine and one per
+rollout worker (the span of the groups each served in a batch).
 Spans come from the timing keys the trainer posts (trainer/events.py: `span`, `spans`, `phases`); events
 stored without them (older jobs) add only instants. Times are microseconds since the run's first
 stored event (`otherData.epoch_start_s`). docs/observability.md, section "Trace export".
@@ -21,6 +22,7 @@ from django.db import connection
 from django.db.models import JSONField
 from django.db.models.expressions import RawSQL
 
+from runs.events import JOB_STATUS, STATUS
 from runs.models import Run, RunEvent
 from trainer.event_fields import NAME_MAX
 
@@ -35,18 +37,14 @@ MAX_TRACKS_PER_KIND = 256
 MAX_TRACE_EVENTS = 50_000
 TRACE_READ_MAX = 5_000
 # The data keys tracks draw: on PostgreSQL only these leave the database (older rows may hold anything).
-_DRAWN_KEYS: tuple[str, ...] = ("status", "previous", "state", "step", "span", "eval_span", "spans", "loss")
+_DRAWN_KEYS: tuple[str, ...] = ("status", "state", "step", "span", "eval_span", "spans", "loss")
 _DRAWN_KEYS += ("version", "active", "phases", "pause_ms")
 _DATA = '"runs_runevent"."data"'
 _PAIRS = ", ".join(f"'{key}', {_DATA} -> '{key}'" for key in _DRAWN_KEYS)  # literals of this module, not input
-# Nulls are stripped (absent and null read the same), except a platform status event's `previous` (its presence
-# marks the platform's moves).
-_DRAWN_SQL = (
-    f"jsonb_strip_nulls(jsonb_build_object({_PAIRS})) || CASE WHEN {_DATA} ? 'previous' "
-    f"THEN jsonb_build_object('previous', {_DATA} -> 'previous') ELSE '{{}}'::jsonb END"
-)
-TRACE_TYPES = ("status", "rollout", "train", "version", "gate", "checkpoint", "resources")
-# The startup phase each status or `resources` state begins (docs/execution.md); any of them ends the one before.
+_DRAWN_SQL = f"jsonb_strip_nulls(jsonb_build_object({_PAIRS}))"  # absent and null read the same
+TRACE_TYPES = (STATUS, JOB_STATUS, "rollout", "train", "version", "gate", "checkpoint", "resources")
+# The startup phase each platform move or `resources` state begins (docs/execution.md); any of them ends the one
+# before.
 STARTUP_BEGINS = {"queued": "queued", "starting": "launch", "waiting": "placement", "placed": "process start"}
 
 
@@ -171,10 +169,11 @@ def trace_from_events(run: Run, events: Iterable[tuple[int, float, str, Any]]) -
 def _add(b: TraceBuilder, seq: int, ts: float, etype: str, data: dict[str, Any]) -> None:
     """The trace events of one stored event; only declared fields are read, each as a number or a short name."""
     step = _num(data.get("step"))
-    if etype == "status":
+    if etype == STATUS:  # the platform's moves
         b.instant(b.track(DRIVER, "driver"), f"status {_name(data.get('status'))}", "status", ts, {"seq": seq})
-        if "previous" in data:  # the platform's moves (`previous` may be null), not the job's own status events
-            b.startup(seq, ts, data.get("status"))
+        b.startup(seq, ts, data.get("status"))
+    elif etype == JOB_STATUS:  # the job's own reports of its state
+        b.instant(b.track(DRIVER, "driver"), f"job {_name(data.get('status'))}", "status", ts, {"seq": seq})
     elif etype == "resources":
         b.startup(seq, ts, data.get("state"))
     elif etype == "rollout":

@@ -24,8 +24,10 @@ from trainer.event_fields import (
 
 
 class StatusData(_Data):
+    """The job's own report of its state (running, stopping, succeeded, failed, cancelled). The platform stores
+    it as a `job_status` event: its stored `status` events are its own moves of the run (runs/events.py)."""
+
     status: Name
-    previous: Name | None = None  # the platform's moves
     error: Text | None = None
     version: Int | None = None
     metrics: Metrics | None = None

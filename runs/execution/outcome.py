@@ -1,6 +1,7 @@
-"""How a job's outcome finishes its run, whoever observed it: the job's own final `status` event (runs/ingest.py,
-at once) or the tick's look at the Ray job (runs/execution/reconcile.py). Both go through `run_job_finished`,
-which records an eval job's metrics before runs.lifecycle.run_finish."""
+"""How a job's outcome finishes its run, whoever observed it: the job's own final report of its state (its
+`status` event, stored as `job_status`: runs/ingest.py, at once) or the tick's look at the Ray job
+(runs/execution/reconcile.py). Both go through `run_job_finished`, which records an eval job's metrics before
+runs.lifecycle.run_finish."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from typing import Any
 
 from django.db import transaction
 
-from runs.events import PLATFORM_SOURCE
+from runs.events import JOB_STATUS
 from runs.execution.kinds import EVAL_KIND
 from runs.lifecycle import run_finish
 from runs.models import Run, RunEvent, RunStatus
@@ -23,8 +24,8 @@ def error_tail(text: str | None) -> str:
 
 
 def event_outcome(run: Run, data: dict[str, Any]) -> tuple[str, str] | None:
-    """The (status, error) a run gets from its job's final `status` event: `succeeded` or `failed`. None for
-    any other status event, and while the run is `stopping`: a cancel ends when the job has ended (the reconcile
+    """The (status, error) a run gets from its job's final `job_status` event: `succeeded` or `failed`. None
+    for any other report, and while the run is `stopping`: a cancel ends when the job has ended (the reconcile
     sees Ray's STOPPED), so a resume never races the old attempt's job for its checkpoint directory."""
     status = data.get("status")
     if run.status not in (RunStatus.STARTING, RunStatus.RUNNING):
@@ -37,15 +38,9 @@ def event_outcome(run: Run, data: dict[str, Any]) -> tuple[str, str] | None:
 
 
 def eval_summary_record(*, run: Run) -> None:
-    """Put the metrics of the eval job's final status event under `summary["eval"]` (the live fold keeps only
-    gate/version/sampler/train/checkpoint)."""
-    final = (
-        RunEvent.objects.filter(run=run, type="status")
-        .exclude(source=PLATFORM_SOURCE)
-        .order_by("-seq")
-        .values_list("data", flat=True)
-        .first()
-    )
+    """Put the metrics of the eval job's final report of its state (`job_status`) under `summary["eval"]` (the
+    live fold keeps only gate/version/sampler/train/checkpoint)."""
+    final = RunEvent.objects.filter(run=run, type=JOB_STATUS).order_by("-seq").values_list("data", flat=True).first()
     if final and isinstance(final.get("metrics"), dict):
         with transaction.atomic():
             locked = Run.objects.select_for_update().get(pk=run.pk)

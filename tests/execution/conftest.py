@@ -227,16 +227,19 @@ def platform(
 
 
 def assert_status_paths() -> None:
-    """Every run's status history (the platform's `status` events) is a path of runs.lifecycle.TRANSITIONS: it
-    starts `queued`, each event names the status before it as its `previous`, and each move is allowed. So no
-    move is recorded twice and no terminal state is followed by another (only a requeue or resume leaves one).
-    Checked after every test of a real platform (issue 25, point 2)."""
+    """Every run's status history (ALL its stored `status` events, whoever wrote them: the job's own reports are
+    `job_status` events) is a path of runs.lifecycle.TRANSITIONS: every one is the platform's, it starts `queued`,
+    each event names the status before it as its `previous`, and each move is allowed. So no move is recorded
+    twice and no terminal state is followed by another (only a requeue or resume leaves one). Checked after
+    every test of a real platform (issue 25, point 2)."""
+    from runs.events import PLATFORM_SOURCE, STATUS
     from runs.lifecycle import TRANSITIONS
     from runs.models import RunEvent
 
     histories: dict[int, list[dict[str, Any]]] = {}
-    rows = RunEvent.objects.filter(type="status", source="platform").order_by("run_id", "seq")
-    for run_id, data in rows.values_list("run_id", "data"):
+    rows = RunEvent.objects.filter(type=STATUS).order_by("run_id", "seq")
+    for run_id, source, data in rows.values_list("run_id", "source", "data"):
+        assert source == PLATFORM_SOURCE, (run_id, source, data)
         histories.setdefault(run_id, []).append(data)
     for run_id, moves in histories.items():
         path = [m.get("status") for m in moves]

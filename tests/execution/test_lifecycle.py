@@ -22,9 +22,9 @@ pytestmark = pytest.mark.slow
 
 
 def status_history(api, run_id: int) -> list[str]:
-    """The platform's own status events (the job reports its status too; those carry no `previous`)."""
+    """The run's `status` events: the platform's moves (the job's own reports are `job_status` events)."""
     events = api.get(f"/api/runs/{run_id}/events/?after=0")
-    return [e["data"]["status"] for e in events if e["type"] == "status" and "previous" in e["data"]]
+    return [e["data"]["status"] for e in events if e["type"] == "status"]
 
 
 class RunStream(threading.Thread):
@@ -54,9 +54,7 @@ class RunStream(threading.Thread):
                     message = json.loads(ws.recv(timeout=max(deadline - time.monotonic(), 0.1)))
                     self.events += message["events"]
                     if any(
-                        e["type"] == "status"
-                        and "previous" in e["data"]
-                        and e["data"]["status"] in {"succeeded", "failed", "cancelled"}
+                        e["type"] == "status" and e["data"]["status"] in {"succeeded", "failed", "cancelled"}
                         for e in message["events"]
                     ):
                         return
@@ -107,7 +105,7 @@ def test_run_succeeds_frees_its_slot_and_is_evaluated(platform, api, ray_cluster
     stored = api.get(f"/api/runs/{first['id']}/events/?after=0")
     assert [e["seq"] for e in stream.events] == [e["seq"] for e in stored] == list(range(1, len(stored) + 1))
     streamed_types = {e["type"] for e in stream.events}
-    assert {"status", "gate", "version", "sampler", "train"} <= streamed_types, streamed_types
+    assert {"status", "job_status", "gate", "version", "sampler", "train"} <= streamed_types, streamed_types
     assert [e["data"]["version"] for e in stream.events if e["type"] == "version"][-1] == steps
 
     # The slot went to the waiting run in the same transaction that finished the first one.
@@ -145,7 +143,7 @@ def test_run_succeeds_frees_its_slot_and_is_evaluated(platform, api, ray_cluster
     stop_checkpoint = [e["data"] for e in events if e["type"] == "checkpoint" and e["data"]["reason"] == "stop"]
     assert stop_checkpoint, (
         "the trainer wrote no checkpoint when stopped",
-        [(e["type"], e["data"]) for e in events if e["type"] in ("status", "log", "checkpoint")],
+        [(e["type"], e["data"]) for e in events if e["type"] in ("status", "job_status", "log", "checkpoint")],
     )
 
     # Resume: a new attempt (a new Ray job, with --resume) continues from that checkpoint.

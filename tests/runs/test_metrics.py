@@ -160,6 +160,9 @@ def test_promtool_passes_and_series_follow_runs(metrics_env, user, handoffs, dja
     assert pending == 0
     assert value(after, "rlcp_slot_grants_total", run_class="interactive") == 3
     assert value(after, "rlcp_admission_wait_seconds_count", run_class="interactive") == 3
+    # The job's report of its state is counted under its stored type; `status` is the platform's moves only.
+    assert value(after, "rlcp_events_ingested_total", type="job_status") == 1
+    assert value(after, "rlcp_events_ingested_total", type="status") is None
 
 
 def agents(seq: int, step: int, engine: str = "engine-0") -> dict:

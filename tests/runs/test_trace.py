@@ -18,6 +18,7 @@ pytestmark = pytest.mark.django_db
 # Trace Event Format: the keys each phase must carry (https://docs.google.com/document/d/1CvAClvFfyA5R-PhYUmn5OOQtYMH4h6I0nSsKchNAySU).
 REQUIRED = {"X": {"name", "ph", "ts", "dur", "pid", "tid"}, "i": {"name", "ph", "ts", "pid", "tid", "s"}}
 REQUIRED["M"] = {"name", "ph", "pid", "args"}
+TRANSITION_PATH = ("queued", "starting", "running", "succeeded")  # a run that trains and succeeds
 
 
 @pytest.fixture(scope="module")
@@ -109,6 +110,10 @@ def test_trace_of_a_finished_run(recorded, user, other_user, handoffs, django_ca
         assert before and before[-1].ts.timestamp() <= start + 1e-3
     instants = [e for e in events if e["ph"] == "i" and e["tid"] == gate_tid]
     assert len(instants) == sum(1 for r in rows if r.type == "gate")
+    # The driver track draws each platform move once (`status X`) and the job's own reports apart (`job X`).
+    driver = [e["name"] for e in events if e["ph"] == "i" and tracks[e["tid"]] == "driver"]
+    assert [n for n in driver if n.startswith("status ")] == [f"status {s}" for s in TRANSITION_PATH]
+    assert [n for n in driver if n.startswith("job ")] == ["job running", "job succeeded"]
 
     stranger = APIClient()
     stranger.force_authenticate(other_user)
@@ -152,7 +157,8 @@ def test_a_job_cannot_make_unbounded_tracks():
 
 def test_the_startup_track_says_where_the_time_before_training_went(user):
     """Queued, launch (grant to the job's first `resources` event), placement (`waiting` to `placed`), process
-    start (`placed` to `ready`); a requeue starts the phases over, and a job's own status events end nothing."""
+    start (`placed` to `ready`); a requeue starts the phases over, and a job's own reports of its state
+    (`job_status`) end nothing."""
     from runs.trace import trace_from_events
 
     with_status = lambda seq, ts, status, previous: (seq, ts, "status", {"status": status, "previous": previous})  # noqa: E731
@@ -165,7 +171,7 @@ def test_the_startup_track_says_where_the_time_before_training_went(user):
         with_status(6, 117.0, "starting", "queued"),
         (7, 121.0, "resources", {"state": "waiting"}),
         (8, 121.1, "resources", {"state": "placed"}),
-        (9, 121.2, "status", {"status": "running", "version": 0}),  # the job's: no `previous`
+        (9, 121.2, "job_status", {"status": "running", "version": 0}),  # the job's report, not a move
         (10, 128.6, "resources", {"state": "ready"}),
         with_status(11, 128.7, "running", "starting"),
     ]

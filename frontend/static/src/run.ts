@@ -16,7 +16,7 @@ import { Timeline } from "./run_timeline";
 
 let run = embedded<Run>("run-data")!;
 let lastSeq = 0;
-let statusSeq = 0; // seq of the newest status event applied
+let statusSeq = 0; // seq of the newest status event (a platform move) applied
 const cfg = (run.config ?? {}) as Record<string, any>;
 const perStep = typeof cfg.prompts_per_step === "number" && typeof cfg.group_size === "number" ? cfg.prompts_per_step * cfg.group_size : null;
 const charts = new RunCharts(document.getElementById("charts")!, perStep, (step) => location.assign(`/runs/${run.id}/samples/?step=${step}`));
@@ -58,7 +58,7 @@ function ingest(ev: RunEvent): void {
   const d = ev.data ?? {};
   const summary = (run.summary ??= {});
   switch (ev.type) {
-    case "status":
+    case "status": // the platform's moves; the job's own reports (`job_status`) are only logged
       statusSeq = ev.seq;
       if (typeof d.status === "string") run = { ...run, status: d.status, error: d.error ?? run.error };
       if (FINISHED.has(run.status)) timeline.end = toSeconds(ev.ts);

@@ -1,8 +1,11 @@
-/** The run's event log: every event kept in memory (bounded), filtered by type and text, newest first. */
+/** The run's event log: every event kept in memory (bounded), filtered by type and text, newest first.
+ * `status` rows are the platform's moves of the run, one per move; `job_status` rows are the job's own reports
+ * of its state (its error, its final metrics, that it saw a cancel), shown as their own type so a move never
+ * reads twice, and hidden with their chip. */
 import { esc, timeOfDay } from "./lib/format";
 import type { RunEvent } from "./lib/model";
 
-const TYPES = ["status", "gate", "version", "sampler", "rollout", "train", "worker", "checkpoint", "log", "resources", "control", "agents"]; // sample events go to the inspector (their own table), never to the log
+const TYPES = ["status", "job_status", "gate", "version", "sampler", "rollout", "train", "worker", "checkpoint", "log", "resources", "control", "agents"]; // sample events go to the inspector (their own table), never to the log
 const KEEP = 20_000; // events held for filtering; older ones are still in the database / REST API
 const SHOW = 300; // rows rendered at once
 const EMPTY = `<tr><td colspan="4" class="muted">No events match.</td></tr>`;
