@@ -1,10 +1,11 @@
 /** Run page: live charts, gate/version timeline, engines and workers, checkpoints, event log, config, and
- * cancel/resume. Live over /ws/runs/<id>/: first connect asks ?after=0 (whole history), every reconnect
- * asks ?after=<last seq seen> and gets exactly the missed events (docs/realtime.md). */
-import { api, ApiError, embedded, errorMessages } from "./lib/api";
+ * cancel/resume (run_actions.ts). Live over /ws/runs/<id>/: first connect asks ?after=0 (whole history), every
+ * reconnect asks ?after=<last seq seen> and gets exactly the missed events (docs/realtime.md). */
+import { api, embedded } from "./lib/api";
 import { CLASS_LABEL, esc, num, timeOfDay, toSeconds } from "./lib/format";
 import { LiveSocket, wsUrl } from "./lib/live";
 import { ACTIVE, FINISHED, ownerName, Run, RunEvent, runView } from "./lib/model";
+import { runActions } from "./run_actions";
 import { AgentsPanel } from "./run_agents";
 import { RunCharts } from "./run_charts";
 import { RunHeatmap } from "./run_heatmap";
@@ -258,8 +259,7 @@ const socket = new LiveSocket({
 // Active runs: let the lanes grow with the clock even between events.
 window.setInterval(() => { if (!FINISHED.has(run.status)) { timeline.flush(true); } }, 1000);
 
-// --- cancel / resume with confirmation, gate reset (staff) ---------------------------------------
-const dialog = document.getElementById("confirm") as HTMLDialogElement;
+// --- cancel / resume with confirmation (run_actions.ts), gate reset (staff) ------------------------
 const message = document.getElementById("action-message")!;
 const gateReset = new GateReset(() => run, (ok, text) => {
   message.className = ok ? "alert alert-ok" : "alert alert-error";
@@ -267,58 +267,13 @@ const gateReset = new GateReset(() => run, (ok, text) => {
   message.hidden = false;
 });
 const chat = new ChatPanel(() => run);
-
-type Action = "cancel" | "resume" | "restart";
-
-async function act(action: Action): Promise<void> {
-  message.hidden = true;
-  try {
-    const before = statusSeq;
-    // Start over is a resume that says so; a plain resume of a run without a checkpoint is a 409 no_checkpoint.
-    const updated = action === "restart"
-      ? await api<Run>("POST", `/api/runs/${run.id}/resume/`, { from_scratch: true })
-      : await api<Run>("POST", `/api/runs/${run.id}/${action}/`);
-    // The stream may already have carried a newer status (e.g. cancelled right after stopping) before this
-    // response arrived; the response only counts when nothing newer came.
-    if (statusSeq === before) run = { ...run, status: updated.status, error: updated.error };
-    message.className = "alert alert-ok";
-    message.textContent = action === "cancel" ? "Cancel requested: the run is stopping."
-      : action === "resume" ? "Resume requested: the run is back in the queue."
-      : "Start over requested: the run is back in the queue and starts from step 0.";
-  } catch (e) {
-    message.className = "alert alert-error";
-    message.textContent = e instanceof ApiError ? errorMessages(e.body).join("; ") || `Request failed (${e.status})` : "Network error";
-  }
-  message.hidden = false;
-  panelsDirty = headerDirty = true;
-  schedule();
-}
-
-const CONFIRM: Record<Action, { title: string; text: () => string; ok: string; okClass: string }> = {
-  cancel: { title: "Cancel run", ok: "Cancel run", okClass: "btn btn-danger solid",
-    text: () => "The job is asked to stop; it saves a checkpoint if it can, and its slot goes to the next run in line." },
-  resume: { title: "Resume run", ok: "Resume run", okClass: "btn btn-primary",
-    text: () => `The run goes back into the queue and continues from its checkpoint at step ${checkpointStep} when it gets a slot.` },
-  restart: { title: "Start over run", ok: "Start over", okClass: "btn btn-danger solid",
-    text: () => "The run goes back into the queue and trains again from step 0 when it gets a slot"
-      + (checkpointStep === null ? " (it has no checkpoint)." : `, not from its checkpoint at step ${checkpointStep}.`) },
-};
-
-function confirmThen(action: Action): void {
-  const c = CONFIRM[action];
-  document.getElementById("confirm-title")!.textContent = `${c.title} “${run.name}”?`;
-  document.getElementById("confirm-text")!.textContent = c.text();
-  const ok = document.getElementById("confirm-ok") as HTMLButtonElement;
-  ok.textContent = c.ok;
-  ok.className = c.okClass;
-  dialog.returnValue = "";
-  dialog.showModal();
-  dialog.addEventListener("close", () => { if (dialog.returnValue === "ok") void act(action); }, { once: true });
-}
-
-document.getElementById("btn-cancel")!.addEventListener("click", () => confirmThen("cancel"));
-resumeButton.addEventListener("click", () => confirmThen("resume"));
-restartButton.addEventListener("click", () => confirmThen("restart"));
+runActions({
+  run: () => run,
+  checkpointStep: () => checkpointStep,
+  statusSeq: () => statusSeq,
+  replied: (updated) => { run = { ...run, status: updated.status, error: updated.error }; },
+  changed: () => { panelsDirty = headerDirty = true; schedule(); },
+});
 document.getElementById("run-class")!.textContent = CLASS_LABEL[run.run_class] ?? run.run_class;
 document.getElementById("run-owner")!.textContent = ownerName(run);
 renderHeader();
