@@ -9,8 +9,8 @@ class's pending reason and the grant rate; the board moves the positions of the 
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable
-from typing import Any
+from collections.abc import Iterable, Mapping
+from typing import Any, cast
 
 from django.db.models import F, Window
 from django.db.models.functions import RowNumber
@@ -26,34 +26,40 @@ from runs.slots import store
 from runs.slots.grant import HIGHER_PRIORITY_WAITING, blocking_reason
 from runs.slots.policy import CLASSES
 from runs.slots.resources import free_after, total
+from runs.summary_types import BoardGate, BoardSampler, BoardSummary, BoardTrain, BoardVersion
 from trainer.event_fields import NAME_MAX
-from trainer.event_schema import declared_keys
 
 REWARD_HISTORY = 40  # train-event rewards an active row's sparkline starts with
 
 
-def board_summary(summary: dict[str, Any]) -> dict[str, Any]:
+def board_summary(summary: Mapping[str, object]) -> BoardSummary:
     """The parts of a run summary a board row draws (gate state, weight version, sampler, reward, step): declared
-    fields only (trainer/event_schema.py), each a number or a short name, whatever a job posted."""
+    fields only (runs.summary_types.BoardSummary), each of its declared type or null, whatever a job posted."""
     gate, version, train = (_part(summary, k) for k in ("gate", "version", "train"))
     sampler = _part(summary, "sampler")
-    return {
-        "gate": {"state": _scalar(gate.get("state"))},
-        "version": {"version": _scalar(version.get("version"))},
-        "sampler": {k: _scalar(sampler[k]) for k in declared_keys("sampler") if k in sampler},
-        "train": {"reward_mean": _scalar(train.get("reward_mean")), "step": _scalar(train.get("step"))},
-    }
+    return BoardSummary(
+        gate=BoardGate(state=_name(gate.get("state"))),
+        version=BoardVersion(version=_int(version.get("version"))),
+        sampler=cast(BoardSampler, {k: _int(sampler[k]) for k in BoardSampler.__annotations__ if k in sampler}),
+        train=BoardTrain(reward_mean=_float(train.get("reward_mean")), step=_int(train.get("step"))),
+    )
 
 
-def _part(summary: dict[str, Any], key: str) -> dict[str, Any]:
+def _part(summary: Mapping[str, object], key: str) -> dict[str, Any]:
     value = summary.get(key)
     return value if isinstance(value, dict) else {}
 
 
-def _scalar(value: Any) -> Any:
-    """A number, true/false or a name of at most NAME_MAX characters; anything else is shown as unknown (null)."""
-    if value is None or isinstance(value, (bool, int, float)):
-        return value
+def _int(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _float(value: Any) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def _name(value: Any) -> str | None:
+    """A name of at most NAME_MAX characters; anything else is shown as unknown (null)."""
     return value if isinstance(value, str) and len(value) <= NAME_MAX else None
 
 

@@ -36,10 +36,9 @@ from runs.samples import samples_record
 from runs.serving import serving_url_latest
 from runs.slots import store as slot_store
 from runs.stores import run_events_publish
+from runs.summary_types import RunSummary, is_summary_type
 from trainer.events import ControlCommand, IngestReply
 
-# Event types whose latest `data` the run summary keeps, under the same key.
-SUMMARY_TYPES: frozenset[str] = frozenset({"gate", "version", "sampler", "train", "checkpoint", "agents"})
 # Run.pending_reason of a `starting` run whose job waits for its placement group (its `resources` event
 # `waiting`), and of one whose group is ready while its processes start (`placed`).
 WAITING_FOR_RESOURCES = "waiting_for_resources"
@@ -95,13 +94,15 @@ def run_for_ingest(*, run_id: int, token: str | None) -> Run:
     return run
 
 
-def summary_fold(summary: dict[str, Any], events: list[RunEvent]) -> dict[str, Any]:
+def summary_fold(summary: RunSummary, events: list[RunEvent]) -> RunSummary:
     """The summary after `events` (in seq order): the latest data of each summarized type wins; train events
-    also feed `progress`, the recent steps and evaluation time the finish ETA is built from (runs/progress.py)."""
-    folded = dict(summary)
+    also feed `progress`, the recent steps and evaluation time the finish ETA is built from (runs/progress.py).
+    Its shape: runs.summary_types.RunSummary."""
+    folded = summary.copy()
     for event in events:
-        if event.type in SUMMARY_TYPES:
-            folded[event.type] = event.data
+        etype = event.type
+        if is_summary_type(etype):
+            folded[etype] = event.data
         if event.type == "train":
             folded["progress"] = progress_fold(folded.get("progress"), train=event.data, ts=event.ts.timestamp())
         if event.type in ("train", "version"):
@@ -138,7 +139,7 @@ def run_events_ingest(*, run: Run, payload: Any) -> IngestResult:
             fields["serving_url"] = serving_url  # where the proxy forwards to (runs/serving.py)
         folded = _fold_order(items, stored, dropped)
         if folded:
-            fields["summary"] = summary_fold(locked.summary or {}, folded)
+            fields["summary"] = summary_fold(locked.summary or RunSummary(), folded)
         Run.objects.filter(pk=run.pk).update(**fields)
         status, last_seq = locked.status, locked.last_seq
         if folded:

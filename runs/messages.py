@@ -1,16 +1,18 @@
 """The real-time message types, declared once: channel-layer messages (publishers in runs.realtime ->
 consumers in frontend/) and websocket messages (consumers -> the dashboard's TypeScript). Django-free.
 
-Events themselves are `trainer.events.StoredEvent` (the emitter's module). The TypeScript twin of this
-module is generated: `python -m runs.messages_ts > frontend/static/src/lib/messages.ts` (a test compares).
+Events themselves are `trainer.events.StoredEvent` (the emitter's module), their `data` the trainer's pydantic
+models (trainer/event_schema.py); the run summary is runs.summary_types.RunSummary. The TypeScript twin of all
+of them is generated: `python -m runs.messages_ts > frontend/static/src/lib/messages.ts` (a test compares).
 Wire formats and rules: docs/realtime.md.
 """
 
 from __future__ import annotations
 
-from typing import Any, Literal, TypedDict
+from typing import Any, Literal, Required, TypedDict
 
-from trainer.events import HistogramSummary, StoredEvent
+from runs.summary_types import BoardSummary, RunSummary
+from trainer.events import StoredEvent
 
 # --- shared shapes -------------------------------------------------------------------------------------
 
@@ -75,7 +77,7 @@ class RunJson(TypedDict):
     kind: str
     status: str
     owner: str
-    config: dict[str, Any]
+    config: dict[str, Any]  # free-form: each run kind's own keys (its schema checked them at submit)
     created_at: str
     granted_at: str | None
     started_at: str | None
@@ -88,7 +90,7 @@ class RunJson(TypedDict):
     progress: float | None  # steps done / steps total (0..1); null before the first train event
     eta_finish_seconds: float | None  # a running run's predicted seconds to its finish; null when not known
     error: str
-    summary: dict[str, Any]
+    summary: RunSummary
     auto_resume: bool
     time_limit_seconds: int | None
     resources: dict[str, Any] | None  # the demand: {bundles: [{role, CPU, GPU, memory}], total, strategy}
@@ -130,29 +132,29 @@ class CompareJson(TypedDict):
 class BoardRun(TypedDict, total=False):
     """A run as the board draws it: the run JSON without config, the summary cut to what a row shows,
     `requested_at` (seconds) of a queued run's slot (its place in grant order), the active runs' reward
-    history."""
+    history. A queued row (runs.dashboard.queue_rows) carries only the required keys."""
 
-    id: int
-    name: str
-    origin: str
-    run_class: str
-    kind: str
-    status: str
-    owner: str
-    created_at: str
+    id: Required[int]
+    name: Required[str]
+    origin: Required[str]
+    run_class: Required[str]
+    kind: Required[str]
+    status: Required[str]
+    owner: Required[str]
+    created_at: Required[str]
     granted_at: str | None
     started_at: str | None
     finished_at: str | None
     queued_seconds: float
-    position: Position | None
-    pending_reason: str | None
-    pending_detail: dict[str, Any] | None
-    eta_seconds: float | None
+    position: Required[Position | None]
+    pending_reason: Required[str | None]
+    pending_detail: Required[dict[str, Any] | None]
+    eta_seconds: Required[float | None]
     progress: float | None
     eta_finish_seconds: float | None
     error: str
-    summary: dict[str, Any]
-    requested_at: float | None
+    summary: BoardSummary
+    requested_at: Required[float | None]
     reward_history: list[float]
 
 
@@ -177,6 +179,16 @@ class QueueChange(TypedDict):
     rate: float | None
     finishes: list[float]
     run_seconds: float | None
+
+
+class StatusMoveData(TypedDict):
+    """`data` of a stored `status` event: one move of the platform's state machine (written by runs.lifecycle's
+    stores and runs.enqueue). A job's own reports of its state are stored as `job_status` events, with the
+    trainer's StatusData (runs.events.stored_type)."""
+
+    status: str
+    previous: str | None  # null for the first move (submitted: queued)
+    error: str
 
 
 # --- channel-layer messages (runs.realtime -> frontend consumers) ---------------------------------------
@@ -252,30 +264,3 @@ class DashboardSlotsMsg(TypedDict):
     type: Literal["slots"]
     slots: SlotsJson
     queue: QueueChange
-
-
-# Exported to TypeScript in this order (runs.messages_ts).
-TS_EXPORTS: tuple[type, ...] = (
-    StoredEvent,
-    ClassSlots,
-    ClassPolicy,
-    SlotPolicy,
-    SlotTotal,
-    ClusterJson,
-    SlotsJson,
-    Position,
-    RunJson,
-    BoardRun,
-    QueueKey,
-    QueueChange,
-    RunSnapshotMsg,
-    EventsMsg,
-    TruncatedMsg,
-    DashboardSnapshotMsg,
-    DashboardRunMsg,
-    DashboardSlotsMsg,
-    CompareRun,
-    ConfigDiffRow,
-    CompareJson,
-    HistogramSummary,
-)

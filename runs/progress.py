@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from runs.pace import factor_at, marks_fold
+from runs.summary_types import ProgressSummary
 
 # Train events whose (ts, step) the summary keeps for the recent step rate.
 WINDOW = 20
@@ -29,7 +30,7 @@ class Progress:
     eta_finish_seconds: float | None  # seconds until the run is predicted to finish; None when not known
 
 
-def progress_fold(progress: Any, *, train: dict[str, Any], ts: float) -> dict[str, Any]:
+def progress_fold(progress: Any, *, train: dict[str, Any], ts: float) -> ProgressSummary:
     """The summary's `progress` after a train event (`train`: its data) at `ts`: `points`, the newest WINDOW
     [ts, step, eval seconds] triples, `eval_s`, the latest evaluation's seconds, `clock`, the training seconds
     since the first train event (evaluations out), and `marks`, the run's pace profile (runs/pace.py). A step at
@@ -40,8 +41,8 @@ def progress_fold(progress: Any, *, train: dict[str, Any], ts: float) -> dict[st
     eval_s = _span_seconds(train.get("eval_span"))
     last_eval = eval_s if eval_s else _num(progress.get("eval_s"))
     clock = _num(progress.get("clock")) or 0.0
-    if step is None:
-        return {**progress, "points": kept, "eval_s": last_eval}
+    if step is None:  # not a step (the train schema requires one): the rest as it was
+        return ProgressSummary(**{**progress, "points": kept, "eval_s": last_eval})
     restarted = bool(kept) and step <= kept[-1][1]
     if restarted:
         kept, clock = [], 0.0
@@ -50,7 +51,7 @@ def progress_fold(progress: Any, *, train: dict[str, Any], ts: float) -> dict[st
     total = _num(train.get("steps_total"))
     marks = marks_fold(progress.get("marks"), step=step, total=total, clock=clock, restarted=restarted)
     kept.append([float(ts), step, eval_s])
-    return {"points": kept[-WINDOW:], "eval_s": last_eval, "clock": round(clock, 4), "marks": marks}
+    return ProgressSummary(points=kept[-WINDOW:], eval_s=last_eval, clock=round(clock, 4), marks=marks)
 
 
 def step_seconds(points: list[list[float]]) -> float | None:

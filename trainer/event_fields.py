@@ -49,7 +49,10 @@ def _metric(value: Any) -> Any:
     raise ValueError(f"expected a finite number, true/false, null or a string of at most {NAME_MAX} characters")
 
 
-Metrics = Annotated[dict[Name, Annotated[Any, PlainValidator(_metric)]], Field(max_length=MAP_MAX)]
+# The inner type is what the validator lets through (it replaces pydantic's own check): the TypeScript twin of
+# the models (runs.messages_ts) reads it.
+MetricValue = Annotated[int | float | bool | str | None, PlainValidator(_metric)]
+Metrics = Annotated[dict[Name, MetricValue], Field(max_length=MAP_MAX)]
 
 
 class _Data(BaseModel):

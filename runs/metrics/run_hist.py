@@ -10,6 +10,7 @@ from typing import Any
 
 from runs.metrics.record import bucket_index
 from runs.metrics.spec import RUN_ADMITTED, RUN_DRAIN, RUN_DRAINED, RUN_PAUSE, RUN_STALENESS, Metric
+from runs.summary_types import RunHistogram
 
 # summary.hist key of each per-run histogram.
 HIST_KEYS: dict[str, Metric] = {
@@ -21,22 +22,21 @@ HIST_KEYS: dict[str, Metric] = {
 }
 
 
-def hist_fold(hist: Any, event_type: str, data: dict[str, Any]) -> dict[str, Any]:
+def hist_fold(hist: Any, event_type: str, data: dict[str, Any]) -> dict[str, RunHistogram]:
     """`summary.hist` after one event: {key: {"buckets": [count per bucket, +Inf last], "sum", "count"}}."""
-    out = {k: v for k, v in (hist if isinstance(hist, dict) else {}).items() if k in HIST_KEYS}
+    out: dict[str, RunHistogram] = {k: v for k, v in (hist if isinstance(hist, dict) else {}).items() if k in HIST_KEYS}
     for key, value in _observations(event_type, data):
         metric = HIST_KEYS[key]
-        cur: dict[str, Any] = out[key] if isinstance(out.get(key), dict) else {}
+        stored: Any = out.get(key)  # a summary's histogram as stored (JSON)
+        cur: dict[str, Any] = stored if isinstance(stored, dict) else {}
         size = len(metric.buckets) + 1
         buckets = list(cur["buckets"]) if isinstance(cur.get("buckets"), list) and len(cur["buckets"]) == size else None
         if buckets is None:
             cur, buckets = {"sum": 0.0, "count": 0}, [0] * size
         buckets[bucket_index(metric.buckets, value)] += 1
-        out[key] = {
-            "buckets": buckets,
-            "sum": float(cur.get("sum", 0.0)) + value,
-            "count": int(cur.get("count", 0)) + 1,
-        }
+        out[key] = RunHistogram(
+            buckets=buckets, sum=float(cur.get("sum", 0.0)) + value, count=int(cur.get("count", 0)) + 1
+        )
     return out
 
 

@@ -212,8 +212,6 @@ class Emitter:
                     "kl": 0.01,
                     "entropy": 1.2 - 0.01 * x,
                     "staleness_max": x % 2,
-                    "staleness_mean": (x % 2) / 2,
-                    "samples": groups * 8,
                     "histograms": self.histograms(groups * 8),
                 },
             )

@@ -16,6 +16,7 @@ from rest_framework.test import APIClient
 from runs import services
 from runs.execution.outcome import eval_summary_record
 from runs.lifecycle import TRANSITIONS
+from runs.messages import StatusMoveData
 from runs.models import Run, RunEvent, RunStatus
 from tests.runs.helpers import TEST_JOB_KIND
 
@@ -55,6 +56,7 @@ def test_the_run_log_holds_each_move_once_and_the_jobs_reports_apart(user, hando
     log = owner.get(f"/api/runs/{run.pk}/events/").json()  # what the run page's event log lists
     assert [e["seq"] for e in log] == list(range(1, len(log) + 1))
     moves = [(e["data"]["previous"], e["data"]["status"]) for e in log if e["type"] == "status"]
+    assert all(e["data"].keys() == StatusMoveData.__annotations__.keys() for e in log if e["type"] == "status")
     assert moves == [(None, "queued"), ("queued", "starting"), ("starting", "running"), ("running", "succeeded")]
     assert all(after in TRANSITIONS[before] for before, after in moves[1:])
     assert [e["data"] for e in log if e["type"] == "job_status"] == [

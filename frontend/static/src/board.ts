@@ -3,33 +3,27 @@
 import { embedded } from "./lib/api";
 import { CLASSES, CLASS_LABEL, detailText, duration, esc, eta, num, reasonText, resText, runHref } from "./lib/format";
 import { LiveSocket, wsUrl } from "./lib/live";
-import { ACTIVE, FINISHED, ownerName, positions, Run, runView, Slots } from "./lib/model";
+import { ACTIVE, FINISHED, positions, runView } from "./lib/model";
 import { sparkline } from "./lib/sparkline";
 import { applyDashboardMessage, BoardState, DashboardMsg } from "./board_state";
-import type { DashboardSnapshotMsg } from "./lib/messages";
+import type { BoardRun, DashboardSnapshotMsg, SlotsJson } from "./lib/messages";
 
 performance.mark("board-start");
 const MAX_CELLS = 64; // beyond this many slots the capacity bar draws proportional spans instead of cells
 
 const initial = embedded<DashboardSnapshotMsg>("board-data");
 const state: BoardState = { slots: null, queued: [], running: [], cluster: null };
-if (initial) applyDashboardMessage(state, { ...initial, type: "snapshot" }, FINISHED);
+if (initial) applyDashboardMessage(state, initial, FINISHED);
 const rewardHistory = new Map<number, number[]>();
 const highlight = Number(new URLSearchParams(location.search).get("submitted")) || null;
 let lastQueueKey = "";
 let frame = 0;
 
-function reserveOf(slots: Slots): number {
-  const p = slots.policy?.interactive_reserve;
-  if (typeof p === "number") return p;
-  return Math.max(0, slots.total.max_total - slots.borrowable);
-}
-
-function renderCapacity(slots: Slots | null): void {
+function renderCapacity(slots: SlotsJson | null): void {
   const el = document.getElementById("capacity")!;
   if (!slots) { el.innerHTML = `<p class="empty">Slot information is not available yet.</p>`; return; }
   const total = slots.total.max_total;
-  const reserve = reserveOf(slots);
+  const reserve = slots.policy.interactive_reserve;
   const borrowable = slots.borrowable;
   // Non-interactive runs fill from the left (they may only use the borrowable share); interactive runs fill
   // after them and are the only ones that can reach into the reserve.
@@ -93,7 +87,7 @@ function renderCluster(state: BoardState): void {
   el.hidden = !state.cluster || state.cluster.reachable;
 }
 
-function renderClasses(slots: Slots | null): void {
+function renderClasses(slots: SlotsJson | null): void {
   const el = document.getElementById("classes")!;
   if (!slots) { el.innerHTML = ""; return; }
   el.innerHTML = CLASSES.map((c) => {
@@ -110,37 +104,37 @@ function renderClasses(slots: Slots | null): void {
   }).join("");
 }
 
-function progress(run: Run): string {
-  const v = runView(run);
+function progress(run: BoardRun): string {
+  const v = runView(run.summary);
   if (v.datasetSize === null || v.consumed === null) return `<span class="muted">—</span>`;
   const pct = v.datasetSize ? Math.min(100, (v.consumed / v.datasetSize) * 100) : 0;
-  return `<div class="progress" role="progressbar" aria-label="Sampler progress of ${esc(run.name)}" aria-valuemin="0" aria-valuemax="${v.datasetSize}" aria-valuenow="${v.consumed}">
+  return `<div class="progress" role="progressbar" aria-label="Sampler progress of ${esc(run.name)}" aria-valuemin="0" aria-valuemax="${esc(v.datasetSize)}" aria-valuenow="${esc(v.consumed)}">
     <div class="bar"><span style="width:${pct.toFixed(1)}%"></span></div>
-    <div class="lbl num">epoch ${v.epoch ?? 0} · ${v.consumed} / ${v.datasetSize} groups</div></div>`;
+    <div class="lbl num">epoch ${esc(v.epoch ?? 0)} · ${esc(v.consumed)} / ${esc(v.datasetSize)} groups</div></div>`;
 }
 
 /** A running run's steps done (percent) and predicted time to its finish (run JSON `progress`,
  * `eta_finish_seconds`). */
-function finishText(run: Run): string {
+function finishText(run: BoardRun): string {
   if (run.progress === null || run.progress === undefined) return `<span class="muted">—</span>`;
   const pct = `${Math.round(run.progress * 100)}%`;
   const left = run.eta_finish_seconds === null || run.eta_finish_seconds === undefined ? "" : `<div class="muted" style="font-size:.8rem" data-testid="eta-finish">done in ${esc(eta(run.eta_finish_seconds))}</div>`;
   return `${esc(pct)}${left}`;
 }
 
-function renderRunning(runs: Run[]): void {
+function renderRunning(runs: BoardRun[]): void {
   const el = document.getElementById("running")!;
   document.getElementById("running-count")!.textContent = String(runs.length);
   if (!runs.length) { el.innerHTML = `<p class="empty">No run is running.</p>`; return; }
   const rows = runs.map((r) => {
-    const v = runView(r);
+    const v = runView(r.summary);
     const hist = rewardHistory.get(r.id) ?? [];
     return `<tr data-run="${esc(r.id)}" data-status="${esc(r.status)}"${r.id === highlight ? ' class="flash"' : ""}>
-      <td><a class="run-link" href="${runHref(r.id)}">${esc(r.name)}</a><div class="muted num" style="font-size:.8rem">#${esc(r.id)} · ${esc(ownerName(r))}</div></td>
+      <td><a class="run-link" href="${runHref(r.id)}">${esc(r.name)}</a><div class="muted num" style="font-size:.8rem">#${esc(r.id)} · ${esc(r.owner)}</div></td>
       <td><span class="cls cls-${esc(r.run_class)}">${esc(CLASS_LABEL[r.run_class] ?? r.run_class)}</span></td>
       <td><span class="badge st-${esc(r.status)}" data-testid="status">${esc(r.status)}</span>${r.pending_reason ? `<div class="muted" style="font-size:.8rem" data-testid="status-reason">${esc(reasonText(r.pending_reason))}</div>` : ""}</td>
       <td>${v.gateState ? `<span class="badge gate-${esc(v.gateState)}" title="gate state">${esc(v.gateState)}</span>` : `<span class="muted">—</span>`}</td>
-      <td class="num" data-testid="version">${v.version === null ? "—" : `v${v.version}`}</td>
+      <td class="num" data-testid="version">${v.version === null ? "—" : `v${esc(v.version)}`}</td>
       <td>${progress(r)}</td>
       <td class="num" data-testid="run-progress">${finishText(r)}</td>
       <td class="hide-sm">${sparkline(hist, `Reward of ${r.name}`)}</td>
@@ -154,14 +148,14 @@ function renderRunning(runs: Run[]): void {
 // building it, and nobody reads row 900 before row 100. The counts and positions are always complete.
 const WAITING_PAGE = 100;
 let waitingShown = WAITING_PAGE;
-let waitingRuns: Run[] = [];
+let waitingRuns: BoardRun[] = [];
 
-function waitingRow(r: Run, now: number): string {
+function waitingRow(r: BoardRun, now: number): string {
   const p = positions(r);
   const waited = r.created_at ? now - Date.parse(r.created_at) / 1000 : r.queued_seconds ?? null;
   return `<tr data-run="${esc(r.id)}" data-status="${esc(r.status)}"${r.id === highlight ? ' class="flash"' : ""}>
     <td class="num" data-testid="position">${esc(p.overall ?? "—")}</td>
-    <td><a class="run-link" href="${runHref(r.id)}">${esc(r.name)}</a><div class="muted num" style="font-size:.8rem">#${esc(r.id)} · ${esc(ownerName(r))}</div></td>
+    <td><a class="run-link" href="${runHref(r.id)}">${esc(r.name)}</a><div class="muted num" style="font-size:.8rem">#${esc(r.id)} · ${esc(r.owner)}</div></td>
     <td><span class="cls cls-${esc(r.run_class)}">${esc(CLASS_LABEL[r.run_class] ?? r.run_class)}</span>${p.inClass ? `<div class="muted num" style="font-size:.8rem">#${esc(p.inClass)} in class</div>` : ""}</td>
     <td class="reason" data-testid="reason">${esc(reasonText(r.pending_reason))}${r.pending_detail ? `<div class="muted" style="font-size:.8rem" data-testid="reason-detail">${esc(detailText(r.pending_detail))}</div>` : ""}</td>
     <td class="num">${duration(waited)}</td>
@@ -169,7 +163,7 @@ function waitingRow(r: Run, now: number): string {
   </tr>`;
 }
 
-function renderWaiting(runs: Run[], force = false): void {
+function renderWaiting(runs: BoardRun[], force = false): void {
   const key = runs.map((r) => `${r.id}:${r.status}:${JSON.stringify(r.position)}:${r.pending_reason}:${JSON.stringify(r.pending_detail)}:${r.eta_seconds}`).join("|");
   if (key === lastQueueKey && !force) return;
   lastQueueKey = key;
@@ -200,7 +194,7 @@ const moreObserver = new IntersectionObserver((entries) => {
   renderWaiting(waitingRuns, true);
 }, { rootMargin: "400px" });
 
-function byPosition(a: Run, b: Run): number {
+function byPosition(a: BoardRun, b: BoardRun): number {
   const pa = positions(a).overall ?? 1e9, pb = positions(b).overall ?? 1e9;
   return pa - pb || a.id - b.id;
 }
@@ -210,9 +204,10 @@ function render(): void {
   state.queued = state.queued.filter((r) => r.status === "queued").sort(byPosition);
   state.running = state.running.filter((r) => ACTIVE.has(r.status)).sort((a, b) => a.id - b.id);
   for (const r of state.running) {
-    const v = runView(r);
-    // Server history seeds the line once; after that each update's latest reward extends it.
-    if (!rewardHistory.has(r.id)) rewardHistory.set(r.id, v.rewardHistory.slice(-60));
+    const v = runView(r.summary);
+    // Server history seeds the line once (an active row's `reward_history`); after that each update's latest
+    // reward extends it.
+    if (!rewardHistory.has(r.id)) rewardHistory.set(r.id, (r.reward_history ?? []).slice(-60));
     if (v.reward === null) continue;
     const hist = rewardHistory.get(r.id)!;
     if (hist[hist.length - 1] !== v.reward) { hist.push(v.reward); if (hist.length > 60) hist.shift(); }
@@ -232,9 +227,9 @@ function schedule(): void {
 render();
 // Marked once the drawn board has been painted (the timeout runs after the frame the rAF belongs to).
 requestAnimationFrame(() => setTimeout(() => performance.mark("board-rendered"), 0));
-(window as any).__board = { state, rendered: true };
+Object.assign(window, { __board: { state, rendered: true } }); // for tests
 
-new LiveSocket({
+new LiveSocket<DashboardMsg>({
   url: () => wsUrl("/ws/dashboard/"),
-  onMessage: (msg) => { if (applyDashboardMessage(state, msg as DashboardMsg, FINISHED)) schedule(); },
+  onMessage: (msg) => { if (applyDashboardMessage(state, msg, FINISHED)) schedule(); },
 });

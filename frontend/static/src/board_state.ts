@@ -3,17 +3,16 @@
  * snapshot {slots, queue, active, cluster} replaces everything (a change of Ray's reachability arrives as one); run {run} moves one run between the lists (a queued
  * run's row carries its exact position); slots {slots, queue: {joined, left, reasons, rate}} replaces the counts
  * and moves the waiting rows behind each slot that joined or left the line, whatever the queue length. */
-import type { ClusterJson, DashboardRunMsg, DashboardSlotsMsg, DashboardSnapshotMsg, QueueChange, QueueKey } from "./lib/messages";
-import type { Run, Slots } from "./lib/model";
+import type { BoardRun, ClusterJson, DashboardRunMsg, DashboardSlotsMsg, DashboardSnapshotMsg, QueueChange, QueueKey, SlotsJson } from "./lib/messages";
 
-export interface BoardState { slots: Slots | null; queued: Run[]; running: Run[]; cluster?: ClusterJson | null }
+export interface BoardState { slots: SlotsJson | null; queued: BoardRun[]; running: BoardRun[]; cluster?: ClusterJson | null }
 
 /** Reasons that belong to one run (its own demand), kept when a queue change only says "higher priority". */
 const RUN_REASONS = new Set(["insufficient_resources", "gpu_limit_reached"]);
 export type DashboardMsg = DashboardSnapshotMsg | DashboardRunMsg | DashboardSlotsMsg;
 
 /** Whether the waiting slot `key` comes before `run` in grant order (priority, then request time). */
-function ahead(key: QueueKey, run: Run, priority: (cls: string) => number): boolean {
+function ahead(key: QueueKey, run: BoardRun, priority: (cls: string) => number): boolean {
   const pk = priority(key.run_class), pr = priority(run.run_class);
   if (pk !== pr) return pk > pr;
   return run.requested_at != null && key.requested_at < run.requested_at;
@@ -82,24 +81,22 @@ function classReason(byClass: string | undefined, own: string | null | undefined
 }
 
 /** Apply one message; returns whether anything changed. */
-export function applyDashboardMessage(state: BoardState, msg: DashboardMsg | null, finished: Set<string>): boolean {
-  if (!msg || typeof msg !== "object") return false;
+export function applyDashboardMessage(state: BoardState, msg: DashboardMsg, finished: Set<string>): boolean {
   switch (msg.type) {
     case "snapshot":
-      if (msg.slots) state.slots = msg.slots;
-      state.cluster = msg.cluster ?? null;
-      state.queued = Array.isArray(msg.queue) ? (msg.queue as Run[]) : [];
-      state.running = Array.isArray(msg.active) ? (msg.active as Run[]) : [];
+      state.slots = msg.slots;
+      state.cluster = msg.cluster;
+      state.queued = msg.queue;
+      state.running = msg.active;
       return true;
     case "slots":
-      if (msg.slots) state.slots = msg.slots;
-      if (msg.queue) applyQueueChange(state, msg.queue);
+      state.slots = msg.slots;
+      applyQueueChange(state, msg.queue);
       return true;
     case "run": {
-      const run = msg.run as Run | undefined;
-      if (!run || typeof run.id !== "number") return false;
+      const run = msg.run;
       const prev = state.queued.find((r) => r.id === run.id) ?? state.running.find((r) => r.id === run.id);
-      const merged: Run = prev ? { ...prev, ...run } : run;
+      const merged: BoardRun = prev ? { ...prev, ...run } : run;
       state.queued = state.queued.filter((r) => r.id !== run.id);
       state.running = state.running.filter((r) => r.id !== run.id);
       if (merged.status === "queued") state.queued.push(merged);

@@ -162,9 +162,9 @@ new ResizeObserver(() => { const w = document.getElementById("compare-plot")!.cl
   .observe(document.getElementById("compare-plot")!);
 document.addEventListener("themechange", drawPlot);
 // For tests and debugging: what is drawn.
-(window as any).__compare = {
+Object.assign(window, { __compare: {
   plot: () => plot,
   focused: () => focused,
   state,
   series: () => (plot ? plot.series.slice(1).map((s, i) => ({ label: s.label, points: (plot!.data[i + 1] as unknown[]).filter((v) => typeof v === "number").length })) : []),
-};
+} });

@@ -1,10 +1,13 @@
 /** Run page: live charts, gate/version timeline, engines and workers, checkpoints, event log, config, and
- * cancel/resume. Live over /ws/runs/<id>/: first connect asks ?after=0 (whole history), every reconnect
- * asks ?after=<last seq seen> and gets exactly the missed events (docs/realtime.md). */
-import { api, ApiError, embedded, errorMessages } from "./lib/api";
-import { CLASS_LABEL, esc, num, timeOfDay, toSeconds } from "./lib/format";
+ * cancel/resume (run_actions.ts). Live over /ws/runs/<id>/: first connect asks ?after=0 (whole history), every
+ * reconnect asks ?after=<last seq seen> and gets exactly the missed events (docs/realtime.md). Events and the run
+ * are the generated types of lib/messages.ts: each `case` of `ingest` reads its event type's data model. */
+import { api, embedded } from "./lib/api";
+import { CLASS_LABEL, esc, num, timeOfDay } from "./lib/format";
 import { LiveSocket, wsUrl } from "./lib/live";
-import { ACTIVE, FINISHED, ownerName, Run, RunEvent, runView } from "./lib/model";
+import type { CheckpointData, EventsMsg, GateEngine, RunJson, RunSnapshotMsg, StoredEvent, TruncatedMsg, WorkerData } from "./lib/messages";
+import { ACTIVE, FINISHED, runView } from "./lib/model";
+import { runActions } from "./run_actions";
 import { AgentsPanel } from "./run_agents";
 import { RunCharts } from "./run_charts";
 import { RunHeatmap } from "./run_heatmap";
@@ -14,10 +17,10 @@ import { GateReset } from "./run_gate_reset";
 import { ServingPanel } from "./run_serving";
 import { Timeline } from "./run_timeline";
 
-let run = embedded<Run>("run-data")!;
+let run = embedded<RunJson>("run-data")!;
 let lastSeq = 0;
 let statusSeq = 0; // seq of the newest status event (a platform move) applied
-const cfg = (run.config ?? {}) as Record<string, any>;
+const cfg = run.config; // free-form (each run kind's keys): every read checks its type
 const perStep = typeof cfg.prompts_per_step === "number" && typeof cfg.group_size === "number" ? cfg.prompts_per_step * cfg.group_size : null;
 const charts = new RunCharts(document.getElementById("charts")!, perStep, (step) => location.assign(`/runs/${run.id}/samples/?step=${step}`));
 const timeline = new Timeline(document.getElementById("timeline")!);
@@ -27,11 +30,12 @@ const serving = new ServingPanel();
 const agents = new AgentsPanel();
 const agentsCard = document.getElementById("agents-card");
 if (agentsCard && typeof cfg.environment === "string") agentsCard.hidden = false; // an agent run: shown from the start
-const engines = new Map<string, Record<string, any>>();
-const workers = new Map<string, Record<string, any>>(); // per-worker records, when a job reports them
-let topology: Record<string, any> | null = null; // the job's "started" event: workers, mode, resources
-const lifecycle: { ts: number; data: Record<string, any> }[] = []; // worker events: started, engine_lost, engine_restarted, ...
-const checkpoints: { seq: number; ts: number; data: Record<string, any> }[] = [];
+/** An engine as the engines table shows it: its latest gate report, alive or retired (worker events). */
+interface EngineRow extends GateEngine { engine: string; status: "alive" | "retired"; tombstoned_sessions?: number | null }
+const engines = new Map<string, EngineRow>();
+let topology: WorkerData | null = null; // the job's "started" event: workers, mode, resources
+const lifecycle: { ts: number; data: WorkerData }[] = []; // worker events: started, engine_lost, engine_restarted, ...
+const checkpoints: { seq: number; ts: number; data: CheckpointData }[] = [];
 const resumeButton = document.getElementById("btn-resume") as HTMLButtonElement;
 const restartButton = document.getElementById("btn-restart") as HTMLButtonElement;
 // The step a resume continues from (the server's answer at page load, then each usable checkpoint event):
@@ -39,7 +43,7 @@ const restartButton = document.getElementById("btn-restart") as HTMLButtonElemen
 let checkpointStep: number | null = resumeButton.dataset.checkpointStep ? Number(resumeButton.dataset.checkpointStep) : null;
 
 /** The step of a checkpoint event a resume can use (written or restored; a failed one is not), else null. */
-function usableCheckpoint(d: Record<string, any>): number | null {
+function usableCheckpoint(d: CheckpointData): number | null {
   if (typeof d.step !== "number" || !Number.isInteger(d.step) || d.step < 0) return null;
   return d.reason === "restored" || (d.state ?? "saved") === "saved" ? d.step : null;
 }
@@ -47,53 +51,41 @@ let panelsDirty = true;
 let headerDirty = true;
 let frame = 0;
 
-function keyOf(d: any, i: number): string {
-  if (typeof d !== "object" || d === null) return String(d ?? i);
-  return String(d.id ?? d.engine ?? d.worker ?? d.name ?? d.index ?? i);
-}
-
-function ingest(ev: RunEvent): void {
+function ingest(ev: StoredEvent): void {
   if (ev.seq <= lastSeq) return; // never apply an event twice (the server already guarantees it; cheap to check)
   lastSeq = ev.seq;
-  const d = ev.data ?? {};
-  const summary = (run.summary ??= {});
+  const summary = run.summary;
   switch (ev.type) {
     case "status": // the platform's moves; the job's own reports (`job_status`) are only logged
       statusSeq = ev.seq;
-      if (typeof d.status === "string") run = { ...run, status: d.status, error: d.error ?? run.error };
-      if (FINISHED.has(run.status)) timeline.end = toSeconds(ev.ts);
+      run = { ...run, status: ev.data.status, error: ev.data.error };
+      if (FINISHED.has(run.status)) timeline.end = ev.ts;
       break;
     case "gate":
-      summary.gate = d;
-      if (Array.isArray(d.engines)) d.engines.forEach((e: any, i: number) => {
-        const key = keyOf(e, i);
-        const prev = engines.get(key);
-        const data = typeof e === "object" && e ? e : {};
-        engines.set(key, { ...("engine" in data || "id" in data ? {} : { engine: key }), status: prev?.status ?? "alive", ...data });
+      summary.gate = ev.data;
+      ev.data.engines.forEach((e, i) => {
+        const key = e.engine ?? String(i);
+        engines.set(key, { ...e, engine: key, status: engines.get(key)?.status ?? "alive" });
       });
       break;
-    case "version": summary.version = d; break;
-    case "sampler": summary.sampler = d; break;
-    case "train": summary.train = d; break;
-    case "worker":
-      if (typeof d.event === "string") {
-        lifecycle.push({ ts: toSeconds(ev.ts) ?? 0, data: d });
-        if (d.event === "started") topology = d;
-        if (d.event === "engine_lost" && d.engine !== undefined) {
-          const key = String(d.engine);
-          engines.set(key, { ...(engines.get(key) ?? { engine: key }), status: "retired", tombstoned_sessions: d.tombstoned_sessions });
-        }
-        if (d.event === "engine_restarted" && d.engine !== undefined) {
-          const key = String(d.engine);
-          engines.set(key, { ...(engines.get(key) ?? { engine: key }), status: "alive", version: d.version });
-        }
+    case "version": summary.version = ev.data; break;
+    case "sampler": summary.sampler = ev.data; break;
+    case "train": summary.train = ev.data; break;
+    case "worker": {
+      const d = ev.data;
+      lifecycle.push({ ts: ev.ts, data: d });
+      if (d.event === "started") topology = d;
+      const known = d.engine != null ? engines.get(d.engine) ?? { engine: d.engine } : null;
+      if (d.event === "engine_lost" && known) {
+        engines.set(known.engine, { ...known, status: "retired", tombstoned_sessions: d.tombstoned_sessions });
       }
-      if (d.worker !== undefined) workers.set(String(d.worker), { ...(workers.get(String(d.worker)) ?? {}), ...d });
+      if (d.event === "engine_restarted" && known) engines.set(known.engine, { ...known, status: "alive", version: d.version });
       break;
+    }
     case "checkpoint":
-      checkpoints.push({ seq: ev.seq, ts: toSeconds(ev.ts) ?? 0, data: d });
-      summary.checkpoint = d;
-      checkpointStep = usableCheckpoint(d) ?? checkpointStep;
+      checkpoints.push({ seq: ev.seq, ts: ev.ts, data: ev.data });
+      summary.checkpoint = ev.data;
+      checkpointStep = usableCheckpoint(ev.data) ?? checkpointStep;
       break;
   }
   serving.add(ev);
@@ -119,17 +111,17 @@ function renderHeader(): void {
   const err = document.getElementById("run-error")!;
   err.hidden = !run.error;
   err.textContent = run.error ? `Error: ${run.error}` : "";
-  const v = runView(run);
+  const v = runView(run.summary);
   const pct = v.datasetSize ? Math.min(100, ((v.consumed ?? 0) / v.datasetSize) * 100) : 0;
   const stat = (label: string, value: string, testid = "") => `<div class="stat"><div class="l">${label}</div><div class="v num"${testid ? ` data-testid="${testid}"` : ""}>${value}</div></div>`;
-  const queueInfo = run.status === "queued" && run.position != null ? stat("Queue position", esc(typeof run.position === "number" ? run.position : (run.position as any).overall ?? "—")) : "";
+  const queueInfo = run.status === "queued" && run.position ? stat("Queue position", esc(run.position.overall)) : "";
   document.getElementById("stats")!.innerHTML = [
     queueInfo,
-    stat("Weights", v.version === null ? "—" : `v${v.version}`, "version"),
+    stat("Weights", v.version === null ? "—" : `v${esc(v.version)}`, "version"),
     `<div class="stat"><div class="l">Gate</div><div class="v">${v.gateState ? `<span class="badge gate-${esc(v.gateState)}" data-testid="gate">${esc(v.gateState)}</span>` : "—"}</div></div>`,
-    `<div class="stat"><div class="l">Sampler</div><div class="v num" data-testid="sampler">${v.datasetSize ? `${v.consumed ?? 0} / ${v.datasetSize}` : "—"}</div>
-      <div class="progress" role="progressbar" aria-label="Sampler progress in epoch" aria-valuemin="0" aria-valuemax="${v.datasetSize ?? 0}" aria-valuenow="${v.consumed ?? 0}"><div class="bar"><span style="width:${pct.toFixed(1)}%"></span></div>
-      <div class="lbl">epoch ${v.epoch ?? 0}${v.groupCount !== null ? ` · ${v.groupCount} groups total` : ""}</div></div></div>`,
+    `<div class="stat"><div class="l">Sampler</div><div class="v num" data-testid="sampler">${v.datasetSize ? `${esc(v.consumed ?? 0)} / ${esc(v.datasetSize)}` : "—"}</div>
+      <div class="progress" role="progressbar" aria-label="Sampler progress in epoch" aria-valuemin="0" aria-valuemax="${esc(v.datasetSize ?? 0)}" aria-valuenow="${esc(v.consumed ?? 0)}"><div class="bar"><span style="width:${pct.toFixed(1)}%"></span></div>
+      <div class="lbl">epoch ${esc(v.epoch ?? 0)}${v.groupCount !== null ? ` · ${esc(v.groupCount)} groups total` : ""}</div></div></div>`,
     stat("Step", v.step === null ? "—" : num(v.step), "step"),
     stat("Reward", num(v.reward)),
     stat("Events", num(lastSeq), "last-seq"),
@@ -139,7 +131,7 @@ function renderHeader(): void {
 const BADGE: Record<string, string> = { alive: "st-running", retired: "st-failed", dead: "st-failed", open: "gate-open",
   sealed: "gate-sealed", draining: "gate-draining", installing: "gate-installing", poisoned: "gate-poisoned" };
 
-function cell(v: any): string {
+function cell(v: unknown): string {
   if (v === undefined || v === null) return `<span class="muted">—</span>`;
   if (typeof v === "boolean") return v ? "yes" : "no";
   if (typeof v === "number") return num(v);
@@ -148,12 +140,13 @@ function cell(v: any): string {
 }
 
 /** A table of records; `preferred` columns first (when present), then any other keys, at most 8. */
-function table(rows: Record<string, any>[], empty: string, label: string, preferred: string[] = []): string {
-  if (!rows.length) return `<p class="empty">${empty}</p>`;
-  const keys = new Set(rows.flatMap((r) => Object.keys(r)));
+function table(records: object[], empty: string, label: string, preferred: string[] = []): string {
+  if (!records.length) return `<p class="empty">${empty}</p>`;
+  const rows = records.map((r) => new Map<string, unknown>(Object.entries(r)));
+  const keys = new Set(rows.flatMap((r) => [...r.keys()]));
   const cols = [...preferred.filter((k) => keys.has(k)), ...[...keys].filter((k) => !preferred.includes(k))].slice(0, 8);
   return `<div class="table-wrap panel"><table aria-label="${label}"><thead><tr>${cols.map((c) => `<th scope="col">${esc(c.replace(/_/g, " "))}</th>`).join("")}</tr></thead>
-    <tbody>${rows.map((r) => `<tr>${cols.map((c) => `<td class="num">${cell(r[c])}</td>`).join("")}</tr>`).join("")}</tbody></table></div>`;
+    <tbody>${rows.map((r) => `<tr>${cols.map((c) => `<td class="num">${cell(r.get(c))}</td>`).join("")}</tr>`).join("")}</tbody></table></div>`;
 }
 
 function renderWorkers(): string {
@@ -162,10 +155,9 @@ function renderWorkers(): string {
     const facts = Object.entries(topology).filter(([k]) => k !== "event");
     parts.push(`<dl class="facts">${facts.map(([k, v]) => `<div><dt>${esc(k.replace(/_/g, " "))}</dt><dd>${cell(v)}</dd></div>`).join("")}</dl>`);
   }
-  if (workers.size) parts.push(table([...workers.values()], "", "Workers", ["worker", "state", "alive", "capacity", "sessions"]));
   if (lifecycle.length) {
     parts.push(`<ul class="lifecycle">${lifecycle.slice(-8).reverse().map((l) => `<li><span class="num muted">${timeOfDay(l.ts)}</span> <b>${esc(String(l.data.event).replace(/_/g, " "))}</b>${
-      l.data.engine !== undefined ? ` ${esc(l.data.engine)}` : ""}${l.data.tombstoned_sessions !== undefined ? ` · ${esc(l.data.tombstoned_sessions)} sessions tombstoned` : ""}</li>`).join("")}</ul>`);
+      l.data.engine != null ? ` ${esc(l.data.engine)}` : ""}${l.data.tombstoned_sessions != null ? ` · ${esc(l.data.tombstoned_sessions)} sessions tombstoned` : ""}</li>`).join("")}</ul>`);
   }
   return parts.join("") || `<p class="empty">No worker reported yet.</p>`;
 }
@@ -181,7 +173,7 @@ function renderPanels(): void {
   }
   document.getElementById("checkpoints")!.innerHTML = checkpoints.length
     ? `<div class="table-wrap"><table aria-label="Checkpoints"><thead><tr><th scope="col">time</th><th scope="col">step</th><th scope="col">version</th><th scope="col">where</th></tr></thead><tbody>${checkpoints.slice().reverse().map((c) =>
-      `<tr><td class="num">${timeOfDay(c.ts)}</td><td class="num">${num(c.data.step)}</td><td class="num">${c.data.version !== undefined ? `v${esc(c.data.version)}` : "—"}</td><td class="mono" style="word-break:break-all">${esc(c.data.path ?? c.data.dir ?? "")}</td></tr>`).join("")}</tbody></table></div>`
+      `<tr><td class="num">${timeOfDay(c.ts)}</td><td class="num">${num(c.data.step)}</td><td class="num">${c.data.version != null ? `v${esc(c.data.version)}` : "—"}</td><td class="mono" style="word-break:break-all">${esc(c.data.path ?? "")}</td></tr>`).join("")}</tbody></table></div>`
     : `<p class="empty">No checkpoint yet.</p>`;
 }
 
@@ -231,18 +223,18 @@ function schedule(): void {
   if (!frame) frame = requestAnimationFrame(draw);
 }
 
-const socket = new LiveSocket({
+const socket = new LiveSocket<RunSnapshotMsg | EventsMsg | TruncatedMsg>({
   url: () => wsUrl(`/ws/runs/${run.id}/?after=${lastSeq}`),
   onMessage: (msg) => {
-    if (msg.type === "snapshot" && msg.run) {
+    if (msg.type === "snapshot") {
       // The snapshot's summary is as of its last_seq; keep what replayed events already folded in.
-      run = { ...msg.run, summary: { ...(msg.run.summary ?? {}), ...(lastSeq >= (msg.last_seq ?? 0) ? run.summary : {}) } };
+      run = { ...msg.run, summary: { ...msg.run.summary, ...(lastSeq >= msg.last_seq ? run.summary : {}) } };
       panelsDirty = headerDirty = true;
-    } else if (msg.type === "truncated" && typeof msg.through === "number") {
+    } else if (msg.type === "truncated") {
       // Paged replay: only the newest events come over the socket; older ones on request, from the REST API.
-      log.older(Number(msg.after) || 0, msg.through, (after) => api<RunEvent[]>("GET", `/api/runs/${run.id}/events/?after=${after}`));
+      log.older(msg.after, msg.through, (after) => api<StoredEvent[]>("GET", `/api/runs/${run.id}/events/?after=${after}`));
       lastSeq = Math.max(lastSeq, msg.through);
-    } else if (msg.type === "events" && Array.isArray(msg.events)) {
+    } else if (msg.type === "events") {
       timed("ingest", () => { for (const ev of msg.events) ingest(ev); });
     }
     schedule();
@@ -253,13 +245,12 @@ const socket = new LiveSocket({
     return code !== 4403 && code !== 4404;
   },
 });
-(window as any).__run = { socket, lastSeq: () => lastSeq, timeline, heatmap, perf };
+Object.assign(window, { __run: { socket, lastSeq: () => lastSeq, timeline, heatmap, perf } }); // for tests
 
 // Active runs: let the lanes grow with the clock even between events.
 window.setInterval(() => { if (!FINISHED.has(run.status)) { timeline.flush(true); } }, 1000);
 
-// --- cancel / resume with confirmation, gate reset (staff) ---------------------------------------
-const dialog = document.getElementById("confirm") as HTMLDialogElement;
+// --- cancel / resume with confirmation (run_actions.ts), gate reset (staff) ------------------------
 const message = document.getElementById("action-message")!;
 const gateReset = new GateReset(() => run, (ok, text) => {
   message.className = ok ? "alert alert-ok" : "alert alert-error";
@@ -267,60 +258,15 @@ const gateReset = new GateReset(() => run, (ok, text) => {
   message.hidden = false;
 });
 const chat = new ChatPanel(() => run);
-
-type Action = "cancel" | "resume" | "restart";
-
-async function act(action: Action): Promise<void> {
-  message.hidden = true;
-  try {
-    const before = statusSeq;
-    // Start over is a resume that says so; a plain resume of a run without a checkpoint is a 409 no_checkpoint.
-    const updated = action === "restart"
-      ? await api<Run>("POST", `/api/runs/${run.id}/resume/`, { from_scratch: true })
-      : await api<Run>("POST", `/api/runs/${run.id}/${action}/`);
-    // The stream may already have carried a newer status (e.g. cancelled right after stopping) before this
-    // response arrived; the response only counts when nothing newer came.
-    if (statusSeq === before) run = { ...run, status: updated.status, error: updated.error };
-    message.className = "alert alert-ok";
-    message.textContent = action === "cancel" ? "Cancel requested: the run is stopping."
-      : action === "resume" ? "Resume requested: the run is back in the queue."
-      : "Start over requested: the run is back in the queue and starts from step 0.";
-  } catch (e) {
-    message.className = "alert alert-error";
-    message.textContent = e instanceof ApiError ? errorMessages(e.body).join("; ") || `Request failed (${e.status})` : "Network error";
-  }
-  message.hidden = false;
-  panelsDirty = headerDirty = true;
-  schedule();
-}
-
-const CONFIRM: Record<Action, { title: string; text: () => string; ok: string; okClass: string }> = {
-  cancel: { title: "Cancel run", ok: "Cancel run", okClass: "btn btn-danger solid",
-    text: () => "The job is asked to stop; it saves a checkpoint if it can, and its slot goes to the next run in line." },
-  resume: { title: "Resume run", ok: "Resume run", okClass: "btn btn-primary",
-    text: () => `The run goes back into the queue and continues from its checkpoint at step ${checkpointStep} when it gets a slot.` },
-  restart: { title: "Start over run", ok: "Start over", okClass: "btn btn-danger solid",
-    text: () => "The run goes back into the queue and trains again from step 0 when it gets a slot"
-      + (checkpointStep === null ? " (it has no checkpoint)." : `, not from its checkpoint at step ${checkpointStep}.`) },
-};
-
-function confirmThen(action: Action): void {
-  const c = CONFIRM[action];
-  document.getElementById("confirm-title")!.textContent = `${c.title} “${run.name}”?`;
-  document.getElementById("confirm-text")!.textContent = c.text();
-  const ok = document.getElementById("confirm-ok") as HTMLButtonElement;
-  ok.textContent = c.ok;
-  ok.className = c.okClass;
-  dialog.returnValue = "";
-  dialog.showModal();
-  dialog.addEventListener("close", () => { if (dialog.returnValue === "ok") void act(action); }, { once: true });
-}
-
-document.getElementById("btn-cancel")!.addEventListener("click", () => confirmThen("cancel"));
-resumeButton.addEventListener("click", () => confirmThen("resume"));
-restartButton.addEventListener("click", () => confirmThen("restart"));
+runActions({
+  run: () => run,
+  checkpointStep: () => checkpointStep,
+  statusSeq: () => statusSeq,
+  replied: (updated) => { run = { ...run, status: updated.status, error: updated.error }; },
+  changed: () => { panelsDirty = headerDirty = true; schedule(); },
+});
 document.getElementById("run-class")!.textContent = CLASS_LABEL[run.run_class] ?? run.run_class;
-document.getElementById("run-owner")!.textContent = ownerName(run);
+document.getElementById("run-owner")!.textContent = run.owner;
 renderHeader();
 renderPanels();
 timeline.flush(true);

@@ -6,14 +6,13 @@
  * (lib/dom.ts): engine and part names come from the job and are never parsed as markup. */
 import { el } from "./lib/dom";
 import { num } from "./lib/format";
-import type { RunEvent } from "./lib/model";
+import type { AgentsData, StoredEvent } from "./lib/messages";
 
-const n = (v: unknown): number | null => (typeof v === "number" && isFinite(v) ? v : null);
 const SVG = "http://www.w3.org/2000/svg";
 const STEPS_MAX = 500; // points kept for the chart
 const PARTS_MAX = 6; // reward parts drawn (the first by name); the table lists them all
 const COLORS = ["--c-app", "--c-schedule", "--c-system", "--warn", "--bad", "--muted"];
-const STATUSES: [string, string][] = [["400", "400 refused"], ["409", "409 busy session"], ["410", "410 session gone"], ["503", "503 full or timed out"]];
+const STATUSES: [keyof AgentsData["status"], string][] = [["400", "400 refused"], ["409", "409 busy session"], ["410", "410 session gone"], ["503", "503 full or timed out"]];
 
 interface Point { step: number; validRate: number | null; parts: Record<string, number> }
 
@@ -27,28 +26,22 @@ function svg<K extends keyof SVGElementTagNameMap>(tag: K, attrs: Record<string,
   return node;
 }
 
-function numbers(v: unknown): Record<string, number> {
-  const out: Record<string, number> = {};
-  if (v && typeof v === "object") for (const [k, x] of Object.entries(v)) if (n(x) !== null) out[k] = x as number;
-  return out;
-}
-
 export class AgentsPanel {
-  private latest: Record<string, any> | null = null;
+  private latest: AgentsData | null = null;
   private points: Point[] = [];
 
   /** Feed any event; returns whether it was an agents event. */
-  add(ev: RunEvent): boolean {
+  add(ev: StoredEvent): boolean {
     if (ev.type !== "agents") return false;
-    const d = (ev.data ?? {}) as Record<string, any>;
+    const d = ev.data;
     const prev = this.latest;
-    let calls = n(d.tool_calls) ?? 0, valid = n(d.valid_tool_calls) ?? 0;
+    let calls = d.tool_calls, valid = d.valid_tool_calls;
     // The counters are cumulative since the job's attempt started; a resumed job starts them again.
-    if (prev && calls >= (n(prev.tool_calls) ?? 0)) {
-      calls -= n(prev.tool_calls) ?? 0;
-      valid -= n(prev.valid_tool_calls) ?? 0;
+    if (prev && calls >= prev.tool_calls) {
+      calls -= prev.tool_calls;
+      valid -= prev.valid_tool_calls;
     }
-    this.points.push({ step: n(d.step) ?? this.points.length + 1, validRate: calls > 0 ? valid / calls : null, parts: numbers(d.reward_parts) });
+    this.points.push({ step: d.step, validRate: calls > 0 ? valid / calls : null, parts: d.reward_parts });
     if (this.points.length > STEPS_MAX) this.points.shift();
     this.latest = d;
     return true;
@@ -64,11 +57,11 @@ export class AgentsPanel {
       root.replaceChildren(el("p", { class: "empty" }, "No agents report yet (one arrives per training step)."));
       return;
     }
-    const status = numbers(d.status);
+    const status = d.status;
     const stat = (label: string, text: string, testid: string) =>
       el("div", { class: "stat" }, el("div", { class: "l" }, label), el("div", { class: "v num", "data-testid": testid }, text));
-    const calls = n(d.tool_calls);
-    const rate = calls ? (n(d.valid_tool_calls) ?? 0) / calls : null;
+    const calls = d.tool_calls;
+    const rate = calls ? d.valid_tool_calls / calls : null;
     const stats = el("div", { class: "stats" },
       stat("Live sessions", num(d.sessions), "agents-sessions"),
       stat("Waiting at the gate", num(d.waiting), "agents-waiting"),
@@ -80,8 +73,8 @@ export class AgentsPanel {
       stat("Valid tool calls", `${num(d.valid_tool_calls)}${rate === null ? "" : ` (${num(rate * 100)}%)`}`, "agents-valid"),
       stat("Tool errors", num(d.tool_errors), "agents-tool-errors"),
     );
-    const engines = Object.entries(numbers(d.sessions_per_engine)).slice(0, 32);
-    const parts = Object.entries(numbers(d.reward_parts));
+    const engines = Object.entries(d.sessions_per_engine).slice(0, 32);
+    const parts = Object.entries(d.reward_parts);
     root.replaceChildren(
       stats,
       el("div", { class: "grid grid-2" },

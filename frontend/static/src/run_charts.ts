@@ -3,29 +3,24 @@
  * A click on the reward chart picks the step under the cursor (`onPickStep`: the run page opens its samples). */
 import uPlot from "uplot";
 import { num } from "./lib/format";
-import type { RunEvent } from "./lib/model";
+import type { StoredEvent, TrainData } from "./lib/messages";
 
-interface ChartSpec { key: string; title: string; series: { label: string; color: string; pick: (d: any, s: Sample) => number | null }[] }
-interface Sample { step: number; ts: number; data: any; samplesPerS: number | null }
-
-const n = (v: any): number | null => (typeof v === "number" && isFinite(v) ? v : null);
+interface ChartSpec { key: string; title: string; series: { label: string; color: string; pick: (d: TrainData, s: Sample) => number | null }[] }
+interface Sample { step: number; ts: number; data: TrainData; samplesPerS: number | null }
 
 const SPECS: ChartSpec[] = [
-  { key: "reward", title: "Reward", series: [{ label: "mean reward", color: "--c-app", pick: (d) => n(d.reward_mean) }] },
+  { key: "reward", title: "Reward", series: [{ label: "mean reward", color: "--c-app", pick: (d) => d.reward_mean }] },
   { key: "exact_match", title: "Exact match", series: [
-    { label: "train", color: "--c-interactive", pick: (d) => n(d.exact_match) },
-    { label: "held-out", color: "--c-system", pick: (d) => n(d.held_out_exact_match ?? d.exact_match_held_out ?? d.eval_held_out_exact_match) },
+    { label: "train", color: "--c-interactive", pick: (d) => d.exact_match },
+    { label: "held-out", color: "--c-system", pick: (d) => d.held_out_exact_match ?? null },
   ] },
-  { key: "loss", title: "Loss", series: [{ label: "loss", color: "--c-schedule", pick: (d) => n(d.loss) }] },
+  { key: "loss", title: "Loss", series: [{ label: "loss", color: "--c-schedule", pick: (d) => d.loss }] },
   { key: "samples", title: "Samples / s", series: [{ label: "samples/s", color: "--info", pick: (_d, s) => s.samplesPerS }] },
-  { key: "staleness", title: "Staleness (versions)", series: [
-    { label: "max", color: "--bad", pick: (d) => n(d.staleness_max) },
-    { label: "mean", color: "--warn", pick: (d) => n(d.staleness_mean) },
-  ] },
+  { key: "staleness", title: "Staleness max (versions)", series: [{ label: "max", color: "--bad", pick: (d) => d.staleness_max }] },
   // |engine - learner| log-prob of the tokens sampled with the trained weights (docs/trainer.md, "Log-prob parity").
   { key: "logprob_diff", title: "Log-prob mismatch |engine − learner|", series: [
-    { label: "max", color: "--bad", pick: (d) => n(d.logprob_diff_max) },
-    { label: "mean", color: "--warn", pick: (d) => n(d.logprob_diff_mean) },
+    { label: "max", color: "--bad", pick: (d) => d.logprob_diff_max ?? null },
+    { label: "mean", color: "--warn", pick: (d) => d.logprob_diff_mean ?? null },
   ] },
 ];
 
@@ -50,17 +45,14 @@ export class RunCharts {
   }
 
   /** Feed a train event; returns whether a chart needs redrawing. */
-  add(ev: RunEvent): boolean {
+  add(ev: StoredEvent): boolean {
     if (ev.type !== "train") return false;
-    const d = ev.data ?? {};
-    const ts = typeof ev.ts === "number" ? ev.ts : Date.parse(String(ev.ts)) / 1000;
-    const step = n(d.step) ?? this.samples.length + 1;
-    let sps = n(d.samples_per_s ?? d.samples_per_second ?? d.throughput);
+    const d = ev.data, ts = ev.ts, step = d.step;
+    let sps = d.samples_per_s ?? null;
     const prev = this.samples[this.samples.length - 1];
-    if (sps === null && prev && ts > prev.ts) {
-      // Without a reported rate: samples in this step over the time since the previous step.
-      const count = n(d.samples) ?? (this.samplesPerStep !== null ? this.samplesPerStep * Math.max(1, step - prev.step) : null);
-      if (count !== null) sps = count / (ts - prev.ts);
+    if (sps === null && prev && ts > prev.ts && this.samplesPerStep !== null) {
+      // Without a reported rate: the config's samples per step over the time since the previous step.
+      sps = (this.samplesPerStep * Math.max(1, step - prev.step)) / (ts - prev.ts);
     }
     this.samples.push({ step, ts, data: d, samplesPerS: sps });
     this.dirty = true;

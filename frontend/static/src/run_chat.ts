@@ -5,12 +5,23 @@
  * `rl.versions[i]`; an answer without them shows its text and `rl.version`. One session per page load (the
  * proxy namespaces it as external: never trained). Everything is drawn with textContent. */
 import { csrfToken } from "./lib/api";
-import type { Run } from "./lib/model";
+import type { RunJson } from "./lib/messages";
 
 const MAX_TOKENS = 64;
 const HISTORY_MAX = 40; // messages sent back with each turn (the proxy takes at most 256)
 
 type Message = { role: "user" | "assistant"; content: string };
+
+/** What this panel reads of an answer: the session server's chat completion (agents/openai_shapes.py, not a
+ * declared type: its body is built as a dict), or a refusal (the proxy's `detail`, the server's `error`). Every
+ * key may be missing, so each read checks. */
+interface ChatReply {
+  model?: unknown;
+  choices?: { message?: { content?: unknown }; logprobs?: { content?: { token?: unknown }[] } }[];
+  rl?: { version?: unknown; versions?: unknown };
+  detail?: unknown;
+  error?: { message?: unknown };
+}
 
 function el<K extends keyof HTMLElementTagNameMap>(tag: K, cls: string, text?: string): HTMLElementTagNameMap[K] {
   const node = document.createElement(tag);
@@ -20,7 +31,7 @@ function el<K extends keyof HTMLElementTagNameMap>(tag: K, cls: string, text?: s
 }
 
 /** The message of a refused request: the proxy's `detail`, the session server's `error.message`, or the status. */
-function refusal(status: number, body: any): string {
+function refusal(status: number, body: ChatReply | null): string {
   const text = (body && (body.detail ?? body.error?.message)) || `request failed (HTTP ${status})`;
   if (status === 503) return `The run is not serving yet: ${text}`;
   return String(text);
@@ -37,7 +48,7 @@ export class ChatPanel {
   private session = `chat-${Math.random().toString(36).slice(2, 12)}`;
   private busy = false;
 
-  constructor(private run: () => Run) {
+  constructor(private run: () => RunJson) {
     this.form?.addEventListener("submit", (e) => { e.preventDefault(); void this.ask(); });
     this.update();
   }
@@ -71,8 +82,8 @@ export class ChatPanel {
           logprobs: true,
         }),
       });
-      let body: any = null;
-      try { body = await resp.json(); } catch { body = null; }
+      let body: ChatReply | null = null;
+      try { body = (await resp.json()) as ChatReply; } catch { body = null; }
       if (!resp.ok) throw new Error(refusal(resp.status, body));
       const content = String(body?.choices?.[0]?.message?.content ?? "");
       this.history.push({ role: "assistant", content });
@@ -88,17 +99,18 @@ export class ChatPanel {
   }
 
   /** An answer: its text, then each token with its version (title and a small label). */
-  private answer(body: any, content: string): HTMLElement {
+  private answer(body: ChatReply | null, content: string): HTMLElement {
     const box = el("div", "chat-msg chat-assistant");
     const rl = body?.rl ?? {};
     const versions: unknown[] = Array.isArray(rl.versions) ? rl.versions : [];
-    const tokens: unknown[] = Array.isArray(body?.choices?.[0]?.logprobs?.content) ? body.choices[0].logprobs.content : [];
+    const listed = body?.choices?.[0]?.logprobs?.content;
+    const tokens: { token?: unknown }[] = Array.isArray(listed) ? listed : [];
     const head = el("div", "chat-meta muted", `${String(body?.model ?? "")}${typeof rl.version === "number" ? ` · version ${rl.version}` : ""}`);
     box.append(head, el("div", "chat-text", content));
     if (tokens.length) {
       const row = el("div", "chat-tokens");
       row.setAttribute("aria-label", "tokens with the weight version of each");
-      tokens.forEach((t: any, i) => {
+      tokens.forEach((t, i) => {
         const version = versions[i];
         const chip = el("span", "chat-token");
         chip.append(el("span", "chat-token-text", String(t?.token ?? "")), el("sub", "chat-token-v", `v${String(version ?? "?")}`));

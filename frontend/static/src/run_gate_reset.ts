@@ -2,13 +2,13 @@
  * gate is poisoned (and exists only for staff: the template renders it for them alone; the API checks again).
  * The reason is required and audited (runs/controls.py); the job answers with a `control` event. */
 import { api, ApiError, errorMessages } from "./lib/api";
-import type { Run } from "./lib/model";
+import type { RunJson } from "./lib/messages";
 
 export class GateReset {
   private button = document.getElementById("btn-gate-reset") as HTMLButtonElement | null;
   private dialog = document.getElementById("gate-reset") as HTMLDialogElement | null;
 
-  constructor(private run: () => Run, private say: (ok: boolean, text: string) => void) {
+  constructor(private run: () => RunJson, private say: (ok: boolean, text: string) => void) {
     if (!this.button || !this.dialog) return; // not staff
     const dialog = this.dialog;
     this.button.addEventListener("click", () => {
@@ -22,7 +22,7 @@ export class GateReset {
   update(): void {
     if (!this.button) return;
     const run = this.run();
-    this.button.hidden = !(run.status === "running" && (run.summary as any)?.gate?.state === "poisoned");
+    this.button.hidden = !(run.status === "running" && run.summary.gate?.state === "poisoned");
   }
 
   private async send(): Promise<void> {

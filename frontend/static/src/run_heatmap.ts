@@ -5,8 +5,7 @@
  * Downsampling: a canvas has at most one column per device pixel; when there are more steps than columns,
  * consecutive steps are summed into one column (counts, then shares), so 10,000 steps cost one pass over the
  * counts and one putImageData (measured by tests/browser/test_compare_heatmap.py). */
-import type { HistogramSummary } from "./lib/messages";
-import type { RunEvent } from "./lib/model";
+import type { HistogramModel, StoredEvent } from "./lib/messages";
 import { num } from "./lib/format";
 
 const KEYS: { key: string; title: string }[] = [
@@ -29,12 +28,13 @@ for (let i = 0; i < 256; i++) {
 
 interface Series { edges: number[] | null; steps: number[]; counts: number[][] }
 
-function isHistogram(h: any): h is HistogramSummary {
-  return h && Array.isArray(h.edges) && Array.isArray(h.counts) && h.edges.length === h.counts.length + 1 && h.counts.length > 0;
+/** A histogram the heatmap can draw (the schema bounds its lists; trainer/events.py checks these at ingest). */
+function drawable(h: HistogramModel | undefined): h is HistogramModel {
+  return h !== undefined && h.counts.length > 0 && h.edges.length === h.counts.length + 1;
 }
 
 /** Counts on other edges (a run resumed with another config) moved to the reference buckets by their centres. */
-function rebin(h: HistogramSummary, edges: number[]): number[] {
+function rebin(h: HistogramModel, edges: number[]): number[] {
   const out = new Array(edges.length - 1).fill(0);
   h.counts.forEach((c, i) => {
     const centre = (h.edges[i] + h.edges[i + 1]) / 2;
@@ -85,16 +85,15 @@ export class RunHeatmap {
   }
 
   /** Feed an event; train events with `histograms` add one step. */
-  add(ev: RunEvent): boolean {
-    const hists = ev.type === "train" ? ev.data?.histograms : undefined;
-    if (!hists || typeof hists !== "object") return false;
-    const step = typeof ev.data.step === "number" ? ev.data.step : null;
+  add(ev: StoredEvent): boolean {
+    if (ev.type !== "train" || !ev.data.histograms) return false;
+    const hists = ev.data.histograms;
     for (const { key } of KEYS) {
       const h = hists[key];
-      if (!isHistogram(h)) continue;
+      if (!drawable(h)) continue;
       const s = this.series.get(key)!;
       s.edges ??= h.edges.slice();
-      s.steps.push(step ?? s.steps.length + 1);
+      s.steps.push(ev.data.step);
       s.counts.push(sameEdges(h.edges, s.edges) ? h.counts : rebin(h, s.edges));
     }
     this.dirty = true;

@@ -3,7 +3,7 @@
  * of its state (its error, its final metrics, that it saw a cancel), shown as their own type so a move never
  * reads twice, and hidden with their chip. */
 import { esc, timeOfDay } from "./lib/format";
-import type { RunEvent } from "./lib/model";
+import type { StoredEvent as RunEvent } from "./lib/messages";
 
 const TYPES = ["status", "job_status", "gate", "version", "sampler", "rollout", "train", "worker", "checkpoint", "log", "resources", "control", "agents"]; // sample events go to the inspector (their own table), never to the log
 const KEEP = 20_000; // events held for filtering; older ones are still in the database / REST API

@@ -2,51 +2,44 @@
  * the requests its drain waited for and those admitted at its reopen, summed and per engine (version events), evictions and safe rejections (engine snapshots), aborted episodes per reason (rollout
  * events) and groups re-run after a checkpoint's quiesce (checkpoint events). Folded from the job's events only. */
 import { esc, num } from "./lib/format";
-import type { RunEvent } from "./lib/model";
+import type { GateEngine, StoredEvent, VersionEngine } from "./lib/messages";
 
-const n = (v: unknown): number | null => (typeof v === "number" && isFinite(v) ? v : null);
-const show = (v: number | null, suffix = ""): string => (v === null ? `<span class="muted">—</span>` : `${num(v)}${suffix}`);
+const show = (v: number | null | undefined, suffix = ""): string => (v == null ? `<span class="muted">—</span>` : `${num(v)}${suffix}`);
 
-interface EngineCounts { engine: string; drained: number | null; admitted: number | null }
 interface Publication {
-  version: number | null; drainMs: number | null; pauseMs: number | null;
-  drained: number | null; admitted: number | null; engines: EngineCounts[];
+  version: number; drainMs: number | null; pauseMs: number;
+  drained: number | null; admitted: number | null; engines: VersionEngine[];
 }
 
-const engineCounts = (v: unknown): EngineCounts[] => (Array.isArray(v) ? v : [])
-  .filter((e) => e && typeof e === "object" && e.engine !== undefined)
-  .slice(0, 32)
-  .map((e) => ({ engine: String(e.engine), drained: n(e.drained), admitted: n(e.admitted_at_reopen) }));
-
 export class ServingPanel {
-  private engines = new Map<string, Record<string, unknown>>();
+  private engines = new Map<string, GateEngine>();
   private publications: Publication[] = [];
   private aborted = 0;
   private abortedBy: Record<string, number> = {};
   private rebuffered = 0;
   private failedCheckpoints = 0;
 
-  add(ev: RunEvent): boolean {
-    const d = (ev.data ?? {}) as Record<string, any>;
+  add(ev: StoredEvent): boolean {
     switch (ev.type) {
       case "gate":
-        if (!Array.isArray(d.engines)) return false;
-        for (const e of d.engines) if (e && typeof e === "object" && e.engine !== undefined) this.engines.set(String(e.engine), e);
+        for (const e of ev.data.engines) if (e.engine != null) this.engines.set(e.engine, e);
         return true;
-      case "version":
+      case "version": {
+        const d = ev.data;
         this.publications.push({
-          version: n(d.version), drainMs: n(d.drain_ms), pauseMs: n(d.pause_ms),
-          drained: n(d.drained), admitted: n(d.admitted_at_reopen), engines: engineCounts(d.engines),
+          version: d.version, drainMs: d.drain_ms ?? null, pauseMs: d.pause_ms,
+          drained: d.drained ?? null, admitted: d.admitted_at_reopen ?? null, engines: d.engines ?? [],
         });
         if (this.publications.length > 200) this.publications.shift();
         return true;
+      }
       case "rollout":
-        this.aborted += n(d.aborted) ?? 0;
-        if (d.aborted_by && typeof d.aborted_by === "object") this.abortedBy = { ...d.aborted_by };
+        this.aborted += ev.data.aborted ?? 0;
+        if (ev.data.aborted_by) this.abortedBy = { ...ev.data.aborted_by };
         return true;
       case "checkpoint":
-        this.rebuffered += n(d.rebuffered) ?? 0;
-        if (d.state === "failed") this.failedCheckpoints += 1;
+        this.rebuffered += ev.data.rebuffered ?? 0;
+        if (ev.data.state === "failed") this.failedCheckpoints += 1;
         return true;
     }
     return false;
@@ -54,13 +47,13 @@ export class ServingPanel {
 
   render(root: HTMLElement): void {
     const engines = [...this.engines.values()];
-    const sum = (key: string): number | null => {
-      const values = engines.map((e) => n(e[key])).filter((v): v is number => v !== null);
+    const sum = (key: "evictions" | "rejections"): number | null => {
+      const values = engines.map((e) => e[key]).filter((v): v is number => v != null);
       return values.length ? values.reduce((a, b) => a + b, 0) : null;
     };
-    const inflight = (e: Record<string, unknown>): number | null => n(e.inflight) ?? n(e.active);
+    const inflight = (e: GateEngine): number | null => e.inflight ?? e.active ?? null;
     const drains = this.publications.map((p) => p.drainMs).filter((v): v is number => v !== null);
-    const reasons = Object.entries(this.abortedBy).filter(([, v]) => typeof v === "number");
+    const reasons = Object.entries(this.abortedBy);
     const stat = (label: string, value: string, testid: string) =>
       `<div class="stat"><div class="l">${label}</div><div class="v num" data-testid="${testid}">${value}</div></div>`;
     const stats = [
@@ -71,22 +64,22 @@ export class ServingPanel {
       stat("Last drain", show(drains.length ? drains[drains.length - 1] : null, " ms"), "serving-drain"),
     ].join("");
     const engineRows = engines.map((e) => `<tr data-engine="${esc(e.engine)}"><td>${esc(e.engine)}</td>
-      <td class="num" data-testid="engine-inflight">${show(inflight(e))}</td><td class="num">${show(n(e.max_batch))}</td>
-      <td class="num">${show(n(e.sessions))}${n(e.max_sessions) !== null ? ` / ${num(e.max_sessions)}` : ""}</td>
-      <td class="num" data-testid="engine-evictions">${show(n(e.evictions))}</td><td class="num">${show(n(e.rejections))}</td></tr>`).join("");
+      <td class="num" data-testid="engine-inflight">${show(inflight(e))}</td><td class="num">${show(e.max_batch)}</td>
+      <td class="num">${show(e.sessions)}${e.max_sessions != null ? ` / ${num(e.max_sessions)}` : ""}</td>
+      <td class="num" data-testid="engine-evictions">${show(e.evictions)}</td><td class="num">${show(e.rejections)}</td></tr>`).join("");
     const engineTable = engines.length
       ? `<div class="table-wrap"><table aria-label="Requests per engine"><thead><tr><th scope="col">engine</th><th scope="col">in flight</th>
         <th scope="col">max batch</th><th scope="col">sessions</th><th scope="col">evictions</th><th scope="col">rejections</th></tr></thead>
         <tbody>${engineRows}</tbody></table></div>`
       : `<p class="empty">No engine reported yet.</p>`;
-    const pubRows = this.publications.slice(-8).reverse().map((p) => `<tr><td class="num">${p.version === null ? "—" : `v${esc(p.version)}`}</td>
+    const pubRows = this.publications.slice(-8).reverse().map((p) => `<tr><td class="num">v${esc(p.version)}</td>
       <td class="num" data-testid="publication-drain">${show(p.drainMs, " ms")}</td><td class="num">${show(p.pauseMs, " ms")}</td>
       <td class="num" data-testid="publication-drained">${show(p.drained)}</td>
       <td class="num" data-testid="publication-admitted">${show(p.admitted)}</td></tr>`).join("");
     const latest = this.publications[this.publications.length - 1];
     const perEngine = latest?.engines.length
-      ? `<p class="muted" data-testid="publication-engines">v${esc(latest.version ?? "—")} per engine (drained / admitted at reopen): ${
-        latest.engines.map((e) => `${esc(e.engine)} ${show(e.drained)} / ${show(e.admitted)}`).join(" · ")}</p>`
+      ? `<p class="muted" data-testid="publication-engines">v${esc(latest.version)} per engine (drained / admitted at reopen): ${
+        latest.engines.map((e) => `${esc(e.engine)} ${show(e.drained)} / ${show(e.admitted_at_reopen)}`).join(" · ")}</p>`
       : "";
     const pubTable = this.publications.length
       ? `<div class="table-wrap"><table aria-label="Drain per publication"><thead><tr><th scope="col">version</th>

@@ -1,37 +1,32 @@
 /** Gate timeline (open, sealed, draining, installing, poisoned, with durations) drawn on the same time axis
  * as the weight-version timeline, so a publication lines up with the gate window that produced it. */
 import { esc, ms, num, timeOfDay } from "./lib/format";
-import type { RunEvent } from "./lib/model";
+import type { StoredEvent } from "./lib/messages";
 
 interface Mark { ts: number; value: string }
 const STATES = ["open", "sealed", "draining", "installing", "poisoned"];
 
-function tsOf(ev: RunEvent): number {
-  return typeof ev.ts === "number" ? ev.ts : Date.parse(String(ev.ts)) / 1000;
-}
-
 export class Timeline {
   gates: Mark[] = [];
-  versions: { ts: number; version: number; pauseMs: number | null }[] = [];
+  versions: { ts: number; version: number; pauseMs: number }[] = [];
   start: number | null = null;
   end: number | null = null; // set when the run is finished; otherwise the lanes extend to now
   dirty = false;
 
   constructor(private root: HTMLElement) {}
 
-  add(ev: RunEvent): boolean {
-    const ts = tsOf(ev);
+  add(ev: StoredEvent): boolean {
+    const ts = ev.ts;
     // The axis starts where the gate first reports (time queued or launching is not gate time).
     if ((ev.type === "gate" || ev.type === "version") && (this.start === null || ts < this.start)) this.start = ts;
-    if (ev.type === "gate" && typeof ev.data?.state === "string") {
+    if (ev.type === "gate") {
       const last = this.gates[this.gates.length - 1];
       if (!last || last.value !== ev.data.state) this.gates.push({ ts, value: ev.data.state });
       this.dirty = true;
       return true;
     }
-    if (ev.type === "version" && typeof ev.data?.version === "number") {
-      const published = typeof ev.data.published_at === "number" ? ev.data.published_at : ts;
-      this.versions.push({ ts: published, version: ev.data.version, pauseMs: typeof ev.data.pause_ms === "number" ? ev.data.pause_ms : null });
+    if (ev.type === "version") {
+      this.versions.push({ ts: ev.data.published_at, version: ev.data.version, pauseMs: ev.data.pause_ms });
       this.dirty = true;
       return true;
     }
@@ -97,7 +92,7 @@ export class Timeline {
     this.versionCanvas!.parentElement!.dataset.segments = String(this.versions.length);
 
     const totals = this.totals(now);
-    const pauses = this.versions.map((v) => v.pauseMs).filter((p): p is number => p !== null);
+    const pauses = this.versions.map((v) => v.pauseMs);
     const meanPause = pauses.length ? pauses.reduce((a, b) => a + b, 0) / pauses.length : null;
     const latest = this.gates[this.gates.length - 1]?.value ?? "none";
     const lastVersion = this.versions[this.versions.length - 1]?.version;
@@ -105,7 +100,7 @@ export class Timeline {
     this.summary!.innerHTML = `
         <span>Now <b data-testid="gate-now">${esc(latest)}</b></span>
         ${STATES.map((st) => `<span><span class="sw" style="display:inline-block;width:.7rem;height:.7rem;border-radius:3px;background:var(--g-${st});vertical-align:-1px"></span> ${st} <b>${ms((totals[st] ?? 0) * 1000)}</b></span>`).join("")}
-        <span>${this.versions.length} publications${lastVersion !== undefined ? `, latest <b>v${lastVersion}</b>` : ""}${meanPause !== null ? `, mean pause <b>${num(meanPause)} ms</b>` : ""}</span>`;
+        <span>${this.versions.length} publications${lastVersion !== undefined ? `, latest <b>v${esc(lastVersion)}</b>` : ""}${meanPause !== null ? `, mean pause <b>${num(meanPause)} ms</b>` : ""}</span>`;
   }
 
   private gateCanvas?: HTMLCanvasElement;

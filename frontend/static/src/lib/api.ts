@@ -13,7 +13,7 @@ export class ApiError extends Error {
   }
 }
 
-export async function api<T = any>(method: string, url: string, body?: unknown): Promise<T> {
+export async function api<T>(method: string, url: string, body?: unknown): Promise<T> {
   const resp = await fetch(url, {
     method,
     credentials: "same-origin",
@@ -44,7 +44,7 @@ export function errorMessages(body: unknown, prefix = ""): string[] {
 }
 
 /** Reads a JSON blob the server embedded with Django's json_script. */
-export function embedded<T = any>(id: string): T | null {
+export function embedded<T>(id: string): T | null {
   const el = document.getElementById(id);
   return el?.textContent ? (JSON.parse(el.textContent) as T) : null;
 }

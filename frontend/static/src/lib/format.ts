@@ -49,16 +49,6 @@ export function timeOfDay(tsSeconds: number): string {
   return d.toLocaleTimeString("en-GB", { hour12: false }) + "." + String(d.getMilliseconds()).padStart(3, "0");
 }
 
-/** Seconds since the epoch from an ISO string or a number (events carry numbers, run JSON ISO strings). */
-export function toSeconds(value: unknown): number | null {
-  if (typeof value === "number") return value;
-  if (typeof value === "string" && value) {
-    const t = Date.parse(value);
-    return isNaN(t) ? null : t / 1000;
-  }
-  return null;
-}
-
 const REASONS: Record<string, string> = {
   class_limit_reached: "Its class is at its concurrency limit",
   global_limit_reached: "Every slot on the platform is in use",

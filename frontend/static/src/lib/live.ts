@@ -1,11 +1,12 @@
 /** A websocket that reconnects with backoff and shows its state; callers decide the URL on every connect
- * (so a run page can carry its last seen seq and get exactly the events it missed). */
+ * (so a run page can carry its last seen seq and get exactly the events it missed). `M`: the messages the
+ * server sends on it (lib/messages.ts, generated from the Python declarations the consumers send). */
 
 export type LiveState = "connecting" | "live" | "reconnecting" | "closed";
 
-export interface LiveOptions {
+export interface LiveOptions<M> {
   url: () => string;
-  onMessage: (msg: any) => void;
+  onMessage: (msg: M) => void;
   onOpen?: (ws: WebSocket) => void;
   onState?: (state: LiveState) => void;
   /** Called with the close code; return false to stop reconnecting (e.g. 4401 logged out, 4403 forbidden). */
@@ -17,13 +18,13 @@ export function wsUrl(path: string): string {
   return `${proto}//${location.host}${path}`;
 }
 
-export class LiveSocket {
+export class LiveSocket<M> {
   private ws: WebSocket | null = null;
   private attempt = 0;
   private stopped = false;
   private timer: number | undefined;
 
-  constructor(private opts: LiveOptions) {
+  constructor(private opts: LiveOptions<M>) {
     this.connect();
     // A laptop waking up or a network change: reconnect at once instead of waiting for the backoff.
     window.addEventListener("online", () => this.reconnectNow());
@@ -48,8 +49,8 @@ export class LiveSocket {
       this.opts.onOpen?.(ws);
     };
     ws.onmessage = (e) => {
-      let msg: any;
-      try { msg = JSON.parse(e.data); } catch { return; }
+      let msg: M;
+      try { msg = JSON.parse(e.data) as M; } catch { return; } // the consumer's declared message, not checked again
       this.opts.onMessage(msg);
     };
     ws.onclose = (e) => {
