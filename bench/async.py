@@ -9,9 +9,11 @@ samples/s) within the same round (the two ran back to back, under the same load)
 (`paired_min`, `paired_max`, every round's ratio in `paired_speedups`). Kept for comparison with older results
 only: `speedup` (a ratio of two medians, which may come from different rounds) and `best_speedup` (the best
 async mode over colocated: picking the best of several noisy modes after the fact overstates the gain).
-Writes bench/results/async.json: per mode the median samples/s, seconds to the reward threshold, gate-closed
-share of wall time, and every round's numbers.
-Usage: python bench/async.py [--quick] [--budget-s 90] [--rounds 3] [--tool-latency-s 0.2] [--modes a,b] [--out PATH]
+Each tool latency (default 50 and 200 ms) is measured on its own, one after the other: its rounds, its modes, its
+paired headline. Writes bench/results/async.json, per latency under `tool_latency_ms."<ms>"`: per mode the median
+samples/s, seconds to the reward threshold, gate-closed share of wall time, and every round's numbers.
+Usage: python bench/async.py [--quick] [--budget-s 90] [--rounds 3] [--tool-latency-s 0.05,0.2] [--modes a,b]
+                             [--out PATH]
        python bench/async.py --smoke --out PATH   (colocated and the headline mode, 2 small steps each: checks it
                                                    runs; on the Ray cluster at RAY_ADDRESS when set)
        python bench/async.py --recompute bench/results/async.json   (the summary again from its stored rounds)
@@ -64,7 +66,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--budget-s", type=float, default=90.0)
-    ap.add_argument("--tool-latency-s", type=float, default=0.2)
+    ap.add_argument("--tool-latency-s", default="0.05,0.2", help="comma-separated tool latencies, in seconds")
     ap.add_argument("--threshold", type=float, default=0.4, help="sampled training reward to reach")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--modes", default=",".join(MODES), help="comma-separated subset (colocated and the headline stay)")
@@ -76,16 +78,20 @@ def main() -> None:
         ap.error("--smoke needs an --out outside bench/results/ (those files hold real measurements)")
     if args.recompute:
         out = json.loads(Path(args.recompute).read_text())
-        out.update(paired(out["modes"]))
+        for part in out["tool_latency_ms"].values():
+            part.update(paired(part["modes"]))
         Path(args.recompute).write_text(json.dumps(out, indent=1) + "\n")
-        print(json.dumps({k: out[k] for k in ("headline", "paired_speedup", "paired_min", "paired_max")}))
+        print(json.dumps(headlines(out)))
         return
+    latencies = [float(x) for x in args.tool_latency_s.split(",")]
+    if any(not 0 <= x <= 10 for x in latencies):
+        ap.error("--tool-latency-s: each latency must be within [0, 10] seconds")
+    latencies = latencies[-1:] if args.smoke else latencies  # smoke: one latency shows the file's shape
     budget = 60.0 if args.smoke else 20.0 if args.quick else args.budget_s  # smoke: a bound, its steps end it
     rounds = 1 if args.quick or args.smoke else max(1, args.rounds)
     names = [m for m in MODES if m in {"colocated", HEADLINE, *([] if args.smoke else args.modes.split(","))}]
     base = TrainConfig().replace(
         task="agent",
-        tool_latency_s=args.tool_latency_s,
         prompts_per_step=32,
         worker_capacity=16,
         steps=10_000,
@@ -94,38 +100,54 @@ def main() -> None:
     )
     if args.smoke:
         base = base.replace(prompts_per_step=8, worker_capacity=4, steps=2)
-    runs: dict[str, list[dict]] = {name: [] for name in names}
-    for r in range(rounds):
-        for name in names if r % 2 == 0 else reversed(names):
-            runs[name].append(run_mode(base, name, args.threshold))
-            print(f"round {r + 1} {name}", json.dumps(runs[name][-1]), flush=True)
-    modes = {name: summarize(name, rs) for name, rs in runs.items()}
-    base_rate = modes["colocated"]["samples_per_s"]
-    asyncs = [m for m in names if m != "colocated"]
-    best = max(modes[m]["samples_per_s"] for m in asyncs)
     out = {
-        "modes": modes,
+        "headline": "paired_speedup",
         "headline_mode": HEADLINE,
-        **paired(modes),
-        "speedup": modes[HEADLINE]["samples_per_s"] / base_rate if base_rate else None,
-        "best_speedup": best / base_rate if base_rate else None,
-        "rounds": rounds,
+        "tool_latency_ms": {
+            str(round(latency * 1000)): measure(base.replace(tool_latency_s=latency), names, rounds, args.threshold)
+            for latency in latencies
+        },
         "statistic": "median over rounds",
         "threshold": args.threshold,
         "random_policy": {"reward": 1 / base.modulus, "success_rate": (1 / base.modulus) ** base.answer_terms},
         "budget_s": budget,
-        "tool_latency_s": args.tool_latency_s,
-        "config": base.to_dict(),
+        "config": {**base.to_dict(), "tool_latency_s": None},  # the latency is each part's own
         "quick": args.quick,
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(out, indent=1) + "\n")
+    print(json.dumps(headlines(out)))
+
+
+def measure(base: TrainConfig, names: list[str], rounds: int, threshold: float) -> dict:
+    """One tool latency: the modes in alternating rounds, each mode's medians, the paired headline."""
+    runs: dict[str, list[dict]] = {name: [] for name in names}
+    for r in range(rounds):
+        for name in names if r % 2 == 0 else reversed(names):
+            runs[name].append(run_mode(base, name, threshold))
+            print(f"{base.tool_latency_s * 1000:.0f} ms round {r + 1} {name}", json.dumps(runs[name][-1]), flush=True)
+    modes = {name: summarize(name, rs) for name, rs in runs.items()}
+    base_rate = modes["colocated"]["samples_per_s"]
+    best = max(modes[m]["samples_per_s"] for m in names if m != "colocated")
+    return {
+        "modes": modes,
+        **paired(modes),
+        "speedup": modes[HEADLINE]["samples_per_s"] / base_rate if base_rate else None,
+        "best_speedup": best / base_rate if base_rate else None,
+        "tool_latency_s": base.tool_latency_s,
+        "rounds": rounds,
         "machine": {
             "cpus": os.cpu_count(),
             "gpu": False,
             "uptime": subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip(),
         },
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(out, indent=1) + "\n")
-    print(json.dumps({k: out[k] for k in ("paired_speedup", "paired_min", "paired_max", "headline_mode", "speedup")}))
+
+
+def headlines(out: dict) -> dict:
+    """Per latency: the paired headline and its spread."""
+    keys = ("paired_speedup", "paired_min", "paired_max")
+    return {ms: {k: part[k] for k in keys} for ms, part in out["tool_latency_ms"].items()}
 
 
 def paired(modes: dict) -> dict:
@@ -134,7 +156,6 @@ def paired(modes: dict) -> dict:
     pairs = zip(modes["colocated"]["rounds"], modes[HEADLINE]["rounds"])
     ratios = [h["samples_per_s"] / c["samples_per_s"] for c, h in pairs if c["samples_per_s"]]
     return {
-        "headline": "paired_speedup",
         "paired_speedup": statistics.median(ratios) if ratios else None,
         "paired_min": min(ratios, default=None),
         "paired_max": max(ratios, default=None),
