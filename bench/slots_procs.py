@@ -32,6 +32,7 @@ def django_setup(url: str) -> None:
     import runs.concurrency
     import runs.enqueue
     import runs.lifecycle
+    import runs.moves
     import runs.realtime
     import runs.stores
     import runs.tasks
@@ -39,7 +40,7 @@ def django_setup(url: str) -> None:
 
     noop = lambda *a, **k: None  # noqa: E731
     runs.realtime.run_event_publish = runs.realtime.dashboard_publish = noop
-    runs.stores.dashboard_publish = runs.stores.run_event_publish = noop
+    runs.moves.dashboard_publish = runs.moves.run_event_publish = runs.stores.run_event_publish = noop
     runs.enqueue.dashboard_publish = runs.concurrency.dashboard_publish = noop
     # The after-commit hand-off to Celery is a broker publish in production; eager mode would run the worker's
     # task body inside the finisher instead, which is no part of the release -> grant path measured here.

@@ -25,9 +25,10 @@ from runs.errors import InvalidInput, InvalidTransition
 from runs.handoff import TASK_DISPATCH, TASK_FOLLOWUPS, TASK_STOP, task_after_commit, task_named
 from runs.metrics.hooks import grants_record
 from runs.models import FINISHED_STATUSES, Run, RunStatus
+from runs.moves import Moved, moved_publish, status_write
 from runs.slots import store as slot_store
 from runs.slots.grant import Snapshot
-from runs.stores import Moved, RunStore, moved_publish, run_store, status_write
+from runs.stores import RunStore, run_store
 
 STATES: tuple[str, ...] = tuple(RunStatus.values)
 # Allowed moves; anything else is a bug in the caller and raises InvalidTransition.

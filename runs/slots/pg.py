@@ -1,15 +1,15 @@
 """PostgreSQL fast path of releases and grants: a release in one statement (no grant lock), and under the grant
 lock the snapshot in one statement (runs/slots/pg_snapshot.py) and the grants (slots held, runs `starting`,
-status events) in another. A catch-up pass holds the lock at session level, outside any transaction: its lock
-try travels with the snapshot (for a release's first pass, in the release's own message), and its grants with
-BEGIN, COMMIT, the unlock and the check's snapshot. SQL only loads and writes: which moves are allowed and which
-columns a move stamps are parameters from runs.lifecycle (through runs/stores.py), and which runs get a slot is
-decided by the pure `runs.slots.grant.grant` on the snapshot these queries return.
+status events) in another (the writing statements: runs/slots/pg_writes.py). A catch-up pass holds the lock at
+session level, outside any transaction: its lock try travels with the snapshot (for a release's first pass, in
+the release's own message), and its grants with BEGIN, COMMIT, the unlock and the check's snapshot. SQL only
+loads and writes: which moves are allowed and which columns a move stamps are parameters from runs.lifecycle
+(through runs/stores.py), and which runs get a slot is decided by the pure `runs.slots.grant.grant` on the
+snapshot these queries return.
 """
 
 from __future__ import annotations
 
-import functools
 import json
 import logging
 from datetime import datetime
@@ -20,63 +20,11 @@ from psycopg.pq import TransactionStatus
 
 from runs.errors import InvalidTransition
 from runs.models import Run
-from runs.slots import pg_snapshot, prepared, store
+from runs.slots import pg_snapshot, pg_writes, prepared, store
 from runs.slots.grant import BACKFILL_WINDOW, Decision, Snapshot
+from runs.slots.pg_writes import Columns
 
 logger = logging.getLogger(__name__)
-
-# A release: one statement, no global lock. The run row lock (FOR UPDATE) and the allowed-from check serialize
-# moves of one run; the slot row is deleted in the same statement, so the release commits as one small write.
-# {returning} names the run's columns (`r.*` would change a prepared statement's result type under a migration).
-_RELEASE_SQL = """WITH
-cur AS (SELECT id, status FROM runs_run WHERE id = %(run)s FOR UPDATE),
-upd AS (UPDATE runs_run r SET status = %(status)s, {columns}, error = %(error)s, last_seq = r.last_seq + 1
-        FROM cur WHERE r.id = cur.id AND cur.status = ANY(%(allowed)s::text[])
-        RETURNING {returning}, cur.status AS previous_status),
-ev AS (INSERT INTO runs_runevent (run_id, seq, source, ts, type, data)
-       SELECT id, last_seq, %(source)s, %(now)s, 'status',
-              jsonb_build_object('status', %(status)s::text, 'previous', previous_status, 'error', %(error)s::text)
-       FROM upd RETURNING 1),
-rel AS (DELETE FROM runs_slot WHERE run_id IN (SELECT id FROM upd) RETURNING 1)
-SELECT upd.*, (SELECT count(*) FROM ev) AS events_added FROM upd"""
-
-# The grants of a pass, all or none: every chosen slot still waiting and every chosen run in a state that may
-# move to `starting` (rows locked), else nothing is written and the counts say so. So a message may COMMIT
-# right after it (a catch-up pass) without a look at the result first.
-_APPLY_SQL = """WITH
-cur AS (SELECT id, status FROM runs_run WHERE id = ANY(%(ids)s::bigint[]) ORDER BY id FOR UPDATE),
-waiting AS (SELECT run_id FROM runs_slot WHERE run_id = ANY(%(ids)s::bigint[]) AND state = 'waiting' FOR UPDATE),
-ok AS (SELECT (SELECT count(*) FROM cur WHERE status = ANY(%(allowed)s::text[])) = %(n)s
-              AND (SELECT count(*) FROM waiting) = %(n)s AS yes),
-s AS (UPDATE runs_slot x SET state = 'held', granted_at = %(now)s, placement = p.placement
-      FROM unnest(%(ids)s::bigint[], %(placements)s::jsonb[]) AS p(run_id, placement), ok
-      WHERE ok.yes AND x.state = 'waiting' AND x.run_id = p.run_id RETURNING x.run_id, x.requested_at),
-r AS (UPDATE runs_run x SET status = %(status)s, {columns}, last_seq = x.last_seq + 1
-      FROM cur, ok WHERE ok.yes AND x.id = cur.id
-      RETURNING x.id, x.last_seq, x.owner_id, x.name, x.run_class, x.error, cur.status AS previous),
-e AS (INSERT INTO runs_runevent (run_id, seq, source, ts, type, data)
-      SELECT id, last_seq, %(source)s, %(now)s, 'status',
-             jsonb_build_object('status', %(status)s::text, 'previous', previous, 'error', error)
-      FROM r RETURNING 1)
-SELECT (SELECT count(*) FROM s), (SELECT count(*) FROM e), r.id, r.last_seq, r.owner_id, r.name, r.run_class, r.error,
-       r.previous, s.requested_at
-FROM (SELECT 1) AS one LEFT JOIN (r JOIN s ON s.run_id = r.id) ON true"""
-
-_RUN_COLUMNS = frozenset(
-    {"granted_at", "started_at", "finished_at", "heartbeat_at", "pending_reason", "pending_detail", "serving_url"}
-)
-
-
-Columns = dict[str, Any]  # a move's stamped columns (runs.lifecycle.stamp)
-
-
-def _set_columns(columns: Columns, params: dict[str, Any]) -> str:
-    """The SET list for a move's stamped columns (names from runs.lifecycle.stamp, values as parameters)."""
-    if not columns or not set(columns) <= _RUN_COLUMNS:
-        raise ValueError(f"unexpected run columns {sorted(columns)}")
-    for name, value in columns.items():
-        params[f"col_{name}"] = value
-    return ", ".join(f"{name} = %(col_{name})s" for name in sorted(columns))
 
 
 def snapshot_fetch(*, exclude_run: int = 0, window: int = BACKFILL_WINDOW) -> Snapshot:
@@ -161,11 +109,6 @@ def _fetch_again() -> Snapshot:
     return pg_snapshot.fetch(window=0)
 
 
-@functools.cache
-def _returning() -> str:
-    return ", ".join(f'r."{f.column}"' for f in Run._meta.concrete_fields)
-
-
 def _run_from_row(names: list[str], values: tuple) -> Run:
     """A Run instance from a RETURNING row, with the same field conversions a queryset applies."""
     row = dict(zip(names, values))
@@ -211,8 +154,7 @@ def release(
         "now": now,
         "lock": store.GRANT_LOCK_KEY,
     }
-    text = _RELEASE_SQL.format(columns=_set_columns(columns, params), returning=_returning())
-    sql = prepared.statement(text).sql()
+    sql = prepared.statement(pg_writes.release_text(columns, params)).sql()
     parse = None
     if probe:
         # One simple-query message runs as one implicit transaction up to the COMMIT; the lock try runs after it.
@@ -257,7 +199,7 @@ def _apply_statement(
         "status": status,
         "allowed": allowed_from,
     }
-    return prepared.statement(_APPLY_SQL.format(columns=_set_columns(columns, params))).sql(), params
+    return prepared.statement(pg_writes.apply_text(columns, params)).sql(), params
 
 
 _MOVED = ("id", "last_seq", "owner_id", "name", "run_class", "error", "previous", "requested_at")  # r.id onwards
