@@ -1,17 +1,18 @@
 """PostgreSQL fast path of releases and grants: a release in one statement (no grant lock), and under the grant
 lock the snapshot in one statement (runs/slots/pg_snapshot.py) and the grants (slots held, runs `starting`,
-status events) in another (the writing statements: runs/slots/pg_writes.py). A catch-up pass holds the lock at
-session level, outside any transaction: its lock try travels with the snapshot (for a release's first pass, in
-the release's own message), and its grants with BEGIN, COMMIT, the unlock and the check's snapshot. SQL only
-loads and writes: which moves are allowed and which columns a move stamps are parameters from runs.lifecycle
-(through runs/stores.py), and which runs get a slot is decided by the pure `runs.slots.grant.grant` on the
-snapshot these queries return.
+status events) in another (the writing statements, which store their moves' effects too: runs/slots/pg_writes.py).
+A catch-up pass holds the lock at session level, outside any transaction: its lock try travels with the snapshot
+(for a release's first pass, in the release's own message), and its grants with BEGIN, COMMIT, the unlock and
+the check's snapshot. SQL only loads and writes: which moves are allowed, which columns a move stamps and which
+effects it implies are parameters from runs.lifecycle (through runs/stores.py), and which runs get a slot is
+decided by the pure `runs.slots.grant.grant` on the snapshot these queries return.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
@@ -20,6 +21,7 @@ from psycopg.pq import TransactionStatus
 
 from runs.errors import InvalidTransition
 from runs.models import Run
+from runs.outbox.effects import RunEffect
 from runs.slots import pg_snapshot, pg_writes, prepared, store
 from runs.slots.grant import BACKFILL_WINDOW, Decision, Snapshot
 from runs.slots.pg_writes import Columns
@@ -59,16 +61,23 @@ def pass_begin() -> Snapshot | None:
 
 
 def pass_finish(
-    *, decisions: list[Decision], now: datetime, source: str, status: str, allowed_from: list[str], columns: Columns
+    *,
+    decisions: list[Decision],
+    now: datetime,
+    source: str,
+    status: str,
+    allowed_from: list[str],
+    columns: Columns,
+    effects: Sequence[RunEffect],
 ) -> tuple[list[dict[str, Any]], Snapshot]:
-    """End a catch-up pass in one message: its grants in a transaction of their own (`BEGIN; grants; COMMIT`),
-    the lock released, and the snapshot again without the lock (window 0): what the check after the commit
-    decides on. Returns the moved runs (as `grants_apply`) and that snapshot."""
+    """End a catch-up pass in one message: its grants and their `effects` in a transaction of their own
+    (`BEGIN; grants; COMMIT`), the lock released, and the snapshot again without the lock (window 0): what the
+    check after the commit decides on. Returns the moved runs (as `grants_apply`) and that snapshot."""
     sql, params, parse = pg_snapshot.query(window=0)
     params["lock"] = store.GRANT_LOCK_KEY
     parts = ["SELECT pg_advisory_unlock(%(lock)s)", sql]
     if decisions:
-        apply_sql, apply_params = _apply_statement(decisions, now, source, status, allowed_from, columns)
+        apply_sql, apply_params = _apply_statement(decisions, now, source, status, allowed_from, columns, effects)
         params.update(apply_params)
         parts = ["BEGIN", apply_sql, "COMMIT", *parts]
     try:
@@ -134,12 +143,13 @@ def release(
     source: str,
     now: datetime,
     columns: Columns,
+    effects: Sequence[RunEffect],
     probe: bool = False,
 ) -> tuple[Run | None, Snapshot | None]:
-    """Finish a run (status, finished_at, error, numbered `status` event, slot deleted) in one statement, without
-    the grant lock: granting the freed capacity is a separate step (runs.lifecycle.grants_catch_up). The Run
-    (None when the run's status does not allow the move: the caller decides, no-op or error) carries
-    `previous_status`.
+    """Finish a run (status, finished_at, error, numbered `status` event, slot deleted, the move's `effects`
+    stored) in one statement, without the grant lock: granting the freed capacity is a separate step
+    (runs.lifecycle.grants_catch_up). The Run (None when the run's status does not allow the move: the caller
+    decides, no-op or error) carries `previous_status`.
 
     `probe` (autocommit only): the same message then commits, tries the grant lock at session level and fetches
     the snapshot (window 0), as `pass_begin` does. A snapshot back: this session holds the lock, and the caller
@@ -154,7 +164,7 @@ def release(
         "now": now,
         "lock": store.GRANT_LOCK_KEY,
     }
-    sql = prepared.statement(pg_writes.release_text(columns, params)).sql()
+    sql = prepared.statement(pg_writes.release_text(columns, effects, params)).sql()
     parse = None
     if probe:
         # One simple-query message runs as one implicit transaction up to the COMMIT; the lock try runs after it.
@@ -187,7 +197,13 @@ def release(
 
 
 def _apply_statement(
-    decisions: list[Decision], now: datetime, source: str, status: str, allowed_from: list[str], columns: Columns
+    decisions: list[Decision],
+    now: datetime,
+    source: str,
+    status: str,
+    allowed_from: list[str],
+    columns: Columns,
+    effects: Sequence[RunEffect],
 ) -> tuple[str, dict[str, Any]]:
     ids = [d.run_id for d in decisions]
     params: dict[str, Any] = {
@@ -199,7 +215,7 @@ def _apply_statement(
         "status": status,
         "allowed": allowed_from,
     }
-    return prepared.statement(pg_writes.apply_text(columns, params)).sql(), params
+    return prepared.statement(pg_writes.apply_text(columns, effects, params)).sql(), params
 
 
 _MOVED = ("id", "last_seq", "owner_id", "name", "run_class", "error", "previous", "requested_at")  # r.id onwards
@@ -226,11 +242,13 @@ def grants_apply(
     status: str,
     allowed_from: list[str],
     columns: Columns,
+    effects: Sequence[RunEffect],
 ) -> list[dict[str, Any]]:
     """Mark the decided slots held and move their runs to `status` (`starting`) with a numbered `status` event
-    each, in one statement, in the caller's transaction (which holds the grant lock). Returns one dict per
-    moved run; InvalidTransition (nothing written) when a slot is no longer waiting or a run may not move."""
-    sql, params = _apply_statement(decisions, now, source, status, allowed_from, columns)
+    each and their `effects` stored, in one statement, in the caller's transaction (which holds the grant lock).
+    Returns one dict per moved run; InvalidTransition (nothing written) when a slot is no longer waiting or a run
+    may not move."""
+    sql, params = _apply_statement(decisions, now, source, status, allowed_from, columns, effects)
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
         rows = cursor.fetchall()
