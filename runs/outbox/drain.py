@@ -109,8 +109,8 @@ def _do(row: Claimed, token: str, *, now: datetime) -> bool:
     if row.attempts > MAX_ATTEMPTS:
         logger.error("effect %s: given up: claimed %s times without an end", row.key, row.attempts)
         return _finish(row, token, EffectState.FAILED, error=f"claimed {row.attempts} times without an end")
-    task = task_named(effect.task)
     try:
+        task = task_named(effect.task)
         if effect.here:
             with transaction.atomic():
                 if not _lock_mine(row, token):
