@@ -6,9 +6,10 @@ bench/slots_procs.py.
 Writes bench/results/slots.json. Uses a database of its own, `bench_slots_<pid>`, dropped when it ends.
 Usage: DATABASE_URL=postgres://postgres@127.0.0.1:5432/postgres python bench/slots.py [--quick] [--out PATH]
 (`--smoke --out PATH`: 1 s phases, a queue of 100, 1 and 2 finishers: checks it runs, in seconds).
-Browser fan-out, the Celery hand-off (`dispatch_run.delay`) and the follow-ups task are stubbed in the bench
-processes: they run after commit, outside the grant lock, and are measured elsewhere; what is measured here is
-the slot path (the release and its commit, then the grant: lock, snapshot, grant, commit).
+Browser fan-out and the outbox's drain after each commit (the Celery hand-off of a launch, the follow-ups) are
+stubbed in the bench processes: they run after commit, outside the grant lock, and are measured elsewhere; what
+is measured here is the slot path (the release and its commit, then the grant: lock, snapshot, grant, commit),
+the effects' rows included (each statement writes its move's).
 """
 
 from __future__ import annotations

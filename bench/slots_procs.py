@@ -32,20 +32,19 @@ def django_setup(url: str) -> None:
     import runs.concurrency
     import runs.enqueue
     import runs.lifecycle
+    import runs.moves
     import runs.realtime
     import runs.stores
-    import runs.tasks
     from runs.execution.kinds import KINDS, RunKind, rl_train_demand
 
     noop = lambda *a, **k: None  # noqa: E731
     runs.realtime.run_event_publish = runs.realtime.dashboard_publish = noop
-    runs.stores.dashboard_publish = runs.stores.run_event_publish = noop
+    runs.moves.dashboard_publish = runs.moves.run_event_publish = runs.stores.run_event_publish = noop
     runs.enqueue.dashboard_publish = runs.concurrency.dashboard_publish = noop
-    # The after-commit hand-off to Celery is a broker publish in production; eager mode would run the worker's
-    # task body inside the finisher instead, which is no part of the release -> grant path measured here.
-    runs.tasks.dispatch_run.delay = noop
-    # Follow-ups (evaluation, auto-resume) run after the finish's commit, in the finisher; a bench run has none.
-    runs.lifecycle._followups_run = noop
+    # The outbox's drain after each commit (the launch's hand-off to Celery, a broker publish in production; the
+    # follow-ups, which a bench run has none of) is no part of the release -> grant path measured here; the
+    # effects' rows are: the release and grant statements write them.
+    runs.lifecycle.effects_kick = noop
     # Bench runs ask for what a default training run asks for (its six bundles), so every grant decision packs a
     # real demand against the cluster's free resources, as production grants do.
     KINDS[BENCH_KIND] = RunKind(
@@ -96,7 +95,13 @@ def release_one(index: int, finishers: int) -> bool:
         return False
     now, status = timezone.now(), RunStatus.CANCELLED
     run, _ = PG_STORE.finish(  # the store call run_finish makes, without its probe (so: no grant)
-        run_id=row[0], status=status, error="", now=now, allowed=allowed_from(status), columns=stamp(status, now)
+        run_id=row[0],
+        status=status,
+        error="",
+        now=now,
+        allowed=allowed_from(status),
+        columns=stamp(status, now),
+        effects=[],  # a cancel of a queued run implies none
     )
     return run is not None
 

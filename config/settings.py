@@ -146,6 +146,7 @@ INSTALLED_APPS = [
     "drf_spectacular",
     "channels",
     "runs",
+    "runs.outbox",  # after-commit effects of the run lifecycle (runs/outbox/)
     "frontend",
 ]
 

@@ -1,5 +1,6 @@
 """Django admin: cron schedules (staff define them here or through /api/schedules/), and read-only views of
-runs, slots, events and the stored concurrency settings (state changes go through runs.services)."""
+runs, slots, events, the stored concurrency settings (state changes go through runs.services) and the outbox's
+effects (what each move still had to cause, and what became of it)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from django.utils import timezone
 
 from runs.errors import ServiceError
 from runs.models import ConcurrencySettings, Run, RunEvent, Schedule, Slot
+from runs.outbox.models import Effect
 from runs.schedules import cron_next, cron_problem, schedule_check
 
 
@@ -91,3 +93,10 @@ class RunEventAdmin(ReadOnlyAdmin):
 @admin.register(ConcurrencySettings)
 class ConcurrencySettingsAdmin(ReadOnlyAdmin):
     list_display = ("id", "raw", "updated_at", "updated_by")
+
+
+@admin.register(Effect)
+class EffectAdmin(ReadOnlyAdmin):
+    list_display = ("id", "kind", "key", "state", "attempts", "next_attempt_at", "outcome", "created_at", "done_at")
+    list_filter = ("state", "kind")
+    search_fields = ("key",)

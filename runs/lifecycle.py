@@ -1,13 +1,14 @@
 """The run state machine, in one place: its states, the allowed moves (`TRANSITIONS`), the columns each move
 stamps (`stamp`), and the side effects of every move: a numbered `status` event, slot release and grant,
-publishing to the dashboard, the hand-off of granted runs to the launcher and the follow-ups of a finish.
+publishing to the dashboard, and the effects that must follow its commit (`granted_effects`, `finish_effects`).
 The ways a run enters the queue (submit, requeue, resume) build on these moves in runs/enqueue.py.
 
 Both ways a move is written (the ORM, and one SQL statement per step on PostgreSQL) live in runs/stores.py
 and take their rules from here (`allowed_from`, `stamp`); tests/runs/test_lifecycle_stores.py checks that
 they accept and refuse the same moves. Every way a run ends goes through `run_finish`.
 
-Work for Celery (launch, stop, follow-ups) is handed over after commit through runs/handoff.py.
+The effects (launch a granted run, stop a job, a finish's follow-ups) are outbox rows the stores write with the
+move, in its transaction (runs/outbox/), drained after the commit and by the tick; no Celery task is named here.
 """
 
 from __future__ import annotations
@@ -22,12 +23,14 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from runs.errors import InvalidInput, InvalidTransition
-from runs.handoff import TASK_DISPATCH, TASK_FOLLOWUPS, TASK_STOP, task_after_commit, task_named
 from runs.metrics.hooks import grants_record
 from runs.models import FINISHED_STATUSES, Run, RunStatus
+from runs.moves import Moved, moved_publish, status_write
+from runs.outbox.effects import Dispatch, FollowUps, RunEffect, StopJob
+from runs.outbox.store import effects_kick, effects_store
 from runs.slots import store as slot_store
 from runs.slots.grant import Snapshot
-from runs.stores import Moved, RunStore, moved_publish, run_store, status_write
+from runs.stores import RunStore, run_store
 
 STATES: tuple[str, ...] = tuple(RunStatus.values)
 # Allowed moves; anything else is a bug in the caller and raises InvalidTransition.
@@ -76,6 +79,23 @@ def stamp(status: str, now: datetime) -> dict[str, Any]:
     return {}
 
 
+def granted_effects(run_ids: list[int], now: datetime) -> list[RunEffect]:
+    """A grant at `now` implies its run's launch."""
+    return [Dispatch(run_id=run_id, at=now) for run_id in run_ids]
+
+
+def finish_effects(run: Run, status: str, now: datetime, *, stop_job: bool) -> list[RunEffect]:
+    """A finish at `now` implies its follow-ups after a success or after a failure of a run that may resume
+    (runs/execution/followups.py decides what they are; `auto_resume` never changes, a stale `attempt` only adds
+    follow-ups that find the limit reached), and its job's stop when the platform ended the run (`stop_job`)."""
+    effects: list[RunEffect] = [StopJob(run_id=run.pk, at=now)] if stop_job else []
+    if status == RunStatus.SUCCEEDED or (
+        status == RunStatus.FAILED and run.auto_resume and run.attempt < settings.RUN_AUTO_RESUME_MAX
+    ):
+        effects.append(FollowUps(run_id=run.pk, at=now))
+    return effects
+
+
 def run_status_change(*, run: Run, status: str, error: str | None = None, now: datetime | None = None) -> Run:
     """Move a run (loaded with select_for_update in the current transaction) to `status`: stamp, numbered
     `status` event, publish after commit. The slot row is the caller's business."""
@@ -88,21 +108,22 @@ def run_status_change(*, run: Run, status: str, error: str | None = None, now: d
 
 
 def grant_pass(*, reason: str, now: datetime | None = None) -> list[int]:
-    """Grant under the lock (already held): runs move to `starting` and are handed to the launcher after commit."""
+    """Grant under the lock (already held): runs move to `starting`, their launches stored with the move."""
     now = now or timezone.now()
-    moved = run_store().grant(now=now, allowed=allowed_from(RunStatus.STARTING), columns=stamp(RunStatus.STARTING, now))
+    allowed, columns = allowed_from(RunStatus.STARTING), stamp(RunStatus.STARTING, now)
+    moved = run_store().grant(now=now, allowed=allowed, columns=columns, effects=granted_effects)
     _granted(moved, reason=reason, now=now)
     return [m.run_id for m in moved]
 
 
 def _granted(moved: list[Moved], *, reason: str, now: datetime, waits: list[tuple[str, float]] | None = None) -> None:
-    """Granted runs published, handed to the launcher and counted, after the commit (at once when committed).
-    `waits`: add their admission waits there (the caller records them) instead of recording them here."""
+    """Granted runs published, launched (their stored effects drained) and counted, after the commit (at once
+    when committed). `waits`: add their admission waits there (the caller records them), not recorded here."""
     for m in moved:
         moved_publish(m, ts=now.timestamp())
-        task_after_commit(TASK_DISPATCH, m.run_id)
     if not moved:
         return
+    effects_kick(granted_effects([m.run_id for m in moved], now))
     logger.debug("grant (%s): %s", reason, [m.run_id for m in moved])
     mine = [(m.run_class, (now - m.requested_at).total_seconds()) for m in moved if m.requested_at is not None]
     if waits is not None:
@@ -147,9 +168,8 @@ def _catch_up(
         now = timezone.now()
         try:
             held, first = first, None
-            passed = store.catch_up_pass(
-                now=now, allowed=allowed_from(RunStatus.STARTING), columns=stamp(RunStatus.STARTING, now), first=held
-            )
+            allowed, columns = allowed_from(RunStatus.STARTING), stamp(RunStatus.STARTING, now)
+            passed = store.catch_up_pass(now=now, allowed=allowed, columns=columns, effects=granted_effects, first=held)
         except InvalidTransition:  # a chosen run was finished meanwhile (without the lock): decide again
             passed = [], store.grant_pending()
         if passed is None:
@@ -172,31 +192,11 @@ def run_transition(*, run: Run, status: str, error: str | None = None) -> Run:
         return run_status_change(run=locked, status=status, error=error)
 
 
-def _followups_run(run_id: int, attempt: int) -> None:
-    """Run the follow-ups task here and now; if that fails, hand it to a worker, which retries it."""
-    task = task_named(TASK_FOLLOWUPS)
-    try:
-        task.apply(args=(run_id, attempt), throw=True)
-    except Exception:  # noqa: BLE001 - the finish is committed; the follow-up must not be lost with this error
-        logger.warning("run %s: follow-ups failed here; handed to a worker", run_id, exc_info=True)
-        task.delay(run_id, attempt)
-
-
-def _followups_schedule(run: Run) -> None:
-    """After a finish: an evaluation may follow a success, a resume a failure (runs/execution/followups.py
-    decides; the task is idempotent). Scheduled in the finishing transaction: it runs only if the finish
-    commits, right after it, in this process, or (on an error there) in a worker that retries it."""
-    if run.status == RunStatus.SUCCEEDED or (
-        run.status == RunStatus.FAILED and run.auto_resume and run.attempt < settings.RUN_AUTO_RESUME_MAX
-    ):
-        transaction.on_commit(functools.partial(_followups_run, run.pk, run.attempt))
-
-
 def run_finish(*, run: Run, status: str, error: str = "", stop_job: bool = False) -> Run:
     """End a run, whatever ended it: status and event, slot released, next waiting runs granted, follow-ups
-    scheduled; `stop_job` also asks the launcher to stop the run's job after commit (the platform ended a run
-    whose job may still be going). Finishing a finished run is a no-op (racing finalizers: the first one
-    wins); any other refused move raises InvalidTransition.
+    stored with the move (`finish_effects`); `stop_job` also stores the stop of the run's job (the platform ended
+    a run whose job may still be going). Finishing a finished run is a no-op (racing finalizers: the first one
+    wins, and only its effects are stored); any other refused move raises InvalidTransition.
 
     When the grant happens: in the same transaction when it holds the grant lock already (the caller took it,
     or the store takes it for the release: SQLite). Otherwise (PostgreSQL) the release commits on its own and
@@ -206,11 +206,19 @@ def run_finish(*, run: Run, status: str, error: str = "", stop_job: bool = False
         raise InvalidInput(f"must be one of {', '.join(FINISHED_STATUSES)}", field="status")
     now = timezone.now()
     store = run_store()
+    effects = finish_effects(run, status, now, stop_job=stop_job)
 
     def release(probe: bool) -> tuple[Run | None, Snapshot | None]:
         allowed, columns = allowed_from(status), stamp(status, now)
         return store.finish(
-            run_id=run.pk, status=status, error=error, now=now, allowed=allowed, columns=columns, probe=probe
+            run_id=run.pk,
+            status=status,
+            error=error,
+            now=now,
+            allowed=allowed,
+            columns=columns,
+            effects=effects,
+            probe=probe,
         )
 
     if store.releases_unlocked and not connection.in_atomic_block:
@@ -219,7 +227,7 @@ def run_finish(*, run: Run, status: str, error: str = "", stop_job: bool = False
         # grants for this release; taken here (`held`), the first pass runs on that snapshot and releases it.
         finished, held = release(probe=True)
         if finished is not None:
-            _finished(finished, now=now, stop_job=stop_job, grant="after" if held is not None else "holder", held=held)
+            _finished(finished, now=now, effects=effects, grant="after" if held is not None else "holder", held=held)
             return finished
         if held is not None:
             _grant_after_release(run, held)  # nothing was freed, but the lock must go: the pass releases it
@@ -230,15 +238,15 @@ def run_finish(*, run: Run, status: str, error: str = "", stop_job: bool = False
         finished, _ = release(probe=False)
         if finished is not None:
             grant = "now" if not store.releases_unlocked or slot_store.lock_held() else "on_commit"
-            _finished(finished, now=now, stop_job=stop_job, grant=grant)
+            _finished(finished, now=now, effects=effects, grant=grant)
             return finished
     return _refused(run, status)
 
 
-def _finished(run: Run, *, now: datetime, stop_job: bool, grant: str, held: Snapshot | None = None) -> None:
+def _finished(run: Run, *, now: datetime, effects: list[RunEffect], grant: str, held: Snapshot | None = None) -> None:
     """What follows a release: its publishing, the grant (`now`: this transaction holds the lock; `after`: the
     release is committed, and `held` the snapshot read under the lock its probe took; `on_commit`; `holder`:
-    committed, and the lock's holder then grants for it), the follow-ups and the job's stop (after commit)."""
+    committed, and the lock's holder then grants for it), then its stored effects drained (after commit)."""
     try:
         moved_publish(Moved.of(run, status=run.status, previous=run.previous_status), ts=now.timestamp())
     finally:
@@ -249,9 +257,7 @@ def _finished(run: Run, *, now: datetime, stop_job: bool, grant: str, held: Snap
     elif grant == "on_commit":
         catch_up = functools.partial(grants_catch_up, reason="release", check_first=False)
         transaction.on_commit(catch_up, robust=True)
-    _followups_schedule(run)
-    if stop_job:
-        task_after_commit(TASK_STOP, run.pk)
+    effects_kick(effects)
 
 
 def _grant_after_release(run: Run, held: Snapshot | None) -> None:
@@ -277,8 +283,11 @@ def run_cancel(*, run: Run, by: Any) -> Run:
         if locked.status == RunStatus.QUEUED:
             return run_finish(run=locked, status=RunStatus.CANCELLED, error=f"cancelled by {by}")
         if locked.status in (RunStatus.STARTING, RunStatus.RUNNING):
-            run_status_change(run=locked, status=RunStatus.STOPPING, error=f"cancel requested by {by}")
-            task_after_commit(TASK_STOP, locked.pk)
+            now = timezone.now()
+            run_status_change(run=locked, status=RunStatus.STOPPING, error=f"cancel requested by {by}", now=now)
+            stop = [StopJob(run_id=locked.pk, at=now)]
+            effects_store(stop, now=now)
+            effects_kick(stop)
             return locked
         if locked.status == RunStatus.STOPPING:
             return locked

@@ -1,12 +1,15 @@
 """The run store: the two ways a lifecycle move is written, behind one interface. `OrmStore` works on any
 database (a release takes the grant lock and is granted in its transaction); `PgStore` does each step in one
 SQL statement on PostgreSQL (runs/slots/pg.py), and its releases commit without the grant lock. Neither
-decides anything: which moves are allowed (`allowed`) and the columns a move stamps (`columns`) come from
-runs.lifecycle, the one owner of the state machine. Also the ORM writer of a single move and its publishing."""
+decides anything: which moves are allowed (`allowed`), the columns a move stamps (`columns`) and the effects it
+implies (`effects`, stored with the move in its transaction: runs/outbox/) come from runs.lifecycle, the one
+owner of the state machine. A single move's ORM write and its publishing are in runs/moves.py; other events the
+platform stores are published with `run_events_publish`."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Sequence
+from dataclasses import replace
 from datetime import datetime
 from typing import Any, Protocol
 
@@ -14,98 +17,24 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from runs.errors import InvalidTransition
-from runs.events import PLATFORM_SOURCE, STATUS, run_event_to_dict
+from runs.events import PLATFORM_SOURCE, run_event_to_dict
 from runs.models import Run, RunEvent, RunStatus, Slot
-from runs.realtime import dashboard_publish, run_event_publish
+from runs.moves import Columns, Moved, status_write
+from runs.outbox.effects import RunEffect
+from runs.outbox.store import effects_store
+from runs.realtime import run_event_publish
 from runs.slots import pg as slots_pg
 from runs.slots import store as slot_store
 from runs.slots.grant import Decision, Snapshot, grant, plan
 
-Columns = dict[str, Any]  # a move's stamped columns (runs.lifecycle.stamp): timestamps, cleared text fields
-
-
-@dataclass(frozen=True)
-class Moved:
-    """One applied move: what its event and dashboard message need."""
-
-    run_id: int
-    seq: int
-    owner_id: int
-    name: str
-    run_class: str
-    status: str
-    previous: str | None
-    error: str
-    requested_at: datetime | None = None  # a grant: when its slot was requested (the admission wait metric)
-
-    @classmethod
-    def of(cls, run: Run, *, status: str, previous: str | None) -> Moved:
-        return cls(
-            run_id=run.pk,
-            seq=run.last_seq,
-            owner_id=run.owner_id,
-            name=run.name,
-            run_class=run.run_class,
-            status=status,
-            previous=previous,
-            error=run.error,
-        )
-
-
-def moved_publish(moved: Moved, *, ts: float) -> None:
-    """The move's `status` event to the run's viewers and its line to the dashboard (both after commit)."""
-    run_event_publish(
-        {
-            "run": moved.run_id,
-            "seq": moved.seq,
-            "ts": ts,
-            "type": STATUS,
-            "data": {"status": moved.status, "previous": moved.previous, "error": moved.error},
-        }
-    )
-    dashboard_publish(
-        {
-            "kind": "run_status",
-            "run": moved.run_id,
-            "owner": moved.owner_id,
-            "name": moved.name,
-            "run_class": moved.run_class,
-            "status": moved.status,
-            "previous": moved.previous,
-        }
-    )
+# The effects a grant of these runs at this time implies (runs.lifecycle.granted_effects).
+GrantEffects = Callable[[list[int], datetime], list[RunEffect]]
 
 
 def run_events_publish(rows: list[RunEvent]) -> None:
     """Events just stored by run_events_record, to the run's viewers (after commit)."""
     for row in rows:
         run_event_publish(run_event_to_dict(row))
-
-
-def status_write(*, run: Run, status: str, error: str | None, now: datetime, columns: Columns) -> Moved:
-    """ORM write of one move on a locked run: status, stamped columns, error, and its numbered `status` event.
-    The caller holds the row lock, so last_seq is current: the event is numbered here and saved with the
-    status in one UPDATE (two statements instead of run_events_record's four)."""
-    previous = run.status
-    run.status = status
-    for name, value in columns.items():
-        setattr(run, name, value)
-    fields = ["status", *columns]
-    if error is not None:
-        run.error = error
-        fields.append("error")
-    with transaction.atomic(savepoint=False):
-        run.last_seq += 1
-        run.save(update_fields=[*fields, "last_seq"])
-        RunEvent.objects.create(
-            run_id=run.pk,
-            seq=run.last_seq,
-            source=PLATFORM_SOURCE,
-            ts=now,
-            type=STATUS,
-            data={"status": status, "previous": previous, "error": run.error},
-        )
-    return Moved.of(run, status=status, previous=previous)
 
 
 class RunStore(Protocol):
@@ -120,17 +49,20 @@ class RunStore(Protocol):
         now: datetime,
         allowed: list[str],
         columns: Columns,
+        effects: Sequence[RunEffect],
         probe: bool = False,
     ) -> tuple[Run | None, Snapshot | None]:
-        """Move the run to a finished `status` if it is in `allowed` and release its slot (taking the grant lock
-        first unless `releases_unlocked`). Returns the run (carrying `previous_status`; None when the move is
-        refused: nothing written) and, with `probe` (releases_unlocked, autocommit), the grant snapshot when this
-        session took the grant lock right after the release committed: the caller must then run a catch-up pass
-        on it (`catch_up_pass(first=...)`, which releases the lock); else None."""
+        """Move the run to a finished `status` if it is in `allowed`, release its slot (taking the grant lock
+        first unless `releases_unlocked`) and store the move's `effects`. Returns the run (carrying
+        `previous_status`; None when the move is refused: nothing written) and, with `probe` (releases_unlocked,
+        autocommit), the grant snapshot when this session took the grant lock right after the release committed:
+        the caller must then run a catch-up pass on it (`catch_up_pass(first=...)`, which releases the lock);
+        else None."""
         ...
 
-    def grant(self, *, now: datetime, allowed: list[str], columns: Columns) -> list[Moved]:
-        """One grant pass under the lock the caller holds: hold the decided slots, move their runs to `starting`."""
+    def grant(self, *, now: datetime, allowed: list[str], columns: Columns, effects: GrantEffects) -> list[Moved]:
+        """One grant pass under the lock the caller holds: hold the decided slots, move their runs to `starting`,
+        store the effects of their grant."""
         ...
 
     def grant_pending(self) -> bool:
@@ -138,7 +70,13 @@ class RunStore(Protocol):
         ...
 
     def catch_up_pass(
-        self, *, now: datetime, allowed: list[str], columns: Columns, first: Snapshot | None = None
+        self,
+        *,
+        now: datetime,
+        allowed: list[str],
+        columns: Columns,
+        effects: GrantEffects,
+        first: Snapshot | None = None,
     ) -> tuple[list[Moved], bool] | None:
         """A grant pass of its own (called outside any transaction): try the lock (None when another transaction
         holds it: nothing written), grant, commit, then check without the lock. `first`: the lock is held
@@ -159,6 +97,7 @@ class OrmStore:
         now: datetime,
         allowed: list[str],
         columns: Columns,
+        effects: Sequence[RunEffect],
         probe: bool = False,
     ) -> tuple[Run | None, Snapshot | None]:
         slot_store.slots_lock()
@@ -168,10 +107,11 @@ class OrmStore:
         previous = locked.status
         status_write(run=locked, status=status, error=error, now=now, columns=columns)
         slot_store.slot_release(run_id=run_id)
+        effects_store(effects, now=now)
         locked.previous_status = previous
         return locked, None
 
-    def grant(self, *, now: datetime, allowed: list[str], columns: Columns) -> list[Moved]:
+    def grant(self, *, now: datetime, allowed: list[str], columns: Columns, effects: GrantEffects) -> list[Moved]:
         ids = [d.run_id for d in slot_store.slots_grant_locked(now=now)]
         by_id = Run.objects.select_for_update().in_bulk(ids)
         requested = dict(Slot.objects.filter(run_id__in=ids).values_list("run_id", "requested_at"))
@@ -182,19 +122,26 @@ class OrmStore:
                 raise InvalidTransition(f"cannot move run {run_id} from {run.status} to starting", field="status")
             m = status_write(run=run, status=RunStatus.STARTING, error=None, now=now, columns=columns)
             moved.append(replace(m, requested_at=requested.get(run_id)))
+        effects_store(effects(ids, now), now=now)
         return moved
 
     def grant_pending(self) -> bool:
         return bool(grant(slot_store.snapshot_load(slot_store.policy_load(fresh=True)), timezone.now()))
 
     def catch_up_pass(
-        self, *, now: datetime, allowed: list[str], columns: Columns, first: Snapshot | None = None
+        self,
+        *,
+        now: datetime,
+        allowed: list[str],
+        columns: Columns,
+        effects: GrantEffects,
+        first: Snapshot | None = None,
     ) -> tuple[list[Moved], bool] | None:
         assert first is None  # finish() never hands over a held lock here
         with transaction.atomic():
             if not slot_store.slots_try_lock():
                 return None
-            moved = self.grant(now=now, allowed=allowed, columns=columns)
+            moved = self.grant(now=now, allowed=allowed, columns=columns, effects=effects)
         return moved, self.grant_pending()
 
 
@@ -210,6 +157,7 @@ class PgStore:
         now: datetime,
         allowed: list[str],
         columns: Columns,
+        effects: Sequence[RunEffect],
         probe: bool = False,
     ) -> tuple[Run | None, Snapshot | None]:
         return slots_pg.release(
@@ -220,17 +168,25 @@ class PgStore:
             source=PLATFORM_SOURCE,
             now=now,
             columns=columns,
+            effects=effects,
             probe=probe,
         )
 
-    def grant(self, *, now: datetime, allowed: list[str], columns: Columns) -> list[Moved]:
-        return self._apply(_decide(slots_pg.snapshot_fetch(window=0), now), now=now, allowed=allowed, columns=columns)
+    def grant(self, *, now: datetime, allowed: list[str], columns: Columns, effects: GrantEffects) -> list[Moved]:
+        decisions = _decide(slots_pg.snapshot_fetch(window=0), now)
+        return self._apply(decisions, now=now, allowed=allowed, columns=columns, effects=effects)
 
     def grant_pending(self) -> bool:
         return bool(_decide(slots_pg.snapshot_fetch(window=0), timezone.now()))
 
     def catch_up_pass(
-        self, *, now: datetime, allowed: list[str], columns: Columns, first: Snapshot | None = None
+        self,
+        *,
+        now: datetime,
+        allowed: list[str],
+        columns: Columns,
+        effects: GrantEffects,
+        first: Snapshot | None = None,
     ) -> tuple[list[Moved], bool] | None:
         # Two round trips (one with `first`, which came with the release): the lock try (session level) with the
         # snapshot; the grants committed, the lock released and the check's snapshot.
@@ -249,11 +205,14 @@ class PgStore:
             status=RunStatus.STARTING,
             allowed_from=allowed,
             columns=columns,
+            effects=effects([d.run_id for d in decisions], now),
         )
         return [_moved(r) for r in rows], bool(_decide(check, timezone.now()))
 
     @staticmethod
-    def _apply(decisions: list[Decision], *, now: datetime, allowed: list[str], columns: Columns) -> list[Moved]:
+    def _apply(
+        decisions: list[Decision], *, now: datetime, allowed: list[str], columns: Columns, effects: GrantEffects
+    ) -> list[Moved]:
         if not decisions:
             return []
         rows = slots_pg.grants_apply(
@@ -263,6 +222,7 @@ class PgStore:
             status=RunStatus.STARTING,
             allowed_from=allowed,
             columns=columns,
+            effects=effects([d.run_id for d in decisions], now),
         )
         return [_moved(r) for r in rows]
 

@@ -1,26 +1,28 @@
-"""Celery tasks, the entry points of the control plane's background work: the periodic tick (cluster read,
-reconcile, liveness and node loss, time limits, schedules, grant fallback, lost launches), the launcher's
-hand-offs (launch a granted run, stop a run's job) and the follow-ups of a finished run. Tasks take ids and
-never wait for slots or training. runs.lifecycle names them (TASK_*) rather than importing this module, which
-sits above it."""
+"""Celery tasks, the entry points of the control plane's background work: the periodic tick (the outbox's
+leftovers, cluster read, reconcile, liveness and node loss, time limits, schedules, grant fallback, lost
+launches), the launcher's (launch a granted run, stop a run's job) and the follow-ups of a finished run. Tasks
+take ids and never wait for slots or training. The outbox's effects name them (runs/outbox/effects.py: the
+drainer sends the launcher's to a worker and runs the follow-ups in its own process) rather than importing
+this module, which sits above runs.lifecycle."""
 
 from __future__ import annotations
 
 import logging
 import time
+from datetime import datetime
 from typing import Any
 
-from celery import Task, shared_task
+from celery import shared_task
 from celery.signals import task_failure
-from django.db import DatabaseError
 from django.utils import timezone
 
-from runs import handoff, lifecycle, sweeps
-from runs.errors import ServiceError
+from runs import lifecycle, sweeps
 from runs.execution import capacity, followups, launch, liveness, reconcile
 from runs.metrics import spec as metric
 from runs.metrics.hooks import task_failure_record
 from runs.metrics.record import timed
+from runs.outbox import effects
+from runs.outbox.drain import effects_drain
 from runs.schedules import schedules_submit_due
 
 logger = logging.getLogger(__name__)
@@ -29,8 +31,6 @@ task_failure.connect(task_failure_record, weak=False)
 
 # Reconcile outcomes that change nothing (a job still running, a launch not yet submitted): not logged.
 QUIET_OUTCOMES = frozenset({"unchanged", "not submitted yet"})
-FOLLOWUPS_RETRY_SECONDS = 5
-FOLLOWUPS_MAX_RETRIES = 20
 
 
 @shared_task(name="runs.tasks.tick")
@@ -43,6 +43,9 @@ def tick() -> dict[str, Any]:
 
 
 def _tick() -> dict[str, Any]:
+    # First what a crash or an error left in the outbox (committed moves whose launch, stop or follow-ups were
+    # not done after their commit), whether Ray answers or not: sending a task and the follow-ups need no Ray.
+    drained = effects_drain()
     now = timezone.now()
     # The cluster first: node rows for admission and node loss, and whether Ray answers at all. Ray not
     # reachable: nothing is failed for liveness (no reclaim, launch timeout, node loss); time limits still apply.
@@ -52,7 +55,11 @@ def _tick() -> dict[str, Any]:
     reconciled = reconcile.runs_reconcile(observed) if observed is not None else {}
     jobs = reconcile.job_statuses(observed) if observed is not None else None
     now = timezone.now()
-    done: dict[str, Any] = {"reconciled": reconciled, "unreachable": [] if jobs is not None else ["ray"]}
+    done: dict[str, Any] = {
+        "effects": drained,
+        "reconciled": reconciled,
+        "unreachable": [] if jobs is not None else ["ray"],
+    }
     if jobs is not None:
         done["node_loss"] = liveness.runs_node_loss()
         starting = liveness.runs_starting_check(now=now, jobs=jobs)
@@ -75,28 +82,21 @@ def _tick() -> dict[str, Any]:
     return done
 
 
-@shared_task(name=handoff.TASK_DISPATCH)
+@shared_task(name=effects.TASK_DISPATCH)
 def dispatch_run(run_id: int) -> str:
     """Launch a granted (`starting`) run; anything else is a stale message and ignored."""
     return launch.launch_run(run_id)
 
 
-@shared_task(name=handoff.TASK_STOP)
+@shared_task(name=effects.TASK_STOP)
 def stop_run(run_id: int) -> str:
     """Stop a run's job; a `stopping` run without a job is cancelled at once."""
     return launch.stop_run(run_id)
 
 
-@shared_task(name=handoff.TASK_FOLLOWUPS, bind=True, max_retries=FOLLOWUPS_MAX_RETRIES)
-def run_followups(self: Task, run_id: int, attempt: int) -> str:
-    """Evaluation after a success, auto-resume after a failure (idempotent). Run at once by the finishing
-    process after commit; a failure there sends it here, to a worker, which retries database errors."""
-    try:
-        return followups.run_followups(run_id=run_id, attempt=attempt)
-    except ServiceError as exc:  # e.g. the run changed meanwhile: nothing left to do, say why
-        logger.warning("run %s: follow-up not applied: %s", run_id, exc)
-        return "refused"
-    except DatabaseError as exc:
-        if self.request.is_eager:
-            raise
-        raise self.retry(exc=exc, countdown=FOLLOWUPS_RETRY_SECONDS) from exc
+@shared_task(name=effects.TASK_FOLLOWUPS)
+def run_followups(run_id: int, finished_at: str) -> str:
+    """Evaluation after a success, auto-resume after a failure, for the finish at `finished_at` (ISO 8601). Run
+    by the outbox's drainer in its own process, in the transaction that marks the effect done; the drainer
+    retries it (a refusal, ServiceError, is its outcome: the run moved on)."""
+    return followups.run_followups(run_id=run_id, finished_at=datetime.fromisoformat(finished_at))

@@ -1,11 +1,13 @@
-"""What follows a finished run, run by the retried, idempotent `runs.tasks.run_followups` task that
-runs.lifecycle.run_finish schedules in the finishing transaction: a succeeded `rl_train` run gets an `eval`
-run (origin `system`, same owner, parent = the run), a failed run with `auto_resume` is resumed (at most
-RUN_AUTO_RESUME_MAX attempts), however it failed (job, reclaim, time limit, launch error)."""
+"""What follows a finished run: a succeeded `rl_train` run gets an `eval` run (origin `system`, same owner,
+parent = the run), a failed run with `auto_resume` is resumed (at most RUN_AUTO_RESUME_MAX attempts), however
+it failed (job, reclaim, time limit, launch error). runs.lifecycle.run_finish stores a `FollowUps` effect in the
+finishing transaction; the outbox's drainer runs `runs.tasks.run_followups` for it once that commits, in the
+transaction that marks the effect done (runs/outbox/drain.py), so this happens once per finish."""
 
 from __future__ import annotations
 
 import logging
+from datetime import datetime
 
 from django.conf import settings
 from django.db import transaction
@@ -38,11 +40,12 @@ def eval_run_submit(*, run: Run) -> Run | None:
         )
 
 
-def run_followups(*, run_id: int, attempt: int) -> str:
-    """Apply the follow-ups of attempt `attempt` of a finished run. Idempotent: a second delivery finds the eval
-    run already there, or the run already resumed (its attempt moved on)."""
+def run_followups(*, run_id: int, finished_at: datetime) -> str:
+    """Apply the follow-ups of the finish of a run at `finished_at`: nothing when the run is no longer in that
+    finish (resumed or requeued since: "stale"). Idempotent besides: the eval run is submitted once, however
+    many finalizers race."""
     run = Run.objects.filter(pk=run_id).first()
-    if run is None or run.attempt != attempt:
+    if run is None or run.finished_at != finished_at:
         return "stale"
     if run.status == RunStatus.SUCCEEDED and run.kind == DEFAULT_KIND:
         child = eval_run_submit(run=run)

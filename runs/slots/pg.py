@@ -1,17 +1,18 @@
 """PostgreSQL fast path of releases and grants: a release in one statement (no grant lock), and under the grant
 lock the snapshot in one statement (runs/slots/pg_snapshot.py) and the grants (slots held, runs `starting`,
-status events) in another. A catch-up pass holds the lock at session level, outside any transaction: its lock
-try travels with the snapshot (for a release's first pass, in the release's own message), and its grants with
-BEGIN, COMMIT, the unlock and the check's snapshot. SQL only loads and writes: which moves are allowed and which
-columns a move stamps are parameters from runs.lifecycle (through runs/stores.py), and which runs get a slot is
+status events) in another (the writing statements, which store their moves' effects too: runs/slots/pg_writes.py).
+A catch-up pass holds the lock at session level, outside any transaction: its lock try travels with the snapshot
+(for a release's first pass, in the release's own message), and its grants with BEGIN, COMMIT, the unlock and
+the check's snapshot. SQL only loads and writes: which moves are allowed, which columns a move stamps and which
+effects it implies are parameters from runs.lifecycle (through runs/stores.py), and which runs get a slot is
 decided by the pure `runs.slots.grant.grant` on the snapshot these queries return.
 """
 
 from __future__ import annotations
 
-import functools
 import json
 import logging
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
@@ -20,63 +21,12 @@ from psycopg.pq import TransactionStatus
 
 from runs.errors import InvalidTransition
 from runs.models import Run
-from runs.slots import pg_snapshot, prepared, store
+from runs.outbox.effects import RunEffect
+from runs.slots import pg_snapshot, pg_writes, prepared, store
 from runs.slots.grant import BACKFILL_WINDOW, Decision, Snapshot
+from runs.slots.pg_writes import Columns
 
 logger = logging.getLogger(__name__)
-
-# A release: one statement, no global lock. The run row lock (FOR UPDATE) and the allowed-from check serialize
-# moves of one run; the slot row is deleted in the same statement, so the release commits as one small write.
-# {returning} names the run's columns (`r.*` would change a prepared statement's result type under a migration).
-_RELEASE_SQL = """WITH
-cur AS (SELECT id, status FROM runs_run WHERE id = %(run)s FOR UPDATE),
-upd AS (UPDATE runs_run r SET status = %(status)s, {columns}, error = %(error)s, last_seq = r.last_seq + 1
-        FROM cur WHERE r.id = cur.id AND cur.status = ANY(%(allowed)s::text[])
-        RETURNING {returning}, cur.status AS previous_status),
-ev AS (INSERT INTO runs_runevent (run_id, seq, source, ts, type, data)
-       SELECT id, last_seq, %(source)s, %(now)s, 'status',
-              jsonb_build_object('status', %(status)s::text, 'previous', previous_status, 'error', %(error)s::text)
-       FROM upd RETURNING 1),
-rel AS (DELETE FROM runs_slot WHERE run_id IN (SELECT id FROM upd) RETURNING 1)
-SELECT upd.*, (SELECT count(*) FROM ev) AS events_added FROM upd"""
-
-# The grants of a pass, all or none: every chosen slot still waiting and every chosen run in a state that may
-# move to `starting` (rows locked), else nothing is written and the counts say so. So a message may COMMIT
-# right after it (a catch-up pass) without a look at the result first.
-_APPLY_SQL = """WITH
-cur AS (SELECT id, status FROM runs_run WHERE id = ANY(%(ids)s::bigint[]) ORDER BY id FOR UPDATE),
-waiting AS (SELECT run_id FROM runs_slot WHERE run_id = ANY(%(ids)s::bigint[]) AND state = 'waiting' FOR UPDATE),
-ok AS (SELECT (SELECT count(*) FROM cur WHERE status = ANY(%(allowed)s::text[])) = %(n)s
-              AND (SELECT count(*) FROM waiting) = %(n)s AS yes),
-s AS (UPDATE runs_slot x SET state = 'held', granted_at = %(now)s, placement = p.placement
-      FROM unnest(%(ids)s::bigint[], %(placements)s::jsonb[]) AS p(run_id, placement), ok
-      WHERE ok.yes AND x.state = 'waiting' AND x.run_id = p.run_id RETURNING x.run_id, x.requested_at),
-r AS (UPDATE runs_run x SET status = %(status)s, {columns}, last_seq = x.last_seq + 1
-      FROM cur, ok WHERE ok.yes AND x.id = cur.id
-      RETURNING x.id, x.last_seq, x.owner_id, x.name, x.run_class, x.error, cur.status AS previous),
-e AS (INSERT INTO runs_runevent (run_id, seq, source, ts, type, data)
-      SELECT id, last_seq, %(source)s, %(now)s, 'status',
-             jsonb_build_object('status', %(status)s::text, 'previous', previous, 'error', error)
-      FROM r RETURNING 1)
-SELECT (SELECT count(*) FROM s), (SELECT count(*) FROM e), r.id, r.last_seq, r.owner_id, r.name, r.run_class, r.error,
-       r.previous, s.requested_at
-FROM (SELECT 1) AS one LEFT JOIN (r JOIN s ON s.run_id = r.id) ON true"""
-
-_RUN_COLUMNS = frozenset(
-    {"granted_at", "started_at", "finished_at", "heartbeat_at", "pending_reason", "pending_detail", "serving_url"}
-)
-
-
-Columns = dict[str, Any]  # a move's stamped columns (runs.lifecycle.stamp)
-
-
-def _set_columns(columns: Columns, params: dict[str, Any]) -> str:
-    """The SET list for a move's stamped columns (names from runs.lifecycle.stamp, values as parameters)."""
-    if not columns or not set(columns) <= _RUN_COLUMNS:
-        raise ValueError(f"unexpected run columns {sorted(columns)}")
-    for name, value in columns.items():
-        params[f"col_{name}"] = value
-    return ", ".join(f"{name} = %(col_{name})s" for name in sorted(columns))
 
 
 def snapshot_fetch(*, exclude_run: int = 0, window: int = BACKFILL_WINDOW) -> Snapshot:
@@ -111,16 +61,23 @@ def pass_begin() -> Snapshot | None:
 
 
 def pass_finish(
-    *, decisions: list[Decision], now: datetime, source: str, status: str, allowed_from: list[str], columns: Columns
+    *,
+    decisions: list[Decision],
+    now: datetime,
+    source: str,
+    status: str,
+    allowed_from: list[str],
+    columns: Columns,
+    effects: Sequence[RunEffect],
 ) -> tuple[list[dict[str, Any]], Snapshot]:
-    """End a catch-up pass in one message: its grants in a transaction of their own (`BEGIN; grants; COMMIT`),
-    the lock released, and the snapshot again without the lock (window 0): what the check after the commit
-    decides on. Returns the moved runs (as `grants_apply`) and that snapshot."""
+    """End a catch-up pass in one message: its grants and their `effects` in a transaction of their own
+    (`BEGIN; grants; COMMIT`), the lock released, and the snapshot again without the lock (window 0): what the
+    check after the commit decides on. Returns the moved runs (as `grants_apply`) and that snapshot."""
     sql, params, parse = pg_snapshot.query(window=0)
     params["lock"] = store.GRANT_LOCK_KEY
     parts = ["SELECT pg_advisory_unlock(%(lock)s)", sql]
     if decisions:
-        apply_sql, apply_params = _apply_statement(decisions, now, source, status, allowed_from, columns)
+        apply_sql, apply_params = _apply_statement(decisions, now, source, status, allowed_from, columns, effects)
         params.update(apply_params)
         parts = ["BEGIN", apply_sql, "COMMIT", *parts]
     try:
@@ -161,11 +118,6 @@ def _fetch_again() -> Snapshot:
     return pg_snapshot.fetch(window=0)
 
 
-@functools.cache
-def _returning() -> str:
-    return ", ".join(f'r."{f.column}"' for f in Run._meta.concrete_fields)
-
-
 def _run_from_row(names: list[str], values: tuple) -> Run:
     """A Run instance from a RETURNING row, with the same field conversions a queryset applies."""
     row = dict(zip(names, values))
@@ -191,12 +143,13 @@ def release(
     source: str,
     now: datetime,
     columns: Columns,
+    effects: Sequence[RunEffect],
     probe: bool = False,
 ) -> tuple[Run | None, Snapshot | None]:
-    """Finish a run (status, finished_at, error, numbered `status` event, slot deleted) in one statement, without
-    the grant lock: granting the freed capacity is a separate step (runs.lifecycle.grants_catch_up). The Run
-    (None when the run's status does not allow the move: the caller decides, no-op or error) carries
-    `previous_status`.
+    """Finish a run (status, finished_at, error, numbered `status` event, slot deleted, the move's `effects`
+    stored) in one statement, without the grant lock: granting the freed capacity is a separate step
+    (runs.lifecycle.grants_catch_up). The Run (None when the run's status does not allow the move: the caller
+    decides, no-op or error) carries `previous_status`.
 
     `probe` (autocommit only): the same message then commits, tries the grant lock at session level and fetches
     the snapshot (window 0), as `pass_begin` does. A snapshot back: this session holds the lock, and the caller
@@ -211,8 +164,7 @@ def release(
         "now": now,
         "lock": store.GRANT_LOCK_KEY,
     }
-    text = _RELEASE_SQL.format(columns=_set_columns(columns, params), returning=_returning())
-    sql = prepared.statement(text).sql()
+    sql = prepared.statement(pg_writes.release_text(columns, effects, params)).sql()
     parse = None
     if probe:
         # One simple-query message runs as one implicit transaction up to the COMMIT; the lock try runs after it.
@@ -245,7 +197,13 @@ def release(
 
 
 def _apply_statement(
-    decisions: list[Decision], now: datetime, source: str, status: str, allowed_from: list[str], columns: Columns
+    decisions: list[Decision],
+    now: datetime,
+    source: str,
+    status: str,
+    allowed_from: list[str],
+    columns: Columns,
+    effects: Sequence[RunEffect],
 ) -> tuple[str, dict[str, Any]]:
     ids = [d.run_id for d in decisions]
     params: dict[str, Any] = {
@@ -257,7 +215,7 @@ def _apply_statement(
         "status": status,
         "allowed": allowed_from,
     }
-    return prepared.statement(_APPLY_SQL.format(columns=_set_columns(columns, params))).sql(), params
+    return prepared.statement(pg_writes.apply_text(columns, effects, params)).sql(), params
 
 
 _MOVED = ("id", "last_seq", "owner_id", "name", "run_class", "error", "previous", "requested_at")  # r.id onwards
@@ -284,11 +242,13 @@ def grants_apply(
     status: str,
     allowed_from: list[str],
     columns: Columns,
+    effects: Sequence[RunEffect],
 ) -> list[dict[str, Any]]:
     """Mark the decided slots held and move their runs to `status` (`starting`) with a numbered `status` event
-    each, in one statement, in the caller's transaction (which holds the grant lock). Returns one dict per
-    moved run; InvalidTransition (nothing written) when a slot is no longer waiting or a run may not move."""
-    sql, params = _apply_statement(decisions, now, source, status, allowed_from, columns)
+    each and their `effects` stored, in one statement, in the caller's transaction (which holds the grant lock).
+    Returns one dict per moved run; InvalidTransition (nothing written) when a slot is no longer waiting or a run
+    may not move."""
+    sql, params = _apply_statement(decisions, now, source, status, allowed_from, columns, effects)
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
         rows = cursor.fetchall()

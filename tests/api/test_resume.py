@@ -11,9 +11,10 @@ import pytest
 
 from runs import services
 from runs.checkpoints import run_checkpoint_step
-from runs.execution.followups import run_followups
 from runs.execution.jobs import rl_train_job
 from runs.models import Run, RunStatus
+from runs.outbox.drain import effects_drain
+from runs.outbox.models import Effect
 from tests.api.clients import client_for, post_run
 
 pytestmark = pytest.mark.django_db
@@ -111,8 +112,10 @@ def test_auto_resume_starts_over_without_a_checkpoint_and_resumes_with_one(user,
     if checkpoint:
         report(client_for(), run, checkpoint)
     services.run_finish(run=Run.objects.get(pk=run.pk), status=RunStatus.FAILED, error="lost")
-    # The follow-ups task (registered on commit, which this test's transaction never reaches), run by hand.
-    assert run_followups(run_id=run.pk, attempt=0) == ("resumed" if expected else "restarted")
+    # The follow-ups, stored with the finish, drained by hand: this test's transaction never commits (no kick).
+    effects_drain()
+    followups = Effect.objects.get(kind="followups", payload__run=run.pk)
+    assert (followups.state, followups.outcome) == ("done", "resumed" if expected else "restarted")
     run.refresh_from_db()
     assert run.status in (RunStatus.QUEUED, RunStatus.STARTING)
     assert (run.attempt, run.resume_requested) == (1, expected)

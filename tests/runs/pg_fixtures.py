@@ -32,4 +32,5 @@ def _starting_args() -> dict:
         "now": now,
         "allowed": lifecycle.allowed_from(RunStatus.STARTING),
         "columns": lifecycle.stamp("starting", now),
+        "effects": lifecycle.granted_effects,
     }

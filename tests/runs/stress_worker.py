@@ -35,12 +35,15 @@ from django.conf import settings  # noqa: E402
 import runs.concurrency  # noqa: E402
 import runs.enqueue  # noqa: E402
 import runs.execution.launch  # noqa: E402
+import runs.moves  # noqa: E402
 import runs.realtime  # noqa: E402
 import runs.stores  # noqa: E402
 
-runs.realtime.run_event_publish = runs.realtime.dashboard_publish = runs.stores.dashboard_publish = (
-    runs.stores.run_event_publish
-) = runs.enqueue.dashboard_publish = runs.concurrency.dashboard_publish = lambda *a, **k: None
+runs.realtime.run_event_publish = runs.realtime.dashboard_publish = runs.moves.dashboard_publish = (
+    runs.moves.run_event_publish
+) = runs.stores.run_event_publish = runs.enqueue.dashboard_publish = runs.concurrency.dashboard_publish = (
+    lambda *a, **k: None
+)
 # Launched = nothing to do; the run stays `starting` (the launcher itself is tested in tests/runs/test_tasks.py).
 runs.execution.launch.launch_run = lambda run_id: "launched"
 

@@ -1,6 +1,6 @@
 """The transition rules live in runs.lifecycle; both stores (the ORM and PostgreSQL's SQL fast path) take them
 as parameters. For every (from, to) pair each store writes exactly the moves the table allows, with the same
-columns and event."""
+columns, event and effects (the outbox's rows: written with an allowed move, never with a refused one)."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from django.utils import timezone
 
 from runs import lifecycle
 from runs.models import FINISHED_STATUSES, Run, RunEvent, RunStatus, Slot, SlotState
+from runs.outbox.models import Effect
 from runs.slots import pg
 from runs.slots.grant import Decision
 from runs.stores import ORM_STORE, PG_STORE
@@ -69,6 +70,15 @@ def _outcome(run_id: int) -> tuple:
     return tuple(row[f] for f in FIELDS), event, Slot.objects.filter(run_id=run_id).exists()
 
 
+def _effects(run_id: int) -> list[tuple]:
+    """The run's stored effects, its id left out (each store moves a run of its own)."""
+    return [
+        (e.kind, e.key.split(":", 2)[::2], {**e.payload, "run": 0}, e.state, e.attempts)
+        + (e.next_attempt_at, e.created_at, e.claim, e.outcome)
+        for e in Effect.objects.filter(payload__run=run_id).order_by("kind")
+    ]
+
+
 @pytest.mark.parametrize("previous,status", list(itertools.product(STATES, FINISHED_STATUSES)))
 def test_finish_moves_agree(user, previous, status):
     results = []
@@ -83,10 +93,13 @@ def test_finish_moves_agree(user, previous, status):
                 now=now,
                 allowed=lifecycle.allowed_from(status),
                 columns=lifecycle.stamp(status, now),
+                effects=lifecycle.finish_effects(run, status, now, stop_job=True),
             )
             assert (finished is not None) == lifecycle.move_allowed(previous, status), (store, previous, status)
             values, event, slot = _outcome(run.pk)
-            results.append((finished is not None, values, event and event["data"], slot))
+            effects = _effects(run.pk)
+            assert bool(effects) == (finished is not None), (store, previous, status, effects)
+            results.append((finished is not None, values, event and event["data"], slot, effects))
             if finished is not None:  # a finished run waits for nothing
                 assert values[FIELDS.index("pending_reason")] == values[FIELDS.index("pending_detail")] == ""
             transaction.set_rollback(True)
@@ -111,6 +124,7 @@ def test_grant_moves_agree(user, previous):
                         status=status,
                         allowed_from=lifecycle.allowed_from(status),
                         columns=lifecycle.stamp(status, now),
+                        effects=lifecycle.granted_effects([run.pk], now),
                     )
                 else:
                     lifecycle.run_status_change(
@@ -122,4 +136,6 @@ def test_grant_moves_agree(user, previous):
             if allowed:
                 run.refresh_from_db()
                 assert (run.status, run.granted_at, run.started_at, run.heartbeat_at) == (status, now, None, None)
+            if store is PG_STORE:  # its launch is stored with the grant, and only with it
+                assert [e[0] for e in _effects(run.pk)] == (["dispatch"] if allowed else [])
             transaction.set_rollback(True)

@@ -11,6 +11,7 @@ from django.utils import timezone
 from runs import services
 from runs.errors import InvalidTransition
 from runs.models import ClusterNode, ConcurrencySettings, Run, RunEvent, RunStatus, Slot, SlotState
+from runs.outbox.models import Effect
 from runs.slots import pg, store
 from runs.slots.grant import Decision
 from tests.runs.pg_fixtures import _needs_postgresql, _starting_args, submit  # noqa: F401 - an autouse fixture
@@ -99,7 +100,8 @@ def test_sql_snapshot_equals_orm_snapshot_with_resources(user, handoffs):
 
 
 def test_a_refused_grant_writes_nothing(user, handoffs):
-    """The grant statement is all or none: one chosen run that may no longer move leaves the others waiting."""
+    """The grant statement is all or none: one chosen run that may no longer move leaves the others waiting, and
+    neither run's launch is stored."""
     services.settings_update(changes={"max_total": 1}, partial=True, by=None)
     submit(user, name="f")
     a, b = submit(user, name="a"), submit(user, name="b")
@@ -113,6 +115,8 @@ def test_a_refused_grant_writes_nothing(user, handoffs):
             status=RunStatus.STARTING,
             allowed_from=args["allowed"],
             columns=args["columns"],
+            effects=args["effects"]([a.pk, b.pk], args["now"]),
         )
     assert Run.objects.get(pk=a.pk).status == RunStatus.QUEUED and Slot.objects.get(run=a).state == SlotState.WAITING
     assert not RunEvent.objects.filter(run=a, data__status="starting").exists()
+    assert not Effect.objects.filter(payload__run__in=[a.pk, b.pk]).exists()

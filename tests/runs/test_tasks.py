@@ -64,10 +64,11 @@ def ray_view(monkeypatch):
     return view
 
 
-def test_tick_logs_only_when_it_did_something(user, handoffs, caplog, ray_view):
+def test_tick_logs_only_when_it_did_something(user, handoffs, caplog, ray_view, django_capture_on_commit_callbacks):
     """One tick runs every 2 s: an idle one logs nothing; one that fails a run says so, at INFO."""
     caplog.set_level(logging.DEBUG, logger="runs")
-    run = submit(user)
+    with django_capture_on_commit_callbacks(execute=True):  # committed: its launch is drained at once, not by a tick
+        run = submit(user)
     assert tasks.tick()["launch_timeout"] == []
     assert [r.getMessage() for r in caplog.records if r.name == "runs.tasks"] == []
 
