@@ -88,7 +88,7 @@ def finish_effects(run: Run, status: str, now: datetime, *, stop_job: bool) -> l
     """A finish at `now` implies its follow-ups after a success or after a failure of a run that may resume
     (runs/execution/followups.py decides what they are; `auto_resume` never changes, a stale `attempt` only adds
     follow-ups that find the limit reached), and its job's stop when the platform ended the run (`stop_job`)."""
-    effects: list[RunEffect] = [StopJob(run_id=run.pk, at=now)] if stop_job else []
+    effects: list[RunEffect] = [StopJob(run_id=run.pk, at=now, job=run.ray_submission_id)] if stop_job else []
     if status == RunStatus.SUCCEEDED or (
         status == RunStatus.FAILED and run.auto_resume and run.attempt < settings.RUN_AUTO_RESUME_MAX
     ):
@@ -285,7 +285,7 @@ def run_cancel(*, run: Run, by: Any) -> Run:
         if locked.status in (RunStatus.STARTING, RunStatus.RUNNING):
             now = timezone.now()
             run_status_change(run=locked, status=RunStatus.STOPPING, error=f"cancel requested by {by}", now=now)
-            stop = [StopJob(run_id=locked.pk, at=now)]
+            stop = [StopJob(run_id=locked.pk, at=now, job=locked.ray_submission_id)]
             effects_store(stop, now=now)
             effects_kick(stop)
             return locked

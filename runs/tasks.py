@@ -89,9 +89,10 @@ def dispatch_run(run_id: int) -> str:
 
 
 @shared_task(name=effects.TASK_STOP)
-def stop_run(run_id: int) -> str:
-    """Stop a run's job; a `stopping` run without a job is cancelled at once."""
-    return launch.stop_run(run_id)
+def stop_run(run_id: int, job: str = "") -> str:
+    """Stop the run's job `job` (its submission id at the move; "" for a message sent before it was carried: the
+    run's current job); a `stopping` run without a job is cancelled at once."""
+    return launch.stop_run(run_id, job)
 
 
 @shared_task(name=effects.TASK_FOLLOWUPS)

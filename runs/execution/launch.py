@@ -110,10 +110,15 @@ def job_submission_stop(submission_id: str) -> None:
         logger.warning("Ray not reachable to stop job %s: %s", submission_id, exc)
 
 
-def stop_run(run_id: int) -> str:
-    """Stop a run's job (the run is `stopping`, or was ended by the platform while its job may still run)."""
+def stop_run(run_id: int, job: str = "") -> str:
+    """Stop a run's job (the run is `stopping`, or was ended by the platform while its job may still run).
+    `job` is the submission id the run had at the move; when the run has moved on to another attempt since (an
+    automatic resume), that old job is stopped by its id and the new attempt is left alone."""
     run = Run.objects.filter(pk=run_id).first()
     if run is None:
         return "skipped"
+    if job and job != run.ray_submission_id:
+        job_submission_stop(job)
+        return "old job stop requested"
     job_stop(run)
     return "stop requested"

@@ -21,11 +21,13 @@ TASK_STOP = "runs.tasks.stop_run"
 TASK_FOLLOWUPS = "runs.tasks.run_followups"
 
 
-class Payload(TypedDict):
-    """The stored payload of every kind: the run and the time of the move (ISO 8601, with its offset)."""
+class Payload(TypedDict, total=False):
+    """The stored payload: the run and the time of the move (ISO 8601, with its offset), for every kind; the
+    job's submission id for a stop."""
 
     run: int
     at: str
+    job: str
 
 
 @dataclass(frozen=True)
@@ -63,11 +65,22 @@ class Dispatch(RunEffect):
 
 @dataclass(frozen=True)
 class StopJob(RunEffect):
-    """Stop the run's job (`runs.tasks.stop_run`: a job already stopped or unknown to Ray is left alone)."""
+    """Stop the job the run had at the move (`runs.tasks.stop_run`: a job already stopped or unknown to Ray is
+    left alone). `job` is that attempt's Ray submission id: by the time the effect is done the run may have
+    moved on to a new attempt (an automatic resume after a platform-ended finish), and it is the old job that
+    must stop. Empty: the run had no job then (a row stored before the id was carried reads the same)."""
+
+    job: str = ""
 
     kind: ClassVar[str] = "stop"
     task: ClassVar[str] = TASK_STOP
     here: ClassVar[bool] = False
+
+    def payload(self) -> Payload:
+        return {"run": self.run_id, "at": self.at.isoformat(), "job": self.job}
+
+    def args(self) -> tuple[Any, ...]:
+        return (self.run_id, self.job)
 
 
 @dataclass(frozen=True)
@@ -92,12 +105,15 @@ def effect_load(kind: str, payload: object) -> RunEffect:
     cls = KINDS.get(kind)
     if cls is None:
         raise ValueError(f"unknown effect kind {kind!r}")
-    if not isinstance(payload, dict) or set(payload) != {"run", "at"}:
-        raise ValueError(f"{kind} payload must be {{run, at}}, not {payload!r}")
-    run, at = payload["run"], payload["at"]
-    if not isinstance(run, int) or isinstance(run, bool) or not isinstance(at, str):
-        raise ValueError(f"{kind} payload: run must be an integer and at a string, not {payload!r}")
+    keys = {"run", "at", "job"} if cls is StopJob else {"run", "at"}
+    if not isinstance(payload, dict) or not {"run", "at"} <= set(payload) <= keys:
+        raise ValueError(f"{kind} payload must be {{{', '.join(sorted(keys))}}}, not {payload!r}")
+    run, at, job = payload["run"], payload["at"], payload.get("job", "")
+    if not isinstance(run, int) or isinstance(run, bool) or not isinstance(at, str) or not isinstance(job, str):
+        raise ValueError(f"{kind} payload: run must be an integer, at and job strings, not {payload!r}")
     moment = datetime.fromisoformat(at)
     if moment.tzinfo is None:
         raise ValueError(f"{kind} payload: at must carry its offset, not {at!r}")
+    if cls is StopJob:
+        return StopJob(run_id=run, at=moment, job=job)
     return cls(run_id=run, at=moment)

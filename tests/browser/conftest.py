@@ -90,7 +90,7 @@ def no_celery_from_tests(monkeypatch: pytest.MonkeyPatch) -> None:
     from runs import tasks
 
     monkeypatch.setattr(tasks.dispatch_run, "delay", lambda run_id: None)
-    monkeypatch.setattr(tasks.stop_run, "delay", lambda run_id: None)
+    monkeypatch.setattr(tasks.stop_run, "delay", lambda *args: None)
 
 
 @pytest.fixture

@@ -54,7 +54,7 @@ def handoffs(monkeypatch: pytest.MonkeyPatch) -> Handoffs:
 
     got = Handoffs()
     monkeypatch.setattr(tasks.dispatch_run, "delay", lambda run_id: got.dispatched.append(run_id))
-    monkeypatch.setattr(tasks.stop_run, "delay", lambda run_id: got.stopped.append(run_id))
+    monkeypatch.setattr(tasks.stop_run, "delay", lambda run_id, job="": got.stopped.append(run_id))
     return got
 
 

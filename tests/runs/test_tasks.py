@@ -5,13 +5,16 @@ from __future__ import annotations
 
 import logging
 from datetime import timedelta
+from types import SimpleNamespace
 
 import pytest
+from django.db.models import F
 from django.utils import timezone
 
-from runs import services, tasks
+from runs import lifecycle, services, tasks
 from runs.execution import capacity, ray, reconcile
 from runs.models import Run, RunStatus, Slot
+from runs.outbox.effects import StopJob, effect_load
 from tests.runs.helpers import TEST_JOB_KIND, TEST_KIND
 
 pytestmark = pytest.mark.django_db
@@ -53,6 +56,22 @@ def test_stop_of_a_run_without_a_job_cancels_it(user, handoffs):
     assert tasks.stop_run(run.pk) == "stop requested"
     run.refresh_from_db()
     assert run.status == RunStatus.CANCELLED
+
+
+def test_a_platform_ended_attempts_stop_reaches_its_job_after_a_resume(user, handoffs, monkeypatch):
+    """The platform fails a run and its follow-ups resume it before the stop is done: the stop still ends the old
+    attempt's job, named in the effect, and leaves the new attempt's alone."""
+    stopped: list[str] = []
+    monkeypatch.setattr(ray, "ray_client", lambda: SimpleNamespace(stop_job=stopped.append))
+    run = submit(user)
+    Run.objects.filter(pk=run.pk).update(ray_submission_id="attempt-1-job")
+    run.refresh_from_db()
+    effects = lifecycle.finish_effects(run, RunStatus.FAILED, timezone.now(), stop_job=True)
+    [stop] = [e for e in effects if isinstance(e, StopJob)]
+    assert stop.job == "attempt-1-job" and effect_load(stop.kind, stop.payload()) == stop
+    Run.objects.filter(pk=run.pk).update(attempt=F("attempt") + 1, ray_submission_id="attempt-2-job")  # resumed
+    assert tasks.stop_run(*stop.args()) == "old job stop requested"
+    assert stopped == ["attempt-1-job"]
 
 
 @pytest.fixture
