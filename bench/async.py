@@ -27,12 +27,15 @@ import os
 import statistics
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+import psutil  # noqa: E402
 
 from trainer.config import TrainConfig  # noqa: E402
 from trainer.loop import TrainingRun  # noqa: E402
@@ -170,7 +173,8 @@ def run_mode(base: TrainConfig, name: str, threshold: float) -> dict:
     sink = TrainEvents()
     load0 = os.getloadavg()[0]
     t0 = time.monotonic()
-    TrainingRun(cfg, emitter=EventEmitter([sink])).run()
+    with CpuMeter() as cpu:
+        TrainingRun(cfg, emitter=EventEmitter([sink])).run()
     wall = time.monotonic() - t0
     last = sink.train[-1]
     reached = next((d["elapsed_s"] for d in sink.train if d["reward_mean"] >= threshold), None)
@@ -182,9 +186,53 @@ def run_mode(base: TrainConfig, name: str, threshold: float) -> dict:
         "final_reward": last["reward_mean"],
         "final_success_rate": sum(d["exact_match"] for d in sink.train[-5:]) / len(sink.train[-5:]),
         "staleness_max": max(d["staleness_max"] for d in sink.train),
+        # Where the time goes: the share of the run's wall time the learner spent in train steps (1 - this: the
+        # learner waiting for groups; with the gate-closed share, generation waiting for the learner).
+        "learner_busy_share": sum(d["train_seconds"] for d in sink.train) / last["elapsed_s"],
+        # CPU seconds of this process and all its descendants (the Ray cluster's workers and actors) over the
+        # wall time times the machine's cores: 1.0, every core busy with this run for the whole run.
+        "cpu_share": cpu.seconds / (wall * (os.cpu_count() or 1)),
         "wall_s": round(wall, 1),
         "load_1m": [round(load0, 1), round(os.getloadavg()[0], 1)],
     }
+
+
+class CpuMeter:
+    """CPU time used by this process and its descendants while the block runs, sampled every 0.2 s per process
+    (a process that ends between two samples loses at most its last 0.2 s)."""
+
+    def __init__(self) -> None:
+        self.seen: dict[tuple[int, float], float] = {}  # (pid, create time) -> CPU seconds at the last sample
+        self.start: dict[tuple[int, float], float] = {}
+        self.done = threading.Event()
+
+    def sample(self) -> None:
+        me = psutil.Process()
+        for proc in [me, *me.children(recursive=True)]:
+            try:
+                key, times = (proc.pid, proc.create_time()), proc.cpu_times()
+            except psutil.Error:
+                continue
+            self.seen[key] = times.user + times.system
+            self.start.setdefault(key, 0.0 if self.started else self.seen[key])
+
+    def __enter__(self) -> CpuMeter:
+        self.started = False
+        self.sample()
+        self.started = True
+        self.thread = threading.Thread(target=self.loop, daemon=True)
+        self.thread.start()
+        return self
+
+    def loop(self) -> None:
+        while not self.done.wait(0.2):
+            self.sample()
+
+    def __exit__(self, *exc: object) -> None:
+        self.done.set()
+        self.thread.join()
+        self.sample()
+        self.seconds = sum(self.seen[key] - self.start[key] for key in self.seen)
 
 
 def summarize(name: str, rounds: list[dict]) -> dict:
@@ -200,6 +248,7 @@ def summarize(name: str, rounds: list[dict]) -> dict:
 
     mode, staleness = MODES[name]
     keys = ("samples_per_s", "seconds_to_threshold", "gate_closed_share", "steps", "final_reward")
+    keys += ("learner_busy_share", "cpu_share")
     return {
         **{key: median(key) for key in keys},
         "final_success_rate": statistics.median(r["final_success_rate"] for r in rounds),
