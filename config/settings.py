@@ -147,6 +147,7 @@ INSTALLED_APPS = [
     "channels",
     "runs",
     "runs.outbox",  # after-commit effects of the run lifecycle (runs/outbox/)
+    "runs.idempotency",  # Idempotency-Key: a retried submit, cancel or resume acts once (runs/idempotency/)
     "frontend",
 ]
 

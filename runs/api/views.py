@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any, cast
+from functools import partial
+from typing import Any
 
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.views.defaults import page_not_found
@@ -18,11 +19,13 @@ from rest_framework.views import APIView
 
 from runs import limits, selectors, services
 from runs.api import serializers as s
+from runs.api.idempotent import IDEMPOTENCY_KEY, once
+from runs.api.run_json import runs_json
 from runs.api.throttles import HeavyReadThrottle, throttled_response
 from runs.errors import InvalidInput, ServiceError
 from runs.execution.kinds import DEFAULT_KIND
 from runs.models import RunClass, RunStatus
-from runs.queue import runs_queue_info, slot_dry_run
+from runs.queue import slot_dry_run
 from runs.slots import store
 
 ERRORS = {400: s.ErrorSerializer, 404: s.ErrorSerializer, 409: s.ErrorSerializer}
@@ -67,14 +70,6 @@ def _body(request: Request) -> dict[str, Any]:
     return request.data
 
 
-def _runs_json(runs: list, request: Request) -> list[dict[str, Any]]:
-    info = runs_queue_info(runs=runs)
-    context = {"request": request, "queue_info": info, "paces": {}}  # pace factors: read once per kind
-    data = s.RunSerializer(runs, many=True, context=context).data
-    # many=True builds a ListSerializer, whose .data is a ReturnList (the stubs type it as the child's ReturnDict).
-    return cast(list[dict[str, Any]], data)
-
-
 class RunListCreateView(ServiceView):
     @extend_schema(
         operation_id="runs_list",
@@ -94,13 +89,15 @@ class RunListCreateView(ServiceView):
         paginator = PageNumberPagination()
         page = paginator.paginate_queryset(qs, request, view=self)
         assert page is not None  # None only without a page size; REST_FRAMEWORK["PAGE_SIZE"] is set
-        return paginator.get_paginated_response(_runs_json(list(page), request))
+        return paginator.get_paginated_response(runs_json(list(page), request))
 
     @extend_schema(
         operation_id="runs_create",
         request=s.RunSubmitSerializer,
+        parameters=[IDEMPOTENCY_KEY],
         responses={
             201: s.RunSerializer,
+            200: OpenApiResponse(s.RunSerializer, description="a retry with the same Idempotency-Key and body"),
             **ERRORS,
             403: OpenApiResponse(s.ErrorSerializer, description="`origin` claimed but not earned (field `origin`)"),
             429: OpenApiResponse(
@@ -110,7 +107,8 @@ class RunListCreateView(ServiceView):
         },
     )
     def post(self, request: Request) -> Response:
-        body = s.RunSubmitSerializer(data=_body(request))
+        raw = _body(request)
+        body = s.RunSubmitSerializer(data=raw)
         body.is_valid(raise_exception=True)
         fields = dict(body.validated_data)
         fields["origin"] = limits.origin_for_request(
@@ -118,8 +116,8 @@ class RunListCreateView(ServiceView):
             is_staff=request.user.is_staff,
             via_session=isinstance(request.successful_authenticator, SessionAuthentication),
         )
-        run = services.run_submit(owner=request.user, **fields)
-        return Response(_runs_json([run], request)[0], status=http.HTTP_201_CREATED)
+        submit = partial(services.run_submit, owner=request.user, **fields)
+        return once(request, "runs_create", raw, submit, http.HTTP_201_CREATED)
 
 
 class RunDetailView(ServiceView):
@@ -127,22 +125,26 @@ class RunDetailView(ServiceView):
         operation_id="runs_retrieve", parameters=[RUN_ID], responses={200: s.RunSerializer, 404: s.ErrorSerializer}
     )
     def get(self, request: Request, run_id: int) -> Response:
-        return Response(_runs_json([selectors.run_get(user=request.user, run_id=run_id)], request)[0])
+        return Response(runs_json([selectors.run_get(user=request.user, run_id=run_id)], request)[0])
 
 
 class RunCancelView(ServiceView):
     @extend_schema(
-        operation_id="runs_cancel", parameters=[RUN_ID], request=None, responses={200: s.RunSerializer, **ERRORS}
+        operation_id="runs_cancel",
+        parameters=[RUN_ID, IDEMPOTENCY_KEY],
+        request=None,
+        responses={200: s.RunSerializer, **ERRORS},
     )
     def post(self, request: Request, run_id: int) -> Response:
-        run = services.run_cancel(run=selectors.run_get(user=request.user, run_id=run_id), by=request.user)
-        return Response(_runs_json([run], request)[0])
+        run = selectors.run_get(user=request.user, run_id=run_id)
+        cancel = partial(services.run_cancel, run=run, by=request.user)
+        return once(request, f"runs_cancel:{run.pk}", None, cancel, http.HTTP_200_OK)
 
 
 class RunResumeView(ServiceView):
     @extend_schema(
         operation_id="runs_resume",
-        parameters=[RUN_ID],
+        parameters=[RUN_ID, IDEMPOTENCY_KEY],
         request=s.RunResumeInputSerializer,
         responses={
             200: s.RunSerializer,
@@ -160,8 +162,8 @@ class RunResumeView(ServiceView):
         if not isinstance(from_scratch, bool):
             raise InvalidInput("must be true or false", field="from_scratch")
         run = selectors.run_get(user=request.user, run_id=run_id)
-        run = services.run_resume(run=run, by=request.user, from_scratch=from_scratch)
-        return Response(_runs_json([run], request)[0])
+        resume = partial(services.run_resume, run=run, by=request.user, from_scratch=from_scratch)
+        return once(request, f"runs_resume:{run.pk}", {"from_scratch": from_scratch}, resume, http.HTTP_200_OK)
 
 
 class RunEventsView(ServiceView):
