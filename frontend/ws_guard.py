@@ -29,6 +29,7 @@ from django.db import transaction
 from django.db.models.signals import post_delete, post_save
 
 from runs.messages import SessionEndedLayer, UserChangedLayer
+from runs.ws_tickets import grant_user
 
 logger = logging.getLogger(__name__)
 CLOSE_BAD_REQUEST = 4400
@@ -151,6 +152,7 @@ class AuthenticatedConsumer(AsyncJsonWebsocketConsumer):
     nothing more."""
 
     user: Any = None
+    _ticket: Any = None
     ended = False
     _slot_held = False
     _guard_task: asyncio.Task | None = None
@@ -187,6 +189,7 @@ class AuthenticatedConsumer(AsyncJsonWebsocketConsumer):
         self.user = user
         session = self.scope.get("session")
         self._session_key = getattr(session, "session_key", None)
+        self._ticket = self.scope.get("ws_ticket")  # a script's socket: its token is re-checked instead
         if not await database_sync_to_async(presence_acquire)(user.pk, self.channel_name):
             await self.refuse(CLOSE_TOO_MANY)
             return False
@@ -208,8 +211,12 @@ class AuthenticatedConsumer(AsyncJsonWebsocketConsumer):
                 logger.warning("websocket guard check failed", exc_info=True)
 
     async def recheck(self) -> None:
-        """Re-read the session and the user; close if either no longer allows what this socket streams."""
-        user = await database_sync_to_async(session_user)(self._session_key, self.user.pk)
+        """Re-read the session (or the ticket's token) and the user; close if either no longer allows what this
+        socket streams."""
+        if self._ticket is not None:
+            user = await database_sync_to_async(grant_user)(self._ticket)
+        else:
+            user = await database_sync_to_async(session_user)(self._session_key, self.user.pk)
         if user is None:
             return await self.end(CLOSE_UNAUTHENTICATED)
         await self.rights_check(user)

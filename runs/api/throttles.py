@@ -22,6 +22,7 @@ DEFAULT_RATES: dict[str, str] = {
     "dry_run": "120/min",  # the submit form asks on every change of its fields
     "samples": "300/min",  # the inspector pages and filters; each answer is one bounded page
     "agents": "600/min",  # requests through the proxy to a run's session server (runs/api/proxy.py)
+    "ws_ticket": "120/min",  # websocket tickets (runs/api/ws_ticket.py): one per connection a script opens
 }
 
 

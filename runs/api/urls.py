@@ -13,6 +13,7 @@ from runs.api.proxy import run_proxy
 from runs.api.samples import RunSampleDetailView, RunSamplesView
 from runs.api.schedules import ScheduleDetailView, ScheduleListCreateView
 from runs.api.trace import RunTraceView
+from runs.api.ws_ticket import WsTicketView
 
 urlpatterns = [
     path("runs/", views.RunListCreateView.as_view(), name="api-runs"),
@@ -35,5 +36,6 @@ urlpatterns = [
     path("schedules/", ScheduleListCreateView.as_view(), name="api-schedules"),
     path("schedules/<int:schedule_id>/", ScheduleDetailView.as_view(), name="api-schedule"),
     path("auth/token/", TokenView.as_view(), name="api-token"),
+    path("ws-ticket/", WsTicketView.as_view(), name="api-ws-ticket"),
     path("schema/", SpectacularAPIView.as_view(permission_classes=[IsAuthenticated]), name="api-schema"),
 ]
