@@ -37,7 +37,7 @@ lint: $(BIN)/.installed node_modules/.installed
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/lint-imports
-	DJANGO_DEBUG=1 $(BIN)/python -m mypy rollout trainer agents runs config
+	DJANGO_DEBUG=1 $(BIN)/python -m mypy rollout trainer agents client runs config
 	DJANGO_DEBUG=1 DATABASE_URL=sqlite:///:memory: $(BIN)/python manage.py makemigrations --check --dry-run
 	node_modules/.bin/tsc --noEmit -p tsconfig.json
 
