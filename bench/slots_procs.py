@@ -33,12 +33,12 @@ def django_setup(url: str) -> None:
     import runs.enqueue
     import runs.lifecycle
     import runs.moves
-    import runs.realtime
+    import runs.publish
     import runs.stores
     from runs.execution.kinds import KINDS, RunKind, rl_train_demand
 
     noop = lambda *a, **k: None  # noqa: E731
-    runs.realtime.run_event_publish = runs.realtime.dashboard_publish = noop
+    runs.publish.run_event_publish = runs.publish.dashboard_publish = noop
     runs.moves.dashboard_publish = runs.moves.run_event_publish = runs.stores.run_event_publish = noop
     runs.enqueue.dashboard_publish = runs.concurrency.dashboard_publish = noop
     # The outbox's drain after each commit (the launch's hand-off to Celery, a broker publish in production; the

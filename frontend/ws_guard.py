@@ -243,7 +243,7 @@ class AuthenticatedConsumer(AsyncJsonWebsocketConsumer):
 
 
 def _send(user_id: int, message: SessionEndedLayer | UserChangedLayer) -> None:
-    from runs.realtime import group_send_now
+    from runs.publish import group_send_now
 
     group_send_now(user_group(user_id), message)
 

@@ -18,7 +18,7 @@ from runs.errors import InvalidTransition, NoCheckpoint
 from runs.events import PLATFORM_SOURCE, STATUS, run_events_record
 from runs.lifecycle import grant_pass, run_status_change
 from runs.models import Run, RunStatus, Slot, SlotState
-from runs.realtime import dashboard_publish
+from runs.publish import dashboard_publish
 from runs.slots import store as slot_store
 from runs.stores import run_events_publish
 

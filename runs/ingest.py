@@ -29,7 +29,7 @@ from runs.metrics.record import Batch
 from runs.metrics.run_hist import hist_fold
 from runs.models import FINISHED_STATUSES, Run, RunEvent, RunStatus, Slot
 from runs.progress import progress_fold
-from runs.realtime import run_summary_publish
+from runs.publish import run_summary_publish
 from runs.retention import events_keep
 from runs.run_keys import ingest_token_derive
 from runs.samples import samples_record

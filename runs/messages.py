@@ -1,4 +1,4 @@
-"""The real-time message types, declared once: channel-layer messages (publishers in runs.realtime ->
+"""The real-time message types, declared once: channel-layer messages (publishers in runs.publish ->
 consumers in frontend/) and websocket messages (consumers -> the dashboard's TypeScript). Django-free.
 
 Events themselves are `trainer.events.StoredEvent` (the emitter's module), their `data` the trainer's pydantic
@@ -191,7 +191,7 @@ class StatusMoveData(TypedDict):
     error: str
 
 
-# --- channel-layer messages (runs.realtime -> frontend consumers) ---------------------------------------
+# --- channel-layer messages (runs.publish -> frontend consumers) ---------------------------------------
 
 
 class RunEventsLayer(TypedDict):

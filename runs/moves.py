@@ -11,7 +11,7 @@ from django.db import transaction
 
 from runs.events import PLATFORM_SOURCE, STATUS
 from runs.models import Run, RunEvent
-from runs.realtime import dashboard_publish, run_event_publish
+from runs.publish import dashboard_publish, run_event_publish
 
 Columns = dict[str, Any]  # a move's stamped columns (runs.lifecycle.stamp): timestamps, cleared text fields
 

@@ -22,7 +22,7 @@ from runs.models import Run, RunEvent, RunStatus, Slot
 from runs.moves import Columns, Moved, status_write
 from runs.outbox.effects import RunEffect
 from runs.outbox.store import effects_store
-from runs.realtime import run_event_publish
+from runs.publish import run_event_publish
 from runs.slots import pg as slots_pg
 from runs.slots import store as slot_store
 from runs.slots.grant import Decision, Snapshot, grant, plan

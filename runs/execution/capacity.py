@@ -20,7 +20,7 @@ from django.conf import settings
 from django.db import transaction
 
 from runs.models import ClusterNode, ClusterStatus, Slot, SlotState
-from runs.realtime import dashboard_publish
+from runs.publish import dashboard_publish
 
 logger = logging.getLogger(__name__)
 

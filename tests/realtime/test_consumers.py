@@ -12,7 +12,7 @@ from channels.layers import get_channel_layer
 
 from runs.ingest import run_events_ingest
 from runs.models import Run, RunEvent
-from runs.realtime import run_group
+from runs.publish import run_group
 from tests.realtime.conftest import communicator, gate, run_async, run_make, train, user_make
 from tests.wait import wait_until
 
@@ -215,7 +215,7 @@ def test_dashboard_snapshot_visibility_and_coalesced_run_updates():
 def test_dashboard_gets_status_changes_with_slots_and_queue_after_commit():
     from django.db import transaction
 
-    from runs.realtime import dashboard_publish
+    from runs.publish import dashboard_publish
 
     alice, bob = user_make("alice"), user_make("bob")
 

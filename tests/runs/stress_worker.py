@@ -36,10 +36,10 @@ import runs.concurrency  # noqa: E402
 import runs.enqueue  # noqa: E402
 import runs.execution.launch  # noqa: E402
 import runs.moves  # noqa: E402
-import runs.realtime  # noqa: E402
+import runs.publish  # noqa: E402
 import runs.stores  # noqa: E402
 
-runs.realtime.run_event_publish = runs.realtime.dashboard_publish = runs.moves.dashboard_publish = (
+runs.publish.run_event_publish = runs.publish.dashboard_publish = runs.moves.dashboard_publish = (
     runs.moves.run_event_publish
 ) = runs.stores.run_event_publish = runs.enqueue.dashboard_publish = runs.concurrency.dashboard_publish = (
     lambda *a, **k: None
