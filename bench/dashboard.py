@@ -90,8 +90,10 @@ def main() -> None:
     from django.utils import timezone
     from playwright.sync_api import sync_playwright
 
-    from runs import publish, realtime, services, tasks
+    from runs import services, tasks
+    from runs.core import publish
     from runs.models import ClusterNode, Run, RunStatus
+    from runs.telemetry import realtime
     from tests.browser.stack import CHROMIUM, CHROMIUM_ARGS, Emitter, free_port, server_start
 
     # Seeding goes through the real services; live fan-out and Celery hand-off are not what is measured.

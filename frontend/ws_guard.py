@@ -134,7 +134,7 @@ def session_user(session_key: str | None, user_id: int) -> Any:
 
 
 def run_visible(user: Any, run_id: int) -> bool:
-    from runs.visibility import visible_runs
+    from runs.core.visibility import visible_runs
 
     return visible_runs(user).filter(pk=run_id).exists()
 
@@ -243,7 +243,7 @@ class AuthenticatedConsumer(AsyncJsonWebsocketConsumer):
 
 
 def _send(user_id: int, message: SessionEndedLayer | UserChangedLayer) -> None:
-    from runs.publish import group_send_now
+    from runs.core.publish import group_send_now
 
     group_send_now(user_group(user_id), message)
 

@@ -16,13 +16,14 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from runs import limits, selectors, services
+from runs import selectors, services
 from runs.api import serializers as s
 from runs.api.throttles import HeavyReadThrottle, throttled_response
 from runs.errors import InvalidInput, ServiceError
 from runs.execution.kinds import DEFAULT_KIND
 from runs.models import RunClass, RunStatus
-from runs.queue import runs_queue_info, slot_dry_run
+from runs.scheduling import limits
+from runs.scheduling.queue import runs_queue_info, slot_dry_run
 from runs.slots import store
 
 ERRORS = {400: s.ErrorSerializer, 404: s.ErrorSerializer, 409: s.ErrorSerializer}

@@ -12,10 +12,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from runs.core.visibility import visible_runs
 from runs.errors import InvalidInput
 from runs.execution.jobs import JobSpec, eval_job, rl_train_job
 from runs.models import Run
-from runs.visibility import visible_runs
 
 DEFAULT_KIND = "rl_train"
 EVAL_KIND = "eval"

@@ -15,7 +15,7 @@ from runs.models import Run
 from runs.outbox.effects import RunEffect
 from runs.outbox.store import effects_params, insert_cte
 
-Columns = dict[str, Any]  # a move's stamped columns (runs.lifecycle.stamp)
+Columns = dict[str, Any]  # a move's stamped columns (runs.core.lifecycle.stamp)
 
 # A release: one statement, no global lock. The run row lock (FOR UPDATE) and the allowed-from check serialize
 # moves of one run; the slot row is deleted in the same statement, so the release commits as one small write.
@@ -74,7 +74,7 @@ def apply_text(columns: Columns, effects: Sequence[RunEffect], params: dict[str,
 
 
 def _set_columns(columns: Columns, params: dict[str, Any]) -> str:
-    """The SET list for a move's stamped columns (names from runs.lifecycle.stamp, values as parameters)."""
+    """The SET list for a move's stamped columns (names from runs.core.lifecycle.stamp, values as parameters)."""
     if not columns or not set(columns) <= _RUN_COLUMNS:
         raise ValueError(f"unexpected run columns {sorted(columns)}")
     for name, value in columns.items():

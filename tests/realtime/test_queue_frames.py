@@ -14,8 +14,10 @@ from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from runs import publish, realtime, services
+from runs import services
+from runs.core import publish
 from runs.models import Run, RunStatus, Slot
+from runs.telemetry import realtime
 from tests.realtime.conftest import communicator, run_async, user_make
 from tests.runs.helpers import (  # noqa: F401
     TEST_KIND,

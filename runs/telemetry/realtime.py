@@ -1,14 +1,14 @@
-"""What the dashboard publisher sends (runs/publish.py coalesces and calls it; formats: docs/realtime.md): the
+"""What the dashboard publisher sends (runs/core/publish.py coalesces and calls it; formats: docs/realtime.md): the
 board rows of changed runs (`run.update`) and the slots + queue change (`slots.update`), read when sent."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from runs.dashboard import board_runs, queue_change
+from runs.core.publish import DASHBOARD_GROUP, Move, group_send_now
 from runs.messages import RunUpdateLayer, SlotsUpdateLayer
-from runs.publish import DASHBOARD_GROUP, Move, group_send_now
 from runs.selectors import slots_snapshot
+from runs.telemetry.dashboard import board_runs, queue_change
 
 
 def runs_update_send(run_ids: Any) -> None:

@@ -1,5 +1,5 @@
 """One applied lifecycle move: what its `status` event and dashboard message need (`Moved`), its ORM write on a
-locked run (`status_write`, the writer runs.lifecycle and the ORM store use), and its publishing after commit."""
+locked run (`status_write`, the writer runs.core.lifecycle and the ORM store use), and its publishing after commit."""
 
 from __future__ import annotations
 
@@ -9,11 +9,11 @@ from typing import Any
 
 from django.db import transaction
 
-from runs.events import PLATFORM_SOURCE, STATUS
+from runs.core.events import PLATFORM_SOURCE, STATUS
+from runs.core.publish import dashboard_publish, run_event_publish
 from runs.models import Run, RunEvent
-from runs.publish import dashboard_publish, run_event_publish
 
-Columns = dict[str, Any]  # a move's stamped columns (runs.lifecycle.stamp): timestamps, cleared text fields
+Columns = dict[str, Any]  # a move's stamped columns (runs.core.lifecycle.stamp): timestamps, cleared text fields
 
 
 @dataclass(frozen=True)

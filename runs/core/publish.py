@@ -5,7 +5,7 @@ commit (never on rollback): group `run.<id>` gets every stored event, batched pe
 (`run.events`, sent from the committing thread); group `dashboard` gets board rows of changed runs
 (`run.update`) and queue changes (`slots.update`), both from one coalescing daemon thread, so a commit never
 pays for the dashboard. What that thread sends is read when it sends, by the `DashboardSender` the app
-installs at start-up (runs/realtime.py, in runs/apps.py): the readers sit above the writers that call this
+installs at start-up (runs/telemetry/realtime.py, in runs/apps.py): the readers sit above the writers that call this
 module. Publishing never fails the caller: the data is committed and consumers repair gaps from the database.
 """
 
@@ -35,7 +35,7 @@ _dashboard_pending = threading.local()
 
 
 class DashboardSender(Protocol):
-    """What the dashboard publisher sends, read when it sends (runs/realtime.py is the one installed)."""
+    """What the dashboard publisher sends, read when it sends (runs/telemetry/realtime.py is the one installed)."""
 
     def runs_update_send(self, run_ids: Any) -> None: ...
 
