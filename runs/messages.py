@@ -191,6 +191,21 @@ class StatusMoveData(TypedDict):
     error: str
 
 
+def status_move_data(*, status: str, previous: str | None, error: str) -> StatusMoveData:
+    """The `data` of a `status` event, built in Python (runs.core.moves, runs.scheduling.enqueue)."""
+    return StatusMoveData(status=status, previous=previous, error=error)
+
+
+def status_move_data_sql(**exprs: str) -> str:
+    """The same `data` built by PostgreSQL (runs/slots/pg_writes.py): `jsonb_build_object` over one SQL expression
+    per key of StatusMoveData, in its order. The keys come from the TypedDict, so a key added there and not given
+    here fails when the statement is built, and the two builders cannot drift."""
+    keys = list(StatusMoveData.__annotations__)
+    if sorted(exprs) != sorted(keys):
+        raise ValueError(f"a status event's data needs exactly {keys}, got {sorted(exprs)}")
+    return "jsonb_build_object(" + ", ".join(f"'{key}', {exprs[key]}" for key in keys) + ")"
+
+
 # --- channel-layer messages (runs.core.publish -> frontend consumers) ---------------------------------------
 
 

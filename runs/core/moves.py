@@ -11,6 +11,7 @@ from django.db import transaction
 
 from runs.core.events import PLATFORM_SOURCE, STATUS
 from runs.core.publish import dashboard_publish, run_event_publish
+from runs.messages import status_move_data
 from runs.models import Run, RunEvent
 
 Columns = dict[str, Any]  # a move's stamped columns (runs.core.lifecycle.stamp): timestamps, cleared text fields
@@ -52,7 +53,7 @@ def moved_publish(moved: Moved, *, ts: float) -> None:
             "seq": moved.seq,
             "ts": ts,
             "type": STATUS,
-            "data": {"status": moved.status, "previous": moved.previous, "error": moved.error},
+            "data": dict(status_move_data(status=moved.status, previous=moved.previous, error=moved.error)),
         }
     )
     dashboard_publish(
@@ -89,6 +90,6 @@ def status_write(*, run: Run, status: str, error: str | None, now: datetime, col
             source=PLATFORM_SOURCE,
             ts=now,
             type=STATUS,
-            data={"status": status, "previous": previous, "error": run.error},
+            data=status_move_data(status=status, previous=previous, error=run.error),
         )
     return Moved.of(run, status=status, previous=previous)

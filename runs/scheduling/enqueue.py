@@ -18,6 +18,7 @@ from runs.core.lifecycle import grant_pass, run_status_change
 from runs.core.publish import dashboard_publish
 from runs.core.stores import run_events_publish
 from runs.errors import InvalidTransition, NoCheckpoint
+from runs.messages import status_move_data
 from runs.models import Run, RunStatus, Slot, SlotState
 from runs.scheduling import limits
 from runs.slots import store as slot_store
@@ -42,7 +43,7 @@ def run_enqueue(*, run: Run, now: datetime) -> None:
                 {
                     "type": STATUS,
                     "ts": now,
-                    "data": {"status": RunStatus.QUEUED, "previous": None, "error": ""},
+                    "data": status_move_data(status=RunStatus.QUEUED, previous=None, error=""),
                 }
             ],
         )

@@ -79,6 +79,17 @@ def test_the_stream_union_has_one_member_per_stored_event_type():
     assert set(ts_fields(text, "StoredEventOf<T extends EventType>")) == set(get_type_hints(StoredEvent))
 
 
+def test_a_status_event_data_is_built_from_one_declaration_in_python_and_in_sql():
+    keys = list(messages.StatusMoveData.__annotations__)
+    built = messages.status_move_data(status="running", previous="starting", error="")
+    assert list(built) == keys
+    sql = messages.status_move_data_sql(status="%(status)s::text", previous="previous", error="error")
+    assert sql == "jsonb_build_object('status', %(status)s::text, 'previous', previous, 'error', error)"
+    assert re.findall(r"'(\w+)', ", sql) == keys
+    with pytest.raises(ValueError, match="needs exactly"):  # a key of the TypedDict left out of the statement
+        messages.status_move_data_sql(status="%(status)s::text", previous="previous")
+
+
 def test_the_summary_keeps_each_summarized_type_as_its_event_model():
     hints = get_type_hints(summary_types.RunSummary, include_extras=True)
     models = {key: annotated_model(tp) for key, tp in hints.items() if annotated_model(tp) is not None}
