@@ -66,7 +66,8 @@ class IngestResult:
     last_seq: int  # the run's platform seq after this post
     status: str  # the run's status, so the job notices `stopping` (cancel requested)
     dropped: int = 0  # events of this post not stored by the run's event budget (runs/telemetry/retention.py)
-    commands: list[ControlCommand] = field(default_factory=list)  # staff commands not yet answered (controls.py)
+    # staff commands not yet answered (runs/execution/controls.py)
+    commands: list[ControlCommand] = field(default_factory=list)
 
     def as_dict(self) -> IngestReply:
         return IngestReply(
