@@ -171,8 +171,8 @@ class Platform:
         django.setup()
         from django.contrib.auth import get_user_model
 
+        from runs.auth.tokens import token_issue
         from runs.models import Run, RunStatus
-        from runs.tokens import token_issue
 
         user = get_user_model().objects.create_user(username=f"bench{secrets.token_hex(4)}", password=None)
         self.run = Run.objects.create(

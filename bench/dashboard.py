@@ -90,12 +90,14 @@ def main() -> None:
     from django.utils import timezone
     from playwright.sync_api import sync_playwright
 
-    from runs import realtime, services, tasks
+    from runs import services, tasks
+    from runs.core import publish
     from runs.models import ClusterNode, Run, RunStatus
+    from runs.telemetry import realtime
     from tests.browser.stack import CHROMIUM, CHROMIUM_ARGS, Emitter, free_port, server_start
 
     # Seeding goes through the real services; live fan-out and Celery hand-off are not what is measured.
-    realtime.group_send_now = lambda group, message: None
+    publish.group_send_now = realtime.group_send_now = lambda group, message: None
     tasks.dispatch_run.delay = lambda run_id: None
     user = get_user_model().objects.create_user("bench", password="pw", is_staff=True)
     # Admission grants only what fits the alive nodes the tick read from Ray; here there is no Ray, so one node as

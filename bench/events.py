@@ -126,7 +126,7 @@ def emit_bare(run_id: int, count: int, rate: float, out) -> None:
     django.setup()
     from channels.layers import get_channel_layer
 
-    from runs.realtime import run_group
+    from runs.core.publish import run_group
 
     async def send_all() -> None:
         layer = get_channel_layer()

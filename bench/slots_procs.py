@@ -29,22 +29,22 @@ def django_setup(url: str) -> None:
     import django
 
     django.setup()
-    import runs.concurrency
-    import runs.enqueue
-    import runs.lifecycle
-    import runs.moves
-    import runs.realtime
-    import runs.stores
+    import runs.core.lifecycle
+    import runs.core.moves
+    import runs.core.publish
+    import runs.core.stores
+    import runs.scheduling.concurrency
+    import runs.scheduling.enqueue
     from runs.execution.kinds import KINDS, RunKind, rl_train_demand
 
     noop = lambda *a, **k: None  # noqa: E731
-    runs.realtime.run_event_publish = runs.realtime.dashboard_publish = noop
-    runs.moves.dashboard_publish = runs.moves.run_event_publish = runs.stores.run_event_publish = noop
-    runs.enqueue.dashboard_publish = runs.concurrency.dashboard_publish = noop
+    runs.core.publish.run_event_publish = runs.core.publish.dashboard_publish = noop
+    runs.core.moves.dashboard_publish = runs.core.moves.run_event_publish = runs.core.stores.run_event_publish = noop
+    runs.scheduling.enqueue.dashboard_publish = runs.scheduling.concurrency.dashboard_publish = noop
     # The outbox's drain after each commit (the launch's hand-off to Celery, a broker publish in production; the
     # follow-ups, which a bench run has none of) is no part of the release -> grant path measured here; the
     # effects' rows are: the release and grant statements write them.
-    runs.lifecycle.effects_kick = noop
+    runs.core.lifecycle.effects_kick = noop
     # Bench runs ask for what a default training run asks for (its six bundles), so every grant decision packs a
     # real demand against the cluster's free resources, as production grants do.
     KINDS[BENCH_KIND] = RunKind(
@@ -86,9 +86,9 @@ def release_one(index: int, finishers: int) -> bool:
     grant nothing. A cycle can be no faster than this pick plus this release."""
     from django.utils import timezone
 
-    from runs.lifecycle import allowed_from, stamp
+    from runs.core.lifecycle import allowed_from, stamp
+    from runs.core.stores import PG_STORE
     from runs.models import RunStatus
-    from runs.stores import PG_STORE
 
     row = pick("waiting", index, finishers)
     if row is None:

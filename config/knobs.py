@@ -23,15 +23,15 @@ WS_REPLAY_MAX = env_int("WS_REPLAY_MAX", 2000)
 WS_SESSION_RECHECK_SECONDS = float(os.environ.get("WS_SESSION_RECHECK_SECONDS", "15"))
 
 # --- Stored events and samples --------------------------------------------------------------------
-# Stored events per run (runs/retention.py): high-rate types are thinned past half of it and not stored past
+# Stored events per run (runs/telemetry/retention.py): high-rate types are thinned past half of it and not stored past
 # it; `status` events are always stored. GET /api/runs/<id>/events/ pages are at most EVENTS_PAGE_MAX events.
 EVENTS_MAX_PER_RUN = env_int("EVENTS_MAX_PER_RUN", 50_000)
 EVENTS_DOWNSAMPLE_EVERY = env_int("EVENTS_DOWNSAMPLE_EVERY", 10)
 EVENTS_PAGE_MAX = env_int("EVENTS_PAGE_MAX", 1000)
-# Bytes of one posted event as compact JSON (runs/ingest_validate.py; over it the batch is refused, 400 naming the
-# event). A batch's cap is INGEST_MAX_BODY_BYTES (config/limits.py, 413).
+# Bytes of one posted event as compact JSON (runs/telemetry/ingest_validate.py; over it the batch is refused, 400 naming
+# the event). A batch's cap is INGEST_MAX_BODY_BYTES (config/limits.py, 413).
 INGEST_EVENT_MAX_BYTES = env_int("INGEST_EVENT_MAX_BYTES", 256 * 1024)
-# Captured samples (runs/samples.py): a run keeps its config's `samples_keep` newest samples, at most
+# Captured samples (runs/telemetry/samples.py): a run keeps its config's `samples_keep` newest samples, at most
 # SAMPLES_MAX_PER_RUN; GET /api/runs/<id>/samples/ pages are at most SAMPLES_PAGE_MAX rows.
 SAMPLES_MAX_PER_RUN = env_int("SAMPLES_MAX_PER_RUN", 200_000)
 SAMPLES_PAGE_MAX = env_int("SAMPLES_PAGE_MAX", 200)

@@ -64,7 +64,7 @@ CELERY_BEAT_SCHEDULE = {
     },
 }
 
-# --- Cache: sign-in failure counters (runs/auth_limit.py, django-axes) ------------------------------------------
+# --- Cache: sign-in failure counters (runs/auth/auth_limit.py, django-axes) ------------------------------------------
 CACHES = {
     "default": {
         "BACKEND": "django.core.cache.backends.redis.RedisCache",

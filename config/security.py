@@ -27,7 +27,7 @@ NUM_PROXIES = env_int("DJANGO_NUM_PROXIES", 0)
 # issued; DELETE revokes one at once. A user holds at most API_TOKENS_PER_USER (the oldest go first).
 API_TOKEN_MAX_AGE_SECONDS = env_int("API_TOKEN_MAX_AGE_SECONDS", 30 * 24 * 3600)
 API_TOKENS_PER_USER = env_int("API_TOKENS_PER_USER", 10)
-# Sign-in limits (runs/auth_limit.py, django-axes; docs/security.md): failures are counted per (username, client
+# Sign-in limits (runs/auth/auth_limit.py, django-axes; docs/security.md): failures are counted per (username, client
 # address) and per client address, never per username alone. Past either limit that pair or address waits
 # AUTH_BACKOFF_SECONDS after its last failure, doubled for each further failure, at most AUTH_BACKOFF_MAX_SECONDS
 # (also how long counts are kept); while it waits, sign-in answers 429 with Retry-After.
@@ -37,16 +37,16 @@ AUTH_BACKOFF_SECONDS = env_int("AUTH_BACKOFF_SECONDS", 30)
 AUTH_BACKOFF_MAX_SECONDS = env_int("AUTH_BACKOFF_MAX_SECONDS", 24 * 3600)
 # django-axes, read from the installed source (axes/conf.py): its cache handler, subclassed for a limit per
 # parameter and the exponential wait; the address through the trusted-proxy rule above; refused tries uncounted.
-AXES_HANDLER = "runs.auth_limit.SignInHandler"
-AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"], "ip_address"]  # limits in this order: runs.auth_limit
+AXES_HANDLER = "runs.auth.auth_limit.SignInHandler"
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"], "ip_address"]  # limits in this order: runs.auth.auth_limit
 AXES_FAILURE_LIMIT = AUTH_FAILURES_PER_USER_ADDRESS  # only logged: SignInHandler decides
 AXES_LOCK_OUT_AT_FAILURE = False  # the failure that reaches a limit still answers "wrong password"; the next, 429
 AXES_RESET_COOL_OFF_ON_FAILURE_DURING_LOCKOUT = False
 AXES_RESET_ON_SUCCESS = False  # SignInHandler clears the pair only
-AXES_COOLOFF_TIME = "runs.auth_limit.signin_memory"
-AXES_CLIENT_IP_CALLABLE = "runs.auth_limit.client_ip"
-AXES_USERNAME_CALLABLE = "runs.auth_limit.signin_username"
-AXES_LOCKOUT_CALLABLE = "runs.auth_limit.lockout_response"
+AXES_COOLOFF_TIME = "runs.auth.auth_limit.signin_memory"
+AXES_CLIENT_IP_CALLABLE = "runs.auth.auth_limit.client_ip"
+AXES_USERNAME_CALLABLE = "runs.auth.auth_limit.signin_username"
+AXES_LOCKOUT_CALLABLE = "runs.auth.auth_limit.lockout_response"
 AXES_ENABLE_ADMIN = False  # its admin pages list the database handler's rows; the cache handler writes none
 AXES_VERBOSE = False  # no start-up banner in every process (`make run` stays quiet); failures still log, masked
 # Django's four validators, at least 12 characters: createsuperuser, changepassword and the admin's forms.

@@ -91,7 +91,7 @@ from config.redis_services import (  # Redis: channel layer, Celery, cache
     CHANNEL_LAYERS,
     REDIS_URL,
 )
-from config.security import (  # AXES_*: django-axes, for runs/auth_limit.py
+from config.security import (  # AXES_*: django-axes, for runs/auth/auth_limit.py
     API_TOKEN_MAX_AGE_SECONDS,
     API_TOKENS_PER_USER,
     AUTH_BACKOFF_MAX_SECONDS,
@@ -142,7 +142,7 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "rest_framework",
     "knox",  # API tokens, hashed at rest (runs/api/tokens.py)
-    "axes",  # sign-in limits (runs/auth_limit.py)
+    "axes",  # sign-in limits (runs/auth/auth_limit.py)
     "drf_spectacular",
     "channels",
     "runs",
@@ -207,7 +207,7 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 # --- REST API -------------------------------------------------------------------------------------
 # Sign-in (pages, token endpoint, admin): axes' backend first refuses while blocked (limits in config/security.py).
-AUTHENTICATION_BACKENDS = ["runs.auth_limit.SignInBackend", "django.contrib.auth.backends.ModelBackend"]
+AUTHENTICATION_BACKENDS = ["runs.auth.auth_limit.SignInBackend", "django.contrib.auth.backends.ModelBackend"]
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
         "rest_framework.authentication.SessionAuthentication",
@@ -222,7 +222,7 @@ REST_FRAMEWORK = {
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
 }
 # django-rest-knox: 64 hex characters of which only a SHA-512 digest (and the first 15, to find the row) is stored;
-# expiry is set from API_TOKEN_MAX_AGE_SECONDS at issue (runs/tokens.py), and `Token` stays the header's word.
+# expiry is set from API_TOKEN_MAX_AGE_SECONDS at issue (runs/auth/tokens.py), and `Token` stays the header's word.
 REST_KNOX = {"AUTH_HEADER_PREFIX": "Token", "AUTO_REFRESH": False}
 # Per-user rates of the heavy reads (runs/api/throttles.py, which holds the defaults): THROTTLE_RATE_TRACE,
 # THROTTLE_RATE_COMPARE, THROTTLE_RATE_DRY_RUN, THROTTLE_RATE_SAMPLES, THROTTLE_RATE_AGENTS (requests through the

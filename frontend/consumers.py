@@ -2,7 +2,8 @@
 
 Each authenticates, checks permission, joins its group, sends a snapshot, then forwards live messages; the
 message types are runs/messages.py, the no-gap/no-duplicate rules docs/realtime.md. Reads go through
-runs.selectors and runs.dashboard; the dashboard's rate limit is the publisher's (runs.realtime), not ours.
+runs.selectors and runs.telemetry.dashboard; the dashboard's rate limit is the publisher's (runs.core.publish), not
+ours.
 """
 
 from __future__ import annotations
@@ -24,7 +25,9 @@ from frontend.ws_guard import (
     CLOSE_UNAUTHENTICATED,
     AuthenticatedConsumer,
 )
-from runs import dashboard, realtime, selectors
+from runs import selectors
+from runs.core import publish
+from runs.core.visibility import may_see
 from runs.messages import (
     DashboardRunMsg,
     DashboardSlotsMsg,
@@ -35,7 +38,7 @@ from runs.messages import (
     SlotsUpdateLayer,
     TruncatedMsg,
 )
-from runs.visibility import may_see
+from runs.telemetry import dashboard
 
 logger = logging.getLogger(__name__)
 REPLAY_PAGE = 500
@@ -73,7 +76,7 @@ class RunConsumer(AuthenticatedConsumer):
         # reach us live. Channels dispatches one message at a time, so live messages wait in our queue
         # until connect() returns, and run_events drops those the replay already covered. (Subscribing
         # before the permission check is harmless: a refused socket forwards nothing and leaves the group.)
-        self.group = realtime.run_group(self.run_id)
+        self.group = publish.run_group(self.run_id)
         await self.channel_layer.group_add(self.group, self.channel_name)
         # One database call (one connection) for check, snapshot and first replay page: connects are bursty.
         opening = await database_sync_to_async(selectors.run_stream_open)(
@@ -124,7 +127,7 @@ class RunConsumer(AuthenticatedConsumer):
                 return
 
     async def run_events(self, message: RunEventsLayer) -> None:
-        """Layer message from runs.realtime: a committed batch, seqs contiguous and ascending."""
+        """Layer message from runs.core.publish: a committed batch, seqs contiguous and ascending."""
         if not self.streaming:
             return
         self._last_live = time.monotonic()
@@ -208,7 +211,7 @@ REFUSAL_CODES = {"not_found": CLOSE_NOT_FOUND, "forbidden": CLOSE_NOT_FOUND, "af
 
 class DashboardConsumer(AuthenticatedConsumer):
     """Slots, queue changes and run rows; non-staff users only see their own runs. Messages come coalesced
-    from runs.realtime's publisher (at most one per run, and one slots message, per 100 ms per process)."""
+    from runs.core.publish's publisher (at most one per run, and one slots message, per 100 ms per process)."""
 
     joined = False
 
@@ -218,7 +221,7 @@ class DashboardConsumer(AuthenticatedConsumer):
             return await self.refuse(CLOSE_UNAUTHENTICATED)
         if not await self.guard_start(user):
             return
-        await self.channel_layer.group_add(realtime.DASHBOARD_GROUP, self.channel_name)
+        await self.channel_layer.group_add(publish.DASHBOARD_GROUP, self.channel_name)
         self.joined = True
         await self.accept()
         await self._send_snapshot()
@@ -264,4 +267,4 @@ class DashboardConsumer(AuthenticatedConsumer):
         self.ended = True
         await self._guard_stop()
         if self.joined:
-            await self.channel_layer.group_discard(realtime.DASHBOARD_GROUP, self.channel_name)
+            await self.channel_layer.group_discard(publish.DASHBOARD_GROUP, self.channel_name)

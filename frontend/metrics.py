@@ -14,7 +14,7 @@ from django.utils.crypto import constant_time_compare
 from prometheus_client import CollectorRegistry
 
 from frontend.ws_guard import presence_count
-from runs.metrics.collector import PlatformCollector
+from runs.telemetry.prometheus.collector import PlatformCollector
 
 REGISTRY = CollectorRegistry(auto_describe=False)
 REGISTRY.register(PlatformCollector(websocket_count=presence_count))

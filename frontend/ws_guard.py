@@ -28,8 +28,8 @@ from django.contrib.auth.signals import user_logged_out
 from django.db import transaction
 from django.db.models.signals import post_delete, post_save
 
+from runs.auth.ws_tickets import grant_user
 from runs.messages import SessionEndedLayer, UserChangedLayer
-from runs.ws_tickets import grant_user
 
 logger = logging.getLogger(__name__)
 CLOSE_BAD_REQUEST = 4400
@@ -135,7 +135,7 @@ def session_user(session_key: str | None, user_id: int) -> Any:
 
 
 def run_visible(user: Any, run_id: int) -> bool:
-    from runs.visibility import visible_runs
+    from runs.core.visibility import visible_runs
 
     return visible_runs(user).filter(pk=run_id).exists()
 
@@ -250,7 +250,7 @@ class AuthenticatedConsumer(AsyncJsonWebsocketConsumer):
 
 
 def _send(user_id: int, message: SessionEndedLayer | UserChangedLayer) -> None:
-    from runs.realtime import group_send_now
+    from runs.core.publish import group_send_now
 
     group_send_now(user_group(user_id), message)
 

@@ -1,4 +1,4 @@
-"""Websocket authentication by ticket (runs/ws_tickets.py), in front of the session stack of config/asgi.py.
+"""Websocket authentication by ticket (runs/auth/ws_tickets.py), in front of the session stack of config/asgi.py.
 
 A connection whose query string has `ticket` is a script's: the ticket is taken (once) and its user set on the
 scope, or AnonymousUser when the ticket is unknown, used, expired or its token no longer valid, and the consumer
@@ -16,7 +16,7 @@ from urllib.parse import parse_qs
 from channels.db import database_sync_to_async
 from django.contrib.auth.models import AnonymousUser
 
-from runs.ws_tickets import TicketGrant, grant_user, ticket_take
+from runs.auth.ws_tickets import TicketGrant, grant_user, ticket_take
 
 
 def _ticket_user(ticket: str) -> tuple[Any, TicketGrant | None]:

@@ -12,13 +12,13 @@ from django.http import HttpRequest
 from django.utils import timezone
 
 from runs.errors import ServiceError
+from runs.execution.schedules import cron_next, cron_problem, schedule_check
 from runs.models import ConcurrencySettings, Run, RunEvent, Schedule, Slot
 from runs.outbox.models import Effect
-from runs.schedules import cron_next, cron_problem, schedule_check
 
 
 class ScheduleForm(forms.ModelForm):
-    """The same check as POST /api/schedules/ (runs.schedules.schedule_check: name, cron, kind config, and the
+    """The same check as POST /api/schedules/ (runs.execution.schedules.schedule_check: name, cron, kind config, and the
     kind's permission check for the chosen owner), each refusal shown on the field it names."""
 
     class Meta:

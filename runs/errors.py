@@ -37,7 +37,7 @@ class InvalidTransition(ServiceError):
 
 class NoCheckpoint(InvalidTransition):
     """Resume asked of a run with no checkpoint: 409 with code `no_checkpoint` unless the caller says
-    `from_scratch` (runs/enqueue.py run_resume)."""
+    `from_scratch` (runs/scheduling/enqueue.py run_resume)."""
 
     code = "no_checkpoint"
 

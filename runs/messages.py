@@ -1,9 +1,9 @@
-"""The real-time message types, declared once: channel-layer messages (publishers in runs.realtime ->
+"""The real-time message types, declared once: channel-layer messages (publishers in runs.core.publish ->
 consumers in frontend/) and websocket messages (consumers -> the dashboard's TypeScript). Django-free.
 
 Events themselves are `trainer.events.StoredEvent` (the emitter's module), their `data` the trainer's pydantic
 models (trainer/event_schema.py); the run summary is runs.summary_types.RunSummary. The TypeScript twin of all
-of them is generated: `python -m runs.messages_ts > frontend/static/src/lib/messages.ts` (a test compares).
+of them is generated: `python -m runs.telemetry.messages_ts > frontend/static/src/lib/messages.ts` (a test compares).
 Wire formats and rules: docs/realtime.md.
 """
 
@@ -44,8 +44,8 @@ class SlotTotal(TypedDict):
 
 
 class ClusterJson(TypedDict):
-    """The cluster as admission sees it (runs.dashboard.cluster_snapshot): whether the last read of Ray worked,
-    the alive nodes, their total resources and what the held runs leave free (Ray JSON units)."""
+    """The cluster as admission sees it (runs.telemetry.dashboard.cluster_snapshot): whether the last read of Ray
+    worked, the alive nodes, their total resources and what the held runs leave free (Ray JSON units)."""
 
     reachable: bool
     nodes: int
@@ -120,7 +120,7 @@ class ConfigDiffRow(TypedDict):
 
 
 class CompareJson(TypedDict):
-    """GET /api/runs/compare/?runs=1,2,3 (runs.compare): visible runs in the asked order; `not_found`: ids
+    """GET /api/runs/compare/?runs=1,2,3 (runs.telemetry.compare): visible runs in the asked order; `not_found`: ids
     that do not exist or that the user may not see (the two are not told apart)."""
 
     runs: list[CompareRun]
@@ -132,7 +132,7 @@ class CompareJson(TypedDict):
 class BoardRun(TypedDict, total=False):
     """A run as the board draws it: the run JSON without config, the summary cut to what a row shows,
     `requested_at` (seconds) of a queued run's slot (its place in grant order), the active runs' reward
-    history. A queued row (runs.dashboard.queue_rows) carries only the required keys."""
+    history. A queued row (runs.telemetry.dashboard.queue_rows) carries only the required keys."""
 
     id: Required[int]
     name: Required[str]
@@ -182,16 +182,31 @@ class QueueChange(TypedDict):
 
 
 class StatusMoveData(TypedDict):
-    """`data` of a stored `status` event: one move of the platform's state machine (written by runs.lifecycle's
-    stores and runs.enqueue). A job's own reports of its state are stored as `job_status` events, with the
-    trainer's StatusData (runs.events.stored_type)."""
+    """`data` of a stored `status` event: one move of the platform's state machine (written by runs.core.lifecycle's
+    stores and runs.scheduling.enqueue). A job's own reports of its state are stored as `job_status` events, with the
+    trainer's StatusData (runs.core.events.stored_type)."""
 
     status: str
     previous: str | None  # null for the first move (submitted: queued)
     error: str
 
 
-# --- channel-layer messages (runs.realtime -> frontend consumers) ---------------------------------------
+def status_move_data(*, status: str, previous: str | None, error: str) -> StatusMoveData:
+    """The `data` of a `status` event, built in Python (runs.core.moves, runs.scheduling.enqueue)."""
+    return StatusMoveData(status=status, previous=previous, error=error)
+
+
+def status_move_data_sql(**exprs: str) -> str:
+    """The same `data` built by PostgreSQL (runs/slots/pg_writes.py): `jsonb_build_object` over one SQL expression
+    per key of StatusMoveData, in its order. The keys come from the TypedDict, so a key added there and not given
+    here fails when the statement is built, and the two builders cannot drift."""
+    keys = list(StatusMoveData.__annotations__)
+    if sorted(exprs) != sorted(keys):
+        raise ValueError(f"a status event's data needs exactly {keys}, got {sorted(exprs)}")
+    return "jsonb_build_object(" + ", ".join(f"'{key}', {exprs[key]}" for key in keys) + ")"
+
+
+# --- channel-layer messages (runs.core.publish -> frontend consumers) ---------------------------------------
 
 
 class RunEventsLayer(TypedDict):

@@ -8,7 +8,7 @@ from django.conf import settings
 from django.db import models
 from django.utils.crypto import constant_time_compare
 
-from runs.run_keys import ingest_token_derive, new_ingest_nonce, serving_key_derive
+from runs.auth.run_keys import ingest_token_derive, new_ingest_nonce, serving_key_derive
 
 
 class RunStatus(models.TextChoices):
@@ -87,15 +87,15 @@ class Run(models.Model):
     # Per-run random input of the ingest token (see ingest_token_derive); not a secret on its own.
     ingest_nonce = models.CharField(max_length=64, default=new_ingest_nonce)
     last_seq = models.BigIntegerField(default=0)
-    # Where the current attempt's session server listens (its `serving` event, host vetted: runs/serving.py);
-    # cleared by every move that ends or replaces the attempt (runs.lifecycle.stamp). Never in an API answer.
+    # Where the current attempt's session server listens (its `serving` event, host vetted: runs/execution/serving.py);
+    # cleared by every move that ends or replaces the attempt (runs.core.lifecycle.stamp). Never in an API answer.
     serving_url = models.CharField(max_length=256, blank=True, default="")
     attempt = models.PositiveIntegerField(default=0)
     resume_requested = models.BooleanField(default=False)
     auto_resume = models.BooleanField(default=False)
     parent = models.ForeignKey("self", null=True, blank=True, on_delete=models.SET_NULL, related_name="children")
     # Not a column: the status a run had before a finish moved it, set only on the Run that RunStore.finish
-    # returns (runs/stores.py, runs/slots/pg.py); reading it on any other instance raises AttributeError.
+    # returns (runs/core/stores.py, runs/slots/pg.py); reading it on any other instance raises AttributeError.
     previous_status: str
 
     class Meta:
@@ -105,7 +105,7 @@ class Run(models.Model):
             models.Index(fields=["run_class", "status"]),
             # Recent grant rate for queue ETAs.
             models.Index(fields=["granted_at"], name="run_granted_at_idx"),
-            # The latest finished runs: a typical run's duration, and the pace profiles of a kind (runs/finishes.py).
+            # The latest finished runs: a typical run's duration, a kind's pace profiles (runs/scheduling/finishes.py).
             models.Index(fields=["status", "-finished_at"], name="run_status_finished_idx"),
             models.Index(fields=["kind", "status", "-finished_at"], name="run_kind_finished_idx"),
         ]
@@ -164,7 +164,7 @@ class RunControl(models.Model):
     """A command from staff to a running job, and its audit record: who asked, why, when, and what the job did.
 
     Delivered in the job's ingest replies until the job acknowledges it with a `control` event
-    (runs/controls.py; trainer/controls.py applies it). Kinds: `gate_reset` (clear a poisoned gate)."""
+    (runs/execution/controls.py; trainer/controls.py applies it). Kinds: `gate_reset` (clear a poisoned gate)."""
 
     run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="controls")
     kind = models.CharField(max_length=16)

@@ -10,15 +10,15 @@ from typing import Any
 from django.db.models import QuerySet
 from django.utils import timezone
 
+from runs.core.events import run_event_to_dict
+from runs.core.visibility import may_see, visible_runs
 from runs.errors import InvalidInput, RunNotFound
-from runs.events import run_event_to_dict
-from runs.finishes import progress_of
 from runs.messages import RunJson, SlotsJson
 from runs.models import Run, RunClass, RunEvent, RunStatus, SlotState
-from runs.queue import QueueInfo, runs_queue_info
+from runs.scheduling.finishes import progress_of
+from runs.scheduling.queue import QueueInfo, runs_queue_info
 from runs.slots import store
 from runs.slots.policy import CLASSES
-from runs.visibility import may_see, visible_runs
 from trainer.events import StoredEvent
 
 
@@ -65,7 +65,7 @@ def run_json(run: Run, info: QueueInfo | None = None, paces: dict[str, dict[int,
     `pending_detail` and `eta_seconds` come from `info` (runs_queue_info) when the run is queued; a `starting`
     run's pending reason is the one stored on it (`waiting_for_resources` while its placement group waits,
     `starting_processes` while its processes start).
-    `paces`: shared by the runs of one listing, so each kind's pace factors are read once (runs.finishes)."""
+    `paces`: shared by the runs of one listing, so each kind's pace factors are read once (runs.scheduling.finishes)."""
     end = run.granted_at or run.finished_at or timezone.now()
     if run.status == RunStatus.QUEUED:
         end = timezone.now()

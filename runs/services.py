@@ -1,14 +1,11 @@
 """The control plane's write operations, in one import for the views (API, dashboard, admin): submitting runs
-(runs/execution/submit.py), lifecycle moves (runs/lifecycle.py; resume: runs/enqueue.py), the tick's sweeps
-(runs/sweeps.py) and the concurrency settings (runs/concurrency.py). Nothing here but the names; each lives in
-its own module."""
+(runs/execution/submit.py), lifecycle moves (runs/core/lifecycle.py; resume: runs/scheduling/enqueue.py), the tick's
+sweeps (runs/execution/sweeps.py) and the concurrency settings (runs/scheduling/concurrency.py). Nothing here but the
+names; each lives in its own module."""
 
 from __future__ import annotations
 
-from runs.concurrency import settings_update
-from runs.enqueue import run_resume
-from runs.execution.submit import NAME_MAX, TIME_LIMIT_MAX, run_demand, run_resources, run_submit
-from runs.lifecycle import (
+from runs.core.lifecycle import (
     TRANSITIONS,
     run_cancel,
     run_finish,
@@ -16,7 +13,10 @@ from runs.lifecycle import (
     run_transition,
     slots_grant,
 )
-from runs.sweeps import runs_enforce_time_limits, runs_reclaim_stale
+from runs.execution.submit import NAME_MAX, TIME_LIMIT_MAX, run_demand, run_resources, run_submit
+from runs.execution.sweeps import runs_enforce_time_limits, runs_reclaim_stale
+from runs.scheduling.concurrency import settings_update
+from runs.scheduling.enqueue import run_resume
 
 __all__ = [
     "NAME_MAX",

@@ -1,6 +1,6 @@
-"""The run summary, declared once: `Run.summary` as runs.ingest.summary_fold builds it (the run JSON carries it
-whole) and the cut of it a board row draws (runs.dashboard.board_summary). Django-free; the dashboard's
-TypeScript twin is generated with runs/messages.py's (runs.messages_ts).
+"""The run summary, declared once: `Run.summary` as runs.telemetry.ingest.summary_fold builds it (the run JSON carries
+it whole) and the cut of it a board row draws (runs.telemetry.dashboard.board_summary). Django-free; the dashboard's
+TypeScript twin is generated with runs/messages.py's (runs.telemetry.messages_ts).
 
 The summary keeps the latest `data` of each event type in `SummaryType`, under the type's name. That data is
 the JSON of the type's pydantic model (trainer/step_schema.py, trainer/lifecycle_schema.py: what ingest stored),
@@ -25,16 +25,17 @@ def is_summary_type(etype: str) -> TypeGuard[SummaryType]:
 
 
 class ProgressSummary(TypedDict, total=False):
-    """`summary.progress` (runs.progress.progress_fold): the recent train events the finish ETA is built from."""
+    """`summary.progress` (runs.scheduling.progress.progress_fold): the recent train events the finish ETA is built
+    from."""
 
     points: list[list[float]]  # the newest train events' [ts, step, evaluation seconds]
     eval_s: float | None  # the latest evaluation's seconds
     clock: float  # training seconds since the first train event, evaluations out
-    marks: list[list[float]]  # the run's pace profile: [tenth, step, clock] (runs/pace.py)
+    marks: list[list[float]]  # the run's pace profile: [tenth, step, clock] (runs/scheduling/pace.py)
 
 
 class RunHistogram(TypedDict):
-    """One of `summary.hist` (runs/metrics/run_hist.py): counts per bucket of its metric (+Inf last)."""
+    """One of `summary.hist` (runs/telemetry/prometheus/run_hist.py): counts per bucket of its metric (+Inf last)."""
 
     buckets: list[int]
     sum: float

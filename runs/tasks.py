@@ -3,7 +3,7 @@ leftovers, cluster read, reconcile, liveness and node loss, time limits, schedul
 launches), the launcher's (launch a granted run, stop a run's job) and the follow-ups of a finished run. Tasks
 take ids and never wait for slots or training. The outbox's effects name them (runs/outbox/effects.py: the
 drainer sends the launcher's to a worker and runs the follow-ups in its own process) rather than importing
-this module, which sits above runs.lifecycle."""
+this module, which sits above runs.core.lifecycle."""
 
 from __future__ import annotations
 
@@ -16,14 +16,14 @@ from celery import shared_task
 from celery.signals import task_failure
 from django.utils import timezone
 
-from runs import lifecycle, sweeps
-from runs.execution import capacity, followups, launch, liveness, reconcile
+from runs.core import lifecycle
+from runs.execution import capacity, followups, launch, liveness, reconcile, sweeps
+from runs.execution.schedules import schedules_submit_due
 from runs.metrics import spec as metric
 from runs.metrics.hooks import task_failure_record
 from runs.metrics.record import timed
 from runs.outbox import effects
 from runs.outbox.drain import effects_drain
-from runs.schedules import schedules_submit_due
 
 logger = logging.getLogger(__name__)
 # Every task failure of this worker process is counted (rlcp_celery_task_failures_total).

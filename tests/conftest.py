@@ -241,6 +241,6 @@ def cluster_capacity(request: pytest.FixtureRequest):
     yield node
     # The dashboard publisher (a daemon thread) sends after commits, reading the database as it sends: what the
     # test left offered is dropped, and a send in progress ends before the database is torn down.
-    from runs.realtime import dashboard_publisher_discard
+    from runs.core.publish import dashboard_publisher_discard
 
     assert dashboard_publisher_discard(), "a dashboard send outlived the test by 10 s"

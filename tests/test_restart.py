@@ -8,7 +8,7 @@
 
 Each time: the run's train steps are 1..30, each exactly once after the step its last attempt restored, with
 nothing at or before that step trained again; and its status history (the platform's `status` events, read from
-the SQLite database in the installation's var/) is a path of runs.lifecycle.TRANSITIONS.
+the SQLite database in the installation's var/) is a path of runs.core.lifecycle.TRANSITIONS.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import sqlite3
 import pytest
 import requests
 
-from runs.lifecycle import TRANSITIONS
+from runs.core.lifecycle import TRANSITIONS
 from tests.platform_up import UpProcess, up  # noqa: F401 - up: the fixture
 
 pytestmark = pytest.mark.slow

@@ -3,7 +3,7 @@
 A poisoned gate means some request's outcome is unknown; no weight version may be installed until someone
 who knows decides (rollout/gate.py). Instead of failing at once, the driver posts the poisoned `gate` event and
 a `log` saying it waits, and waits up to `poison_wait_s` for a `gate_reset` command (staff press the button on
-the run page; runs/controls.py delivers it in the replies to the job's own posts: `EventEmitter.commands`).
+the run page; runs/execution/controls.py delivers it in the replies to the job's own posts: `EventEmitter.commands`).
 Before reopening it re-checks the weight version of every engine: they must all hold the same version, not
 newer than the trainer's. Then every gate is reset, sealed and drained again, and the trainer's version is
 installed (or, when the engines already hold it, they just reopen). Every command is answered with a

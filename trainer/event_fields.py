@@ -50,7 +50,7 @@ def _metric(value: Any) -> Any:
 
 
 # The inner type is what the validator lets through (it replaces pydantic's own check): the TypeScript twin of
-# the models (runs.messages_ts) reads it.
+# the models (runs.telemetry.messages_ts) reads it.
 MetricValue = Annotated[int | float | bool | str | None, PlainValidator(_metric)]
 Metrics = Annotated[dict[Name, MetricValue], Field(max_length=MAP_MAX)]
 

@@ -33,7 +33,7 @@ EVENT_TYPES: frozenset[str] = frozenset(
         "agents",
     }
 )
-# Commands staff send a running job (runs/controls.py delivers them in ingest replies; trainer/controls.py
+# Commands staff send a running job (runs/execution/controls.py delivers them in ingest replies; trainer/controls.py
 # applies them) and how the job's `control` event says it ended.
 CONTROL_KINDS: frozenset[str] = frozenset({"gate_reset"})
 CONTROL_OUTCOMES: frozenset[str] = frozenset({"applied", "refused"})

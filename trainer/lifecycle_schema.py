@@ -25,7 +25,7 @@ from trainer.event_fields import (
 
 class StatusData(_Data):
     """The job's own report of its state (running, stopping, succeeded, failed, cancelled). The platform stores
-    it as a `job_status` event: its stored `status` events are its own moves of the run (runs/events.py)."""
+    it as a `job_status` event: its stored `status` events are its own moves of the run (runs/core/events.py)."""
 
     status: Name
     error: Text | None = None
@@ -65,7 +65,7 @@ class LogData(_Data):
     level: Name | None = None
     message: Text | None = None
     eval: Metrics | None = None  # an eval job's metrics
-    control: Int | None = None  # the platform's note of a staff command (runs/controls.py)
+    control: Int | None = None  # the platform's note of a staff command (runs/execution/controls.py)
 
 
 class ResourcesData(_Data):
@@ -78,7 +78,8 @@ class ResourcesData(_Data):
 
 class ServingData(_Data):
     """Where the run's session server listens (agents/server.py; the platform proxies to it: docs/api.md).
-    The platform keeps the URL only when its host is a node of its Ray cluster or loopback (runs/serving.py)."""
+    The platform keeps the URL only when its host is a node of its Ray cluster or loopback
+    (runs/execution/serving.py)."""
 
     url: Annotated[str, StringConstraints(max_length=URL_MAX, pattern=SERVING_URL_PATTERN)]
     model: Name

@@ -7,7 +7,7 @@ refused whole, and the sink drops what the platform refuses. So a post takes eve
 stays within POST_MAX_EVENTS, POST_MAX_BYTES and POST_MAX_VALUES, each well under the platform's default cap;
 an event alone over a budget still goes, alone (the platform then judges it by its per-event cap).
 
-A post refused for one event (400 naming `events[i]...`, runs/ingest_validate.py) loses only that event: the
+A post refused for one event (400 naming `events[i]...`, runs/telemetry/ingest_validate.py) loses only that event: the
 sink drops it and posts the rest again.
 """
 

@@ -1,5 +1,5 @@
 """Login and logout pages (Django's auth views with this project's templates). Login is sign-in limited
-(runs.auth_limit): while this username from this address, or the address, has too many recent failures the page
+(runs.auth.auth_limit): while this username from this address, or the address, has too many recent failures the page
 answers 429 with Retry-After without checking the password."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from django.contrib import messages
 from django.contrib.auth import views as auth_views
 from django.http import HttpRequest, HttpResponse
 
-from runs.auth_limit import signin_wait
+from runs.auth.auth_limit import signin_wait
 
 
 class LimitedLoginView(auth_views.LoginView):

@@ -1,5 +1,5 @@
 """The run comparison page (/compare/?runs=1,2,3&metric=reward_mean&x=step). Thin: it embeds the JSON of
-GET /api/runs/compare/ (runs.compare, same visibility rules) and compare.ts draws it; bad input is a 400 page
+GET /api/runs/compare/ (runs.telemetry.compare, same visibility rules) and compare.ts draws it; bad input is a 400 page
 that names the parameter."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 
-from runs.compare import COMPARE_RUNS_MAX, compare_ids_parse, run_compare
 from runs.errors import InvalidInput
+from runs.telemetry.compare import COMPARE_RUNS_MAX, compare_ids_parse, run_compare
 
 ALIGNMENTS = ("step", "time")
 

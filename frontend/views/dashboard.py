@@ -1,5 +1,6 @@
 """Dashboard pages: queue board, run page and run submit form. Thin: each page embeds the same JSON the
-REST API / websockets serve (runs.selectors, runs.dashboard) and the browser code in frontend/static draws it."""
+REST API / websockets serve (runs.selectors, runs.telemetry.dashboard) and the browser code in frontend/static draws
+it."""
 
 from __future__ import annotations
 
@@ -11,10 +12,10 @@ from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import render
 
 from runs import selectors
-from runs.checkpoints import run_checkpoint_step
-from runs.dashboard import dashboard_snapshot
+from runs.core.checkpoints import run_checkpoint_step
 from runs.errors import InvalidInput, RunNotFound
 from runs.execution.kinds import DEFAULT_KIND, kind_get
+from runs.telemetry.dashboard import dashboard_snapshot
 
 # Shown first on the submit form; every other schema field sits under "Advanced".
 COMMON_FIELDS = (
@@ -47,7 +48,7 @@ LABELS = {
 @login_required
 def board(request: HttpRequest) -> HttpResponse:
     """Queue board. The page carries the same {slots, queue, active} that /ws/dashboard/ sends on connect
-    (one builder: runs.dashboard), so the first paint needs no extra request."""
+    (one builder: runs.telemetry.dashboard), so the first paint needs no extra request."""
     snapshot, _seqs = dashboard_snapshot(user=request.user)
     return render(request, "frontend/board.html", {"board_data": snapshot, "nav": "board"})
 

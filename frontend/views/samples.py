@@ -10,7 +10,7 @@ from django.shortcuts import render
 
 from runs import selectors
 from runs.errors import RunNotFound
-from runs.sample_query import FILTERS, ORDERINGS
+from runs.telemetry.sample_query import FILTERS, ORDERINGS
 from trainer.sample_schema import FINISH_REASONS
 
 

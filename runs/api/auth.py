@@ -1,6 +1,6 @@
 """`/api/auth/token/`: POST exchanges username + password for a new API token (sign-in limited: 429 with
 Retry-After while this username from this address, or this address, has too many recent failures,
-runs.auth_limit); DELETE revokes the caller's token. Tokens are hashed at rest and expire (runs/tokens.py)."""
+runs.auth.auth_limit); DELETE revokes the caller's token. Tokens are hashed at rest and expire (runs/auth/tokens.py)."""
 
 from __future__ import annotations
 
@@ -19,9 +19,9 @@ from rest_framework.throttling import BaseThrottle
 
 from runs.api import serializers as s
 from runs.api.views import ServiceView, _body
-from runs.auth_limit import signin_wait
+from runs.auth.auth_limit import signin_wait
+from runs.auth.tokens import token_issue, token_revoke
 from runs.errors import InvalidInput
-from runs.tokens import token_issue, token_revoke
 
 
 class SignInThrottled(APIException):

@@ -1,4 +1,4 @@
-"""`GET /api/runs/compare/?runs=1,2,3`: the train metrics and config diff of up to 10 runs (runs.compare).
+"""`GET /api/runs/compare/?runs=1,2,3`: the train metrics and config diff of up to 10 runs (runs.telemetry.compare).
 Runs the user may not see are listed in `not_found`, exactly like ids that do not exist."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from rest_framework.response import Response
 from runs.api.serializers import ErrorSerializer
 from runs.api.throttles import HeavyReadThrottle, throttled_response
 from runs.api.views import ServiceView
-from runs.compare import COMPARE_POINTS_MAX, COMPARE_RUNS_MAX, compare_ids_parse, run_compare
+from runs.telemetry.compare import COMPARE_POINTS_MAX, COMPARE_RUNS_MAX, compare_ids_parse, run_compare
 
 
 class CompareRunSerializer(serializers.Serializer):

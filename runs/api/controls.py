@@ -1,4 +1,5 @@
-"""`POST /api/runs/<id>/gate-reset/` (staff): ask a running job to reset its poisoned gate (runs/controls.py)."""
+"""`POST /api/runs/<id>/gate-reset/` (staff): ask a running job to reset its poisoned gate
+(runs/execution/controls.py)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from rest_framework.response import Response
 from runs import selectors
 from runs.api import serializers as s
 from runs.api.views import ERRORS, RUN_ID, ServiceView, _body
-from runs.controls import run_gate_reset
+from runs.execution.controls import run_gate_reset
 from runs.models import RunControl
 
 

@@ -11,8 +11,8 @@ from rest_framework.views import APIView
 
 from runs.api.serializers import ErrorSerializer
 from runs.errors import ServiceError
-from runs.ingest import run_events_ingest, run_for_ingest
-from runs.ingest_validate import BatchTooLarge, ingest_body_check, ingest_limits
+from runs.telemetry.ingest import run_events_ingest, run_for_ingest
+from runs.telemetry.ingest_validate import BatchTooLarge, ingest_body_check, ingest_limits
 
 
 class ControlCommandSerializer(serializers.Serializer):
@@ -25,7 +25,7 @@ class ControlCommandSerializer(serializers.Serializer):
 
 
 class IngestResultSerializer(serializers.Serializer):
-    """Documents trainer.events.IngestReply (what runs.ingest.IngestResult.as_dict returns)."""
+    """Documents trainer.events.IngestReply (what runs.telemetry.ingest.IngestResult.as_dict returns)."""
 
     stored = serializers.IntegerField()
     duplicates = serializers.IntegerField()

@@ -1,11 +1,11 @@
 """`/api/runs/<id>/v1/<path>`: the OpenAI API of a run's session server, reached through the platform (an async
-Django view under daphne; the wire to the server is runs/api/proxy_upstream.py, the rules runs/proxy_rules.py).
+Django view under daphne; the wire to the server is runs/api/proxy_upstream.py, the rules runs/api/proxy_rules.py).
 
 In order: the caller (an API token as `Authorization: Bearer <token>`, which is what the `openai` client sends,
 or `Token <token>`; else the browser session, with its CSRF check on POST) or 401; the run, which must be the
 caller's own unless the caller is staff, else 404 (the same answer as no such run); the path and method (404,
 405); the per-user throttle (scope `agents`, 429 with Retry-After); the body (413 over the cap, 400 for JSON
-the platform's parser refuses or an envelope runs/proxy_rules.py refuses); then the run must be serving: a
+the platform's parser refuses or an envelope runs/api/proxy_rules.py refuses); then the run must be serving: a
 starting or running run that has not reported its session server yet answers 503 with Retry-After, any other
 run without one 404. The request goes on with the run's serving key and the caller's session id namespaced
 (`ext-<user id>-<id>`); the answer says the caller's own id in `X-Session-Id`. docs/api.md.
@@ -25,12 +25,12 @@ from django.views.decorators.csrf import csrf_exempt
 from rest_framework.exceptions import APIException
 
 from runs.api.parsers import JsonLimits, body_limit, json_check, json_values_over
+from runs.api.proxy_rules import ProxyRefused, body_check, external_session, route, session_id_choose
 from runs.api.proxy_upstream import error_answer, forward
 from runs.api.throttles import HeavyReadThrottle
 from runs.api.tokens import HashedTokenAuthentication
+from runs.core.visibility import visible_runs
 from runs.models import Run, RunStatus
-from runs.proxy_rules import ProxyRefused, body_check, external_session, route, session_id_choose
-from runs.visibility import visible_runs
 
 SCOPE = "agents"
 NOT_SERVING_RETRY_SECONDS = 5

@@ -8,7 +8,7 @@ from rest_framework.request import Request
 
 from runs.api import serializers as s
 from runs.models import Run
-from runs.queue import runs_queue_info
+from runs.scheduling.queue import runs_queue_info
 
 
 def runs_json(runs: list[Run], request: Request) -> list[dict[str, Any]]:

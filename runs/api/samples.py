@@ -24,10 +24,10 @@ from runs.api.throttles import HeavyReadThrottle, throttled_response
 from runs.api.views import RUN_ID, ServiceView
 from runs.errors import InvalidInput, RunNotFound
 from runs.models import Sample
-from runs.sample_query import FILTERS, ORDERINGS, sample_get, sample_query_parse, samples_select
-from runs.samples import COLUMNS
+from runs.telemetry.sample_query import FILTERS, ORDERINGS, sample_get, sample_query_parse, samples_select
+from runs.telemetry.samples import COLUMNS
 
-LIST_FIELDS = ["id", *COLUMNS, "ts"]  # the stored columns (runs/samples.py), with the id and time
+LIST_FIELDS = ["id", *COLUMNS, "ts"]  # the stored columns (runs/telemetry/samples.py), with the id and time
 
 
 class SampleSerializer(serializers.ModelSerializer):

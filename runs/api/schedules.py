@@ -1,5 +1,5 @@
 """Staff API for cron schedules: `GET/POST /api/schedules/`, `GET/PATCH/DELETE /api/schedules/<id>/`.
-Writes go through runs.schedules (cron and kind config validated there)."""
+Writes go through runs.execution.schedules (cron and kind config validated there)."""
 
 from __future__ import annotations
 
@@ -10,11 +10,10 @@ from rest_framework.permissions import IsAdminUser
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from runs import schedules
 from runs.api.serializers import ErrorSerializer
 from runs.api.views import ServiceView, _body
 from runs.errors import RunNotFound
-from runs.execution import kinds
+from runs.execution import kinds, schedules
 from runs.models import Schedule
 
 ERRORS = {400: ErrorSerializer, 403: ErrorSerializer, 404: ErrorSerializer}
@@ -31,7 +30,7 @@ class ScheduleSerializer(serializers.ModelSerializer):
 
 
 class ScheduleCreateSerializer(serializers.Serializer):
-    # Plain fields: cron/kind/config are validated by runs.schedules so the 400 names the field exactly.
+    # Plain fields: cron/kind/config are validated by runs.execution.schedules so the 400 names the field exactly.
     name = serializers.CharField(max_length=schedules.SCHEDULE_NAME_MAX, help_text="room for the fired runs' suffix")
     cron = serializers.CharField(max_length=100, help_text="five-field cron, e.g. '0 3 * * *' (UTC)")
     kind = serializers.CharField(default=kinds.DEFAULT_KIND)

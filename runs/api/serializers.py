@@ -10,7 +10,7 @@ from rest_framework import serializers
 
 from runs.execution.kinds import DEFAULT_KIND
 from runs.models import Origin, Run
-from runs.queue import QueueInfo
+from runs.scheduling.queue import QueueInfo
 from runs.selectors import run_json
 from runs.slots.grant import PENDING_REASONS
 from runs.slots.policy import CLASSES, LIMIT_RULES

@@ -1,4 +1,4 @@
-"""API token authentication (django-rest-knox: tokens hashed at rest; lifetime rules in runs/tokens.py). Loaded by
+"""API token authentication (django-rest-knox: tokens hashed at rest; lifetime rules in runs/auth/tokens.py). Loaded by
 DRF's settings (the authentication class), so this module must not import rest_framework.views.
 
 A token presented in `Authorization: Token <key>` that is unknown or revoked, or expired, answers 401 with
@@ -21,7 +21,7 @@ from knox.settings import CONSTANTS
 from rest_framework.exceptions import APIException, AuthenticationFailed
 from rest_framework.request import Request
 
-from runs.tokens import token_expired
+from runs.auth.tokens import token_expired
 
 __all__ = ["HashedTokenAuthentication", "HashedTokenScheme", "TokenRefused"]
 

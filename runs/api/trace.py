@@ -1,5 +1,5 @@
 """The trace export of a run: its events as a Chrome trace (Trace Event Format, opens in Perfetto), built by
-runs/trace.py; a heavy read, throttled as one."""
+runs/telemetry/trace.py; a heavy read, throttled as one."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from runs import selectors
 from runs.api import serializers as s
 from runs.api.throttles import HeavyReadThrottle, throttled_response
 from runs.api.views import RUN_ID, ServiceView
-from runs.trace import run_trace
+from runs.telemetry.trace import run_trace
 
 
 class RunTraceView(ServiceView):

@@ -17,7 +17,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from runs import limits, selectors, services
+from runs import selectors, services
 from runs.api import serializers as s
 from runs.api.idempotent import IDEMPOTENCY_KEY, once
 from runs.api.run_json import runs_json
@@ -25,7 +25,8 @@ from runs.api.throttles import HeavyReadThrottle, throttled_response
 from runs.errors import InvalidInput, ServiceError
 from runs.execution.kinds import DEFAULT_KIND
 from runs.models import RunClass, RunStatus
-from runs.queue import slot_dry_run
+from runs.scheduling import limits
+from runs.scheduling.queue import slot_dry_run
 from runs.slots import store
 
 ERRORS = {400: s.ErrorSerializer, 404: s.ErrorSerializer, 409: s.ErrorSerializer}

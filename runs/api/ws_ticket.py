@@ -1,5 +1,5 @@
 """`POST /api/ws-ticket/`: a one-connection websocket ticket for a token-authenticated client
-(runs/ws_tickets.py; docs/realtime.md, "Tokens")."""
+(runs/auth/ws_tickets.py; docs/realtime.md, "Tokens")."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from rest_framework.views import APIView
 from runs.api.serializers import ErrorSerializer
 from runs.api.throttles import HeavyReadThrottle
 from runs.api.tokens import HashedTokenAuthentication
-from runs.ws_tickets import ticket_issue, ticket_seconds
+from runs.auth.ws_tickets import ticket_issue, ticket_seconds
 
 
 class WsTicketSerializer(serializers.Serializer):

@@ -19,8 +19,8 @@ from typing import Any
 from django.conf import settings
 from django.db import transaction
 
+from runs.core.publish import dashboard_publish
 from runs.models import ClusterNode, ClusterStatus, Slot, SlotState
-from runs.realtime import dashboard_publish
 
 logger = logging.getLogger(__name__)
 

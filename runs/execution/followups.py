@@ -1,6 +1,6 @@
 """What follows a finished run: a succeeded `rl_train` run gets an `eval` run (origin `system`, same owner,
 parent = the run), a failed run with `auto_resume` is resumed (at most RUN_AUTO_RESUME_MAX attempts), however
-it failed (job, reclaim, time limit, launch error). runs.lifecycle.run_finish stores a `FollowUps` effect in the
+it failed (job, reclaim, time limit, launch error). runs.core.lifecycle.run_finish stores a `FollowUps` effect in the
 finishing transaction; the outbox's drainer runs `runs.tasks.run_followups` for it once that commits, in the
 transaction that marks the effect done (runs/outbox/drain.py), so this happens once per finish."""
 
@@ -12,11 +12,11 @@ from datetime import datetime
 from django.conf import settings
 from django.db import transaction
 
-from runs.checkpoints import run_checkpoint_step
-from runs.enqueue import run_resume
+from runs.core.checkpoints import run_checkpoint_step
 from runs.execution.kinds import DEFAULT_KIND, EVAL_KIND
 from runs.execution.submit import run_submit
 from runs.models import Origin, Run, RunStatus
+from runs.scheduling.enqueue import run_resume
 from runs.slots import store
 
 logger = logging.getLogger(__name__)

@@ -12,10 +12,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from runs.core.visibility import visible_runs
 from runs.errors import InvalidInput
 from runs.execution.jobs import JobSpec, eval_job, rl_train_job
 from runs.models import Run
-from runs.selectors import run_list
 
 DEFAULT_KIND = "rl_train"
 EVAL_KIND = "eval"
@@ -134,7 +134,7 @@ def eval_authorize(config: dict[str, Any], owner: Any) -> None:
     """The source run must be an rl_train run the owner may see (own runs; staff: all). One query either way,
     so another user's run is answered exactly like a missing one (same 400, same message, same work)."""
     source = config["source_run"]
-    if not run_list(user=owner).filter(pk=source, kind=DEFAULT_KIND).exists():
+    if not visible_runs(owner, Run.objects.filter(pk=source, kind=DEFAULT_KIND)).exists():
         raise InvalidInput(f"no {DEFAULT_KIND} run with id {source}", field="config.source_run")
 
 

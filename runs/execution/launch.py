@@ -1,7 +1,7 @@
 """The one launcher: hands every granted run of every kind to Ray and stops its job. `launch_run` takes a
 `starting` run, asks its kind for the job (`job_spec`, pure), writes the spec's files and submits; the run
-stays `starting` until its job reports (runs/ingest.py); any error on the way fails the run through
-runs.lifecycle.run_finish (so auto-resume applies). `job_stop` asks the run's job to stop; the reconcile (or
+stays `starting` until its job reports (runs/telemetry/ingest.py); any error on the way fails the run through
+runs.core.lifecycle.run_finish (so auto-resume applies). `job_stop` asks the run's job to stop; the reconcile (or
 the job's own final event) records it."""
 
 from __future__ import annotations
@@ -9,10 +9,10 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
+from runs.core.lifecycle import run_finish
 from runs.execution import ray
 from runs.execution.jobs import JobSpec, run_artifacts_dir
 from runs.execution.kinds import kind_get
-from runs.lifecycle import run_finish
 from runs.models import Run, RunStatus
 
 logger = logging.getLogger(__name__)

@@ -18,12 +18,12 @@ from datetime import datetime
 from django.conf import settings
 from django.db import transaction
 
-from runs.enqueue import run_requeue
+from runs.core.lifecycle import run_finish
 from runs.execution import ray
 from runs.execution.capacity import reachable_since
 from runs.execution.launch import job_submission_stop
-from runs.lifecycle import run_finish
 from runs.models import ClusterNode, Run, RunStatus, Slot, SlotState
+from runs.scheduling.enqueue import run_requeue
 from runs.slots import store as slot_store
 
 logger = logging.getLogger(__name__)

@@ -1,7 +1,7 @@
 """How a job's outcome finishes its run, whoever observed it: the job's own final report of its state (its
-`status` event, stored as `job_status`: runs/ingest.py, at once) or the tick's look at the Ray job
+`status` event, stored as `job_status`: runs/telemetry/ingest.py, at once) or the tick's look at the Ray job
 (runs/execution/reconcile.py). Both go through `run_job_finished`, which records an eval job's metrics before
-runs.lifecycle.run_finish."""
+runs.core.lifecycle.run_finish."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ from typing import Any
 
 from django.db import transaction
 
-from runs.events import JOB_STATUS
+from runs.core.events import JOB_STATUS
+from runs.core.lifecycle import run_finish
 from runs.execution.kinds import EVAL_KIND
-from runs.lifecycle import run_finish
 from runs.models import Run, RunEvent, RunStatus
 
 # Ray's job message holds the tail of the job's log on failure; keep the run's error readable.

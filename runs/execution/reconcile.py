@@ -13,14 +13,14 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
-from runs.enqueue import run_requeue
+from runs.core.lifecycle import run_transition
 from runs.errors import InvalidTransition
 from runs.execution.launch import job_stop
 from runs.execution.liveness import has_placement_group
 from runs.execution.outcome import error_tail, run_job_finished
 from runs.execution.ray import RAY_UNREACHABLE, RayUnavailable, ray_client, submission_id_for
-from runs.lifecycle import run_transition
 from runs.models import ACTIVE_STATUSES, Run, RunStatus
+from runs.scheduling.enqueue import run_requeue
 
 if TYPE_CHECKING:
     from ray.job_submission import JobDetails

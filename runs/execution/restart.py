@@ -21,11 +21,11 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
-from runs.enqueue import run_requeue
+from runs.core.lifecycle import slots_grant
 from runs.execution.ray import submission_id_for
 from runs.execution.reconcile import JOB_RUNNING, JOB_STOPPED, job_statuses, jobs_observe, run_reconcile
-from runs.lifecycle import slots_grant
 from runs.models import Run, RunStatus
+from runs.scheduling.enqueue import run_requeue
 
 if TYPE_CHECKING:
     from ray.job_submission import JobDetails

@@ -1,5 +1,5 @@
 """Submitting a run: validate it against its kind and the owner's limits, create it `queued` with a waiting
-slot, and grant, in one transaction (runs.enqueue.run_enqueue)."""
+slot, and grant, in one transaction (runs.scheduling.enqueue.run_enqueue)."""
 
 from __future__ import annotations
 
@@ -9,11 +9,11 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
-from runs import limits
-from runs.enqueue import run_enqueue
 from runs.errors import InvalidInput
 from runs.execution.kinds import RunKind, kind_get
 from runs.models import ORIGIN_TO_CLASS, Origin, Run, RunStatus
+from runs.scheduling import limits
+from runs.scheduling.enqueue import run_enqueue
 from runs.slots import store
 from runs.slots.fit import never_fits
 from runs.slots.policy import TIME_LIMIT_CEILING
@@ -38,8 +38,8 @@ def run_submit(
 ) -> Run:
     """Validate, create the run with a waiting slot, and grant in the same transaction. `auto_resume`: when the
     run fails, the platform resumes it from its last checkpoint (at most RUN_AUTO_RESUME_MAX times).
-    `origin` is trusted here (the API derives it: runs.limits.origin_for_request). Every run gets a finite time
-    limit (the staff default when none is given; above the staff maximum is a 400). `user_caps`: refuse with
+    `origin` is trusted here (the API derives it: runs.scheduling.limits.origin_for_request). Every run gets a finite
+    time limit (the staff default when none is given; above the staff maximum is a 400). `user_caps`: refuse with
     LimitExceeded (429) when the owner is at a per-user cap; only automatic evaluation runs pass False."""
     if origin not in Origin.values:
         raise InvalidInput(f"unknown origin {origin!r}; expected one of {', '.join(Origin.values)}", field="origin")

@@ -1,4 +1,4 @@
-"""Prometheus metrics of the platform (docs/observability.md, section "Metrics"): their declarations
-(`spec`), the Redis-backed counters and histograms every process records into (`record`), the per-run
-histograms folded into run summaries at ingest (`run_hist`), and the collector that builds the exposition at
-scrape time from Redis and the database (`collector`)."""
+"""Where Prometheus metrics are recorded (docs/observability.md, section "Metrics"): their declarations
+(`spec`), the Redis-backed counters and histograms every process records into (`record`) and the recording
+points (`hooks`). A leaf: it imports nothing else of runs, so any layer may record. What a scrape reads (the
+collector, per-run histograms, agent families) is runs/telemetry/prometheus/."""

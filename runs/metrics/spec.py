@@ -2,7 +2,7 @@
 
 Names follow Prometheus conventions: the `rlcp_` prefix, base units in the name (`_seconds`, `_bytes`),
 `_total` on counters. Recorded metrics (RECORDED) are written by the process where the thing happens into
-Redis (runs/metrics/record.py); the others are read at scrape time (runs/metrics/collector.py).
+Redis (runs/metrics/record.py); the others are read at scrape time (runs/telemetry/prometheus/collector.py).
 """
 
 from __future__ import annotations

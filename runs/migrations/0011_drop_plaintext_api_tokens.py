@@ -1,4 +1,4 @@
-"""API tokens moved to django-rest-knox, which stores only a SHA-512 digest of each (runs/tokens.py). The old
+"""API tokens moved to django-rest-knox, which stores only a SHA-512 digest of each (runs/auth/tokens.py). The old
 `rest_framework.authtoken` table held every key in clear: it is dropped with its rows, and with the app's
 migration records and content type, so nothing readable is left behind. Holders of an old token sign in again
 (POST /api/auth/token/): hashing the old keys into knox rows would have kept alive keys that sat in clear in

@@ -1,13 +1,13 @@
 """The after-commit effects of lifecycle moves, typed per kind, and the Celery task that does each.
 
-runs.lifecycle decides which effects a move implies (a grant: `Dispatch`; a cancel: `StopJob`; a finish:
+runs.core.lifecycle decides which effects a move implies (a grant: `Dispatch`; a cancel: `StopJob`; a finish:
 `FollowUps`, and `StopJob` when the platform ended the run) and stores them in the move's transaction
 (runs/outbox/store.py); the drainer (runs/outbox/drain.py) hands each to its task after the commit. Each names
 its run and the time of the move that implied it (the run's `granted_at`, its `finished_at`, the cancel's time),
 and that makes its key: a run granted again after a requeue needs a new launch, a run finished again after a
 resume new follow-ups, while the same move stored twice is one effect.
 
-The tasks are named, not imported: runs.tasks, the entry points, sits above runs.lifecycle.
+The tasks are named, not imported: runs.tasks, the entry points, sits above runs.core.lifecycle.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ status events) in another (the writing statements, which store their moves' effe
 A catch-up pass holds the lock at session level, outside any transaction: its lock try travels with the snapshot
 (for a release's first pass, in the release's own message), and its grants with BEGIN, COMMIT, the unlock and
 the check's snapshot. SQL only loads and writes: which moves are allowed, which columns a move stamps and which
-effects it implies are parameters from runs.lifecycle (through runs/stores.py), and which runs get a slot is
+effects it implies are parameters from runs.core.lifecycle (through runs/core/stores.py), and which runs get a slot is
 decided by the pure `runs.slots.grant.grant` on the snapshot these queries return.
 """
 
@@ -148,7 +148,7 @@ def release(
 ) -> tuple[Run | None, Snapshot | None]:
     """Finish a run (status, finished_at, error, numbered `status` event, slot deleted, the move's `effects`
     stored) in one statement, without the grant lock: granting the freed capacity is a separate step
-    (runs.lifecycle.grants_catch_up). The Run (None when the run's status does not allow the move: the caller
+    (runs.core.lifecycle.grants_catch_up). The Run (None when the run's status does not allow the move: the caller
     decides, no-op or error) carries `previous_status`.
 
     `probe` (autocommit only): the same message then commits, tries the grant lock at session level and fetches

@@ -1,6 +1,6 @@
 """The grant snapshot on PostgreSQL in one statement: held slots, each class's FIFO heads, the alive nodes'
 capacity and the settings row's version, as rows of one shape. SQL only loads: which runs get a slot is decided
-by the pure `runs.slots.grant` on what this returns (runs/stores.py).
+by the pure `runs.slots.grant` on what this returns (runs/core/stores.py).
 
 Cheap to load again and again (a grant pass and the check after it each load one): every part is an index seek
 bounded by the policy (held slots: at most max_total; heads: per class `head_budget` plus `window`), and the JSON

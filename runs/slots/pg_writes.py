@@ -11,11 +11,12 @@ import functools
 from collections.abc import Sequence
 from typing import Any
 
+from runs.messages import status_move_data_sql
 from runs.models import Run
 from runs.outbox.effects import RunEffect
 from runs.outbox.store import effects_params, insert_cte
 
-Columns = dict[str, Any]  # a move's stamped columns (runs.lifecycle.stamp)
+Columns = dict[str, Any]  # a move's stamped columns (runs.core.lifecycle.stamp)
 
 # A release: one statement, no global lock. The run row lock (FOR UPDATE) and the allowed-from check serialize
 # moves of one run; the slot row is deleted in the same statement, so the release commits as one small write.
@@ -27,7 +28,7 @@ upd AS (UPDATE runs_run r SET status = %(status)s, {{columns}}, error = %(error)
         RETURNING {{returning}}, cur.status AS previous_status),
 ev AS (INSERT INTO runs_runevent (run_id, seq, source, ts, type, data)
        SELECT id, last_seq, %(source)s, %(now)s, 'status',
-              jsonb_build_object('status', %(status)s::text, 'previous', previous_status, 'error', %(error)s::text)
+              {status_move_data_sql(status="%(status)s::text", previous="previous_status", error="%(error)s::text")}
        FROM upd RETURNING 1),
 rel AS (DELETE FROM runs_slot WHERE run_id IN (SELECT id FROM upd) RETURNING 1),
 {insert_cte("EXISTS (SELECT 1 FROM upd)")}
@@ -49,7 +50,7 @@ r AS (UPDATE runs_run x SET status = %(status)s, {{columns}}, last_seq = x.last_
       RETURNING x.id, x.last_seq, x.owner_id, x.name, x.run_class, x.error, cur.status AS previous),
 e AS (INSERT INTO runs_runevent (run_id, seq, source, ts, type, data)
       SELECT id, last_seq, %(source)s, %(now)s, 'status',
-             jsonb_build_object('status', %(status)s::text, 'previous', previous, 'error', error)
+             {status_move_data_sql(status="%(status)s::text", previous="previous", error="error")}
       FROM r RETURNING 1),
 {insert_cte("(SELECT yes FROM ok)")}
 SELECT (SELECT count(*) FROM s), (SELECT count(*) FROM e), r.id, r.last_seq, r.owner_id, r.name, r.run_class, r.error,
@@ -74,7 +75,7 @@ def apply_text(columns: Columns, effects: Sequence[RunEffect], params: dict[str,
 
 
 def _set_columns(columns: Columns, params: dict[str, Any]) -> str:
-    """The SET list for a move's stamped columns (names from runs.lifecycle.stamp, values as parameters)."""
+    """The SET list for a move's stamped columns (names from runs.core.lifecycle.stamp, values as parameters)."""
     if not columns or not set(columns) <= _RUN_COLUMNS:
         raise ValueError(f"unexpected run columns {sorted(columns)}")
     for name, value in columns.items():

@@ -4,7 +4,7 @@ counts held slots and seeks each class's head through the (state, run_class, req
 
 On PostgreSQL releases commit without the grant lock, so whoever held the lock may have kept a releaser from
 granting (its `slots_try_lock` failed): every transaction that took the lock runs the catch-up registered by
-runs.lifecycle (`after_unlock_register`) once it has committed. docs/slots.md has the argument.
+runs.core.lifecycle (`after_unlock_register`) once it has committed. docs/slots.md has the argument.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ _after_unlock: Callable[[], object] | None = None
 
 
 def after_unlock_register(hook: Callable[[], object]) -> None:
-    """What runs after the commit of every PostgreSQL transaction that took the grant lock (runs.lifecycle)."""
+    """What runs after the commit of every PostgreSQL transaction that took the grant lock (runs.core.lifecycle)."""
     global _after_unlock
     _after_unlock = hook
 

@@ -16,9 +16,9 @@ import requests
 from django.contrib.auth import get_user_model
 from django.middleware.csrf import _get_new_csrf_string
 
-from runs import lifecycle
+from runs.auth.tokens import token_issue
+from runs.core import lifecycle
 from runs.models import ClusterNode, Run, RunStatus
-from runs.tokens import token_issue
 from tests.api.session_double import SLOW_CHUNKS, SessionServerDouble
 from tests.processes import committed_database_url
 from tests.realtime.conftest import session_cookie

@@ -1,5 +1,5 @@
 """GET /api/runs/compare/ and the /compare/ page: ids validated (400 naming `runs`), only visible runs, train
-metrics downsampled per run, config diff of the differing keys only (runs/compare.py)."""
+metrics downsampled per run, config diff of the differing keys only (runs/telemetry/compare.py)."""
 
 from __future__ import annotations
 
@@ -7,10 +7,10 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from runs.compare import compare_ids_parse, config_diff, config_flatten, run_compare
+from runs.core.events import run_events_record
 from runs.errors import InvalidInput
-from runs.events import run_events_record
 from runs.models import Run
+from runs.telemetry.compare import compare_ids_parse, config_diff, config_flatten, run_compare
 from tests.api.clients import client_for
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)

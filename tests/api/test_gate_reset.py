@@ -1,4 +1,4 @@
-"""Staff reset of a poisoned gate (runs/controls.py): who may ask, what is checked, the audit record, delivery
+"""Staff reset of a poisoned gate (runs/execution/controls.py): who may ask, what is checked, the audit record, delivery
 to the job in its ingest replies, and the job's `control` event answering it. Real PostgreSQL; the job is the
 real ingest endpoint driven with the trainer's event schema."""
 

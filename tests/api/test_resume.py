@@ -10,7 +10,7 @@ import time
 import pytest
 
 from runs import services
-from runs.checkpoints import run_checkpoint_step
+from runs.core.checkpoints import run_checkpoint_step
 from runs.execution.jobs import rl_train_job
 from runs.models import Run, RunStatus
 from runs.outbox.drain import effects_drain

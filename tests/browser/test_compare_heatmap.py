@@ -13,7 +13,7 @@ import pytest
 from django.utils import timezone
 from playwright.sync_api import expect
 
-from runs.events import run_events_record
+from runs.core.events import run_events_record
 from runs.models import Run, RunStatus
 from tests.browser.conftest import emitter_for, login, shot
 

@@ -228,12 +228,12 @@ def platform(
 
 def assert_status_paths() -> None:
     """Every run's status history (ALL its stored `status` events, whoever wrote them: the job's own reports are
-    `job_status` events) is a path of runs.lifecycle.TRANSITIONS: every one is the platform's, it starts `queued`,
+    `job_status` events) is a path of runs.core.lifecycle.TRANSITIONS: every one is the platform's, it starts `queued`,
     each event names the status before it as its `previous`, and each move is allowed. So no move is recorded
     twice and no terminal state is followed by another (only a requeue or resume leaves one). Checked after
     every test of a real platform (issue 25, point 2)."""
-    from runs.events import PLATFORM_SOURCE, STATUS
-    from runs.lifecycle import TRANSITIONS
+    from runs.core.events import PLATFORM_SOURCE, STATUS
+    from runs.core.lifecycle import TRANSITIONS
     from runs.models import RunEvent
 
     histories: dict[int, list[dict[str, Any]]] = {}
@@ -310,7 +310,7 @@ class Api:
 
 @pytest.fixture
 def api(platform: Platform, django_user_model) -> Api:
-    from runs.tokens import token_issue
+    from runs.auth.tokens import token_issue
 
     user = django_user_model.objects.create_user(username="alice", password="pw", is_staff=True)
     return Api(platform.web_url, token_issue(user))

@@ -71,7 +71,7 @@ def _drive(platform, api, run: dict, django_user_model) -> None:
     import httpx
     import openai
 
-    from runs.tokens import token_issue
+    from runs.auth.tokens import token_issue
 
     api.wait_status(run["id"], {"running"}, timeout=180, on_timeout=lambda: platform.log("worker"))
     serving = wait_for(lambda: _serving(run["id"]), timeout=120, what="the run's serving URL")

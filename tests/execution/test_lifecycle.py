@@ -15,7 +15,7 @@ import pytest
 from django.test import Client
 
 from runs.models import Run, Slot
-from runs.pace import run_factors
+from runs.scheduling.pace import run_factors
 from tests.execution.conftest import TINY_TRAIN_CONFIG, ray_jobs_of_run, wait_for
 
 pytestmark = pytest.mark.slow
@@ -89,7 +89,7 @@ def test_run_succeeds_frees_its_slot_and_is_evaluated(platform, api, ray_cluster
     assert summary["version"]["version"] == steps
     assert summary["train"]["step"] == steps
     assert summary["sampler"]["group_count"] >= steps * TINY_TRAIN_CONFIG["prompts_per_step"]
-    # Its pace profile is whole (a later run's finish ETA learns from it: runs/pace.py).
+    # Its pace profile is whole (a later run's finish ETA learns from it: runs/scheduling/pace.py).
     marks = summary["progress"]["marks"]
     assert marks[-1][:2] == [10, steps] and run_factors(marks), marks
     # The last gate event is the one after publishing the final version: engines open again at that version.

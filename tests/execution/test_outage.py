@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 import requests
 
-from runs.dashboard import cluster_snapshot
 from runs.models import ClusterStatus, Run, RunStatus
+from runs.telemetry.dashboard import cluster_snapshot
 from tests.conftest import REPO_ROOT, VENV_BIN, free_port, head_command
 from tests.execution.conftest import TINY_TRAIN_CONFIG, Api, Platform, wait_for
 from tests.processes import committed_database_url, die_with_parent, stop_ray_head
@@ -134,7 +134,7 @@ def cluster_reachable() -> bool | None:
 
 @pytest.mark.parametrize("outage_s", [OUTAGE_SECONDS])
 def test_runs_survive_a_ray_head_outage_and_then_succeed(own_platform, own_head, django_user_model, outage_s):
-    from runs.tokens import token_issue
+    from runs.auth.tokens import token_issue
 
     started = time.monotonic()
     user = django_user_model.objects.create_user(username="ops", password="pw", is_staff=True)

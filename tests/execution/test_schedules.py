@@ -11,8 +11,8 @@ from django.utils import timezone
 from rest_framework.test import APIClient
 
 from config.celery_app import app as celery_app
+from runs.execution.schedules import schedules_submit_due
 from runs.models import Run, Schedule
-from runs.schedules import schedules_submit_due
 
 pytestmark = pytest.mark.django_db
 
@@ -97,8 +97,8 @@ def test_due_schedules_submit_one_run_each(django_user_model):
 def test_schedule_names_leave_room_for_their_runs_names(staff, django_user_model):
     """A fired run is named '<schedule> @ YYYY-MM-DD HH:MM': a schedule name that would make it longer than
     a run name may be is refused at creation (400 naming `name`), and the longest accepted one fires."""
+    from runs.execution.schedules import SCHEDULE_NAME_MAX
     from runs.execution.submit import NAME_MAX
-    from runs.schedules import SCHEDULE_NAME_MAX
 
     assert SCHEDULE_NAME_MAX == NAME_MAX - len(" @ 2026-01-01 00:00")
     for name in ("n" * (SCHEDULE_NAME_MAX + 1), "n" * NAME_MAX):
@@ -116,12 +116,12 @@ def test_schedule_names_leave_room_for_their_runs_names(staff, django_user_model
 
 
 def test_admin_schedule_form_checks_like_the_api(django_user_model):
-    """The admin's schedule form goes through runs.schedules.schedule_check, as POST /api/schedules/ does: an
+    """The admin's schedule form goes through runs.execution.schedules.schedule_check, as POST /api/schedules/ does: an
     eval schedule whose owner may not see the source run is refused (before, the admin stored it), and so is a
     name with no room for the fired runs' suffix."""
     from django.test import Client
 
-    from runs.schedules import SCHEDULE_NAME_MAX
+    from runs.execution.schedules import SCHEDULE_NAME_MAX
 
     alice = django_user_model.objects.create_user(username="alice")
     bob = django_user_model.objects.create_user(username="bob")

@@ -10,9 +10,9 @@ import pytest
 from asgiref.sync import sync_to_async
 from channels.layers import get_channel_layer
 
-from runs.ingest import run_events_ingest
+from runs.core.publish import run_group
 from runs.models import Run, RunEvent
-from runs.realtime import run_group
+from runs.telemetry.ingest import run_events_ingest
 from tests.realtime.conftest import communicator, gate, run_async, run_make, train, user_make
 from tests.wait import wait_until
 
@@ -162,7 +162,7 @@ def test_lost_live_message_is_filled_from_the_database():
 
 
 def store_silently(run: Run, count: int) -> list[dict]:
-    from runs.events import run_event_to_dict
+    from runs.core.events import run_event_to_dict
 
     last = Run.objects.get(pk=run.pk).last_seq
     rows = [
@@ -215,7 +215,7 @@ def test_dashboard_snapshot_visibility_and_coalesced_run_updates():
 def test_dashboard_gets_status_changes_with_slots_and_queue_after_commit():
     from django.db import transaction
 
-    from runs.realtime import dashboard_publish
+    from runs.core.publish import dashboard_publish
 
     alice, bob = user_make("alice"), user_make("bob")
 

@@ -1,5 +1,5 @@
-"""Ingest under the run row lock (runs/ingest.py): a batch whose attempt is replaced while it waits for the lock
-answers 409 and stores nothing; the new attempt's batch lands. Real PostgreSQL, two threads racing."""
+"""Ingest under the run row lock (runs/telemetry/ingest.py): a batch whose attempt is replaced while it waits for the
+lock answers 409 and stores nothing; the new attempt's batch lands. Real PostgreSQL, two threads racing."""
 
 from __future__ import annotations
 

@@ -13,9 +13,10 @@ from typing import get_type_hints
 import pytest
 from pydantic import BaseModel, create_model
 
-from runs import messages, messages_ts, summary_types
-from runs.events import STATUS, stored_type
-from runs.ts_types import annotated_model, models_in, ts_interface
+from runs import messages, summary_types
+from runs.core.events import STATUS, stored_type
+from runs.telemetry import messages_ts
+from runs.telemetry.ts_types import annotated_model, models_in, ts_interface
 from trainer.event_schema import DATA_MODELS, declared_keys
 from trainer.events import EVENT_TYPES, Event, StoredEvent
 from trainer.step_schema import TrainData
@@ -26,7 +27,7 @@ TS_FILE = ROOT / "frontend" / "static" / "src" / "lib" / "messages.ts"
 
 def test_checked_in_typescript_matches_the_python_declarations():
     assert TS_FILE.read_text() == messages_ts.generate(), (
-        "frontend/static/src/lib/messages.ts is stale: run `python -m runs.messages_ts > "
+        "frontend/static/src/lib/messages.ts is stale: run `python -m runs.telemetry.messages_ts > "
         "frontend/static/src/lib/messages.ts`"
     )
 
@@ -54,7 +55,9 @@ def test_every_exported_message_is_in_the_typescript():
 def test_every_field_of_every_trainer_event_model_is_in_the_typescript(etype):
     text = TS_FILE.read_text()
     for model in models_in(messages_ts.STREAM_DATA[etype]):  # the data model and the models nested in it
-        assert model_gaps(model, text) == [], f"{model.__name__}: run python -m runs.messages_ts > lib/messages.ts"
+        assert model_gaps(model, text) == [], (
+            f"{model.__name__}: run python -m runs.telemetry.messages_ts > lib/messages.ts"
+        )
 
 
 def test_a_field_added_to_a_trainer_model_is_missing_from_the_typescript_until_it_is_generated():
@@ -76,6 +79,17 @@ def test_the_stream_union_has_one_member_per_stored_event_type():
     assert set(ts_fields(text, "StoredEventOf<T extends EventType>")) == set(get_type_hints(StoredEvent))
 
 
+def test_a_status_event_data_is_built_from_one_declaration_in_python_and_in_sql():
+    keys = list(messages.StatusMoveData.__annotations__)
+    built = messages.status_move_data(status="running", previous="starting", error="")
+    assert list(built) == keys
+    sql = messages.status_move_data_sql(status="%(status)s::text", previous="previous", error="error")
+    assert sql == "jsonb_build_object('status', %(status)s::text, 'previous', previous, 'error', error)"
+    assert re.findall(r"'(\w+)', ", sql) == keys
+    with pytest.raises(ValueError, match="needs exactly"):  # a key of the TypedDict left out of the statement
+        messages.status_move_data_sql(status="%(status)s::text", previous="previous")
+
+
 def test_the_summary_keeps_each_summarized_type_as_its_event_model():
     hints = get_type_hints(summary_types.RunSummary, include_extras=True)
     models = {key: annotated_model(tp) for key, tp in hints.items() if annotated_model(tp) is not None}
@@ -85,7 +99,7 @@ def test_the_summary_keeps_each_summarized_type_as_its_event_model():
 
 def test_message_modules_import_without_django():
     code = (
-        "import sys, runs.messages, runs.messages_ts, runs.summary_types, trainer.events; "
+        "import sys, runs.messages, runs.telemetry.messages_ts, runs.summary_types, trainer.events; "
         "bad = [m for m in sys.modules if m.split('.')[0] in ('django', 'rest_framework', 'channels')]; "
         "assert not bad, bad"
     )

@@ -14,8 +14,10 @@ from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from runs import realtime, services
+from runs import services
+from runs.core import publish
 from runs.models import Run, RunStatus, Slot
+from runs.telemetry import realtime
 from tests.realtime.conftest import communicator, run_async, user_make
 from tests.runs.helpers import (  # noqa: F401
     TEST_KIND,
@@ -202,7 +204,7 @@ def test_a_rolled_back_submit_publishes_no_queue_move(handoffs):  # noqa: F811
     assert [m["run"]["id"] for m in sent if m["type"] == "run"] == [real.pk]
 
 
-class HeldPublisher(realtime.DashboardPublisher):
+class HeldPublisher(publish.DashboardPublisher):
     """The dashboard publisher of a loaded process: it does not take anything until `release` is set, so what
     was offered meanwhile (a policy change, then queue moves) goes out merged in one `slots.update`."""
 
@@ -219,7 +221,7 @@ def test_a_policy_change_older_than_the_snapshot_does_not_swallow_later_moves(ha
     # Seen in CI on a loaded machine: the publisher sent the setup's policy change late, merged with the moves of
     # two submits made after the board's snapshot; the board re-snapshotted and the moves never came as moves.
     release = threading.Event()
-    monkeypatch.setattr(realtime, "_publisher", HeldPublisher(0.1, release))
+    monkeypatch.setattr(publish, "_publisher", HeldPublisher(0.1, release))
     staff, alice = user_make("boss", staff=True), user_make("alice")
     services.settings_update(changes={"max_total": 1}, partial=True, by=staff)  # a resync, held back
     submit(alice)
@@ -255,7 +257,7 @@ def test_discard_drops_what_is_offered_and_waits_for_a_send_in_progress(monkeypa
         finish.wait(5)
 
     monkeypatch.setattr(realtime, "runs_update_send", send)
-    publisher = realtime.DashboardPublisher(interval=60.0)
+    publisher = publish.DashboardPublisher(interval=60.0)
     publisher.offer(runs=[1])  # due now: sent at once, and held in `send`
     assert sending.wait(5)
     publisher.offer(runs=[1, 2])  # run 1 is due again only 60 s after its send; run 2 now: a second send waits

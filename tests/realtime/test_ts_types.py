@@ -1,4 +1,4 @@
-"""How a Python declaration reads in the generated TypeScript (runs/ts_types.py)."""
+"""How a Python declaration reads in the generated TypeScript (runs/telemetry/ts_types.py)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from typing import Annotated, Any, Literal, NotRequired, Required, TypedDict
 
 from pydantic import BaseModel
 
-from runs.ts_types import models_in, ts_interface, ts_type
+from runs.telemetry.ts_types import models_in, ts_interface, ts_type
 from trainer.event_fields import Count, Metrics, Name, SpanModel
 from trainer.step_schema import GateData, GateEngine
 

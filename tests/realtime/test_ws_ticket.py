@@ -1,4 +1,4 @@
-"""Websocket tickets for API clients (runs/ws_tickets.py, frontend/ws_ticket.py): a token user gets a one-use
+"""Websocket tickets for API clients (runs/auth/ws_tickets.py, frontend/ws_ticket.py): a token user gets a one-use
 ticket from POST /api/ws-ticket/ and follows their own run and the dashboard with it, no cookie and no Origin;
 the same visibility and close codes as a session's socket; a used, unknown or expired ticket is refused; a
 revoked token closes the socket at the next re-check; a browser session gets no ticket (it has its cookie)."""
@@ -13,7 +13,7 @@ from channels.testing import WebsocketCommunicator
 from knox.models import AuthToken
 from rest_framework.test import APIClient
 
-from runs.tokens import token_issue
+from runs.auth.tokens import token_issue
 from tests.realtime.conftest import gate, run_async, run_make, user_make
 from tests.realtime.test_consumers import WAIT, ingest
 

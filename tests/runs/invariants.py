@@ -33,7 +33,7 @@ SELECT
 """
 
 
-# On PostgreSQL a release commits before the grant it makes possible (runs.lifecycle.grants_catch_up), so
+# On PostgreSQL a release commits before the grant it makes possible (runs.core.lifecycle.grants_catch_up), so
 # another process may see a run grantable for a moment; left waiting this long, it was forgotten.
 GRANTABLE_GRACE_SECONDS = 3.0
 

@@ -7,7 +7,8 @@ import pytest
 from django.db import connection
 from django.utils import timezone
 
-from runs import lifecycle, services
+from runs import services
+from runs.core import lifecycle
 from runs.models import RunStatus
 from tests.runs.helpers import TEST_KIND
 

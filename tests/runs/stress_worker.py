@@ -30,20 +30,21 @@ django.setup()
 
 from django.conf import settings  # noqa: E402
 
+import runs.core.moves  # noqa: E402
+import runs.core.publish  # noqa: E402
+import runs.core.stores  # noqa: E402
+import runs.execution.launch  # noqa: E402
+
 # Browser fan-out is not under test here (tests/realtime covers it); its after-commit reads and Redis round
 # trips would dominate each step, so the workers run with publishing switched off.
-import runs.concurrency  # noqa: E402
-import runs.enqueue  # noqa: E402
-import runs.execution.launch  # noqa: E402
-import runs.moves  # noqa: E402
-import runs.realtime  # noqa: E402
-import runs.stores  # noqa: E402
+import runs.scheduling.concurrency  # noqa: E402
+import runs.scheduling.enqueue  # noqa: E402
 
-runs.realtime.run_event_publish = runs.realtime.dashboard_publish = runs.moves.dashboard_publish = (
-    runs.moves.run_event_publish
-) = runs.stores.run_event_publish = runs.enqueue.dashboard_publish = runs.concurrency.dashboard_publish = (
-    lambda *a, **k: None
-)
+runs.core.publish.run_event_publish = runs.core.publish.dashboard_publish = runs.core.moves.dashboard_publish = (
+    runs.core.moves.run_event_publish
+) = runs.core.stores.run_event_publish = runs.scheduling.enqueue.dashboard_publish = (
+    runs.scheduling.concurrency.dashboard_publish
+) = lambda *a, **k: None
 # Launched = nothing to do; the run stays `starting` (the launcher itself is tested in tests/runs/test_tasks.py).
 runs.execution.launch.launch_run = lambda run_id: "launched"
 
@@ -167,7 +168,7 @@ def fill(owner_id: int, count: int) -> None:
 
 def finishers(ops: int) -> None:
     """Finish held runs as fast as possible: each claims one (SKIP LOCKED) and finishes it in the same
-    transaction, so the grant it makes possible runs after that commit (runs.lifecycle.run_finish). Counts the
+    transaction, so the grant it makes possible runs after that commit (runs.core.lifecycle.run_finish). Counts the
     tries that found the lock taken (`busy`): the race under test."""
     from runs.slots import pg
 

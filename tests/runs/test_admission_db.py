@@ -10,10 +10,11 @@ from typing import Any
 import pytest
 from django.utils import timezone
 
-from runs import queue, selectors, services
+from runs import selectors, services
 from runs.errors import InvalidInput
 from runs.execution.kinds import KINDS, RunKind
 from runs.models import ClusterNode, Run, RunStatus, Slot
+from runs.scheduling import queue
 from tests.runs.helpers import TEST_KIND
 
 RES_KIND = "test_resources"

@@ -1,4 +1,4 @@
-"""The transition rules live in runs.lifecycle; both stores (the ORM and PostgreSQL's SQL fast path) take them
+"""The transition rules live in runs.core.lifecycle; both stores (the ORM and PostgreSQL's SQL fast path) take them
 as parameters. For every (from, to) pair each store writes exactly the moves the table allows, with the same
 columns, event and effects (the outbox's rows: written with an allowed move, never with a refused one)."""
 
@@ -11,12 +11,12 @@ import pytest
 from django.db import connection, transaction
 from django.utils import timezone
 
-from runs import lifecycle
+from runs.core import lifecycle
+from runs.core.stores import ORM_STORE, PG_STORE
 from runs.models import FINISHED_STATUSES, Run, RunEvent, RunStatus, Slot, SlotState
 from runs.outbox.models import Effect
 from runs.slots import pg
 from runs.slots.grant import Decision
-from runs.stores import ORM_STORE, PG_STORE
 
 pytestmark = pytest.mark.django_db
 

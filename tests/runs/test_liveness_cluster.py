@@ -110,7 +110,7 @@ def test_dead_nodes_are_forgotten_after_the_retention_unless_a_held_slot_is_plac
 
 
 def test_the_board_snapshot_says_when_ray_is_unreachable(staff):
-    from runs.dashboard import dashboard_snapshot
+    from runs.telemetry.dashboard import dashboard_snapshot
 
     ClusterStatus.objects.create(reachable=False, checked_at=timezone.now(), message="refused")
     ClusterNode.objects.all().delete()  # the snapshot of exactly this node, not the fixture's

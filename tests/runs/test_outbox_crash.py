@@ -4,7 +4,7 @@ The kill is simulated exactly where it hurts: the commit happens, and the drain 
 process (runs/outbox/store.py, its after-commit callback) dies before it does anything. Then another process's
 tick (runs.tasks.tick, its view of Ray stubbed) finds the effect and does it, once.
 
-- The web process finishes a training run (a job's final event: runs.lifecycle.run_finish, committed on its
+- The web process finishes a training run (a job's final event: runs.core.lifecycle.run_finish, committed on its
   own) and dies: the evaluation run is submitted by the next tick, and a second tick submits no other.
 - A worker grants a run (its transaction commits) and dies before launching it: the next tick hands the launch
   to Celery (here a worker that runs it at once), Ray gets one job, and neither a second tick nor a

@@ -1,15 +1,15 @@
-"""Pace profiles (runs/pace.py): what the summary keeps of a run's pace, the factors finished runs give, and a
-running run's ETA corrected by the latest finished runs of its kind, read from the database."""
+"""Pace profiles (runs/scheduling/pace.py): what the summary keeps of a run's pace, the factors finished runs give, and
+a running run's ETA corrected by the latest finished runs of its kind, read from the database."""
 
 from __future__ import annotations
 
 import pytest
 from django.utils import timezone
 
-from runs.finishes import pace_of, progress_of
 from runs.models import Run, RunStatus
-from runs.pace import FACTOR_MAX, PACE_MIN_RUNS, factor_at, marks_fold, pace_factors, run_factors
-from runs.progress import progress_fold, run_progress
+from runs.scheduling.finishes import pace_of, progress_of
+from runs.scheduling.pace import FACTOR_MAX, PACE_MIN_RUNS, factor_at, marks_fold, pace_factors, run_factors
+from runs.scheduling.progress import progress_fold, run_progress
 from tests.runs.test_services import submit
 
 
@@ -120,7 +120,8 @@ def test_a_running_run_takes_the_pace_of_the_latest_finished_runs_of_its_kind(us
 
 @pytest.mark.django_db
 def test_a_listing_reads_the_pace_of_a_kind_once(user, handoffs, monkeypatch):
-    from runs import finishes, selectors
+    from runs import selectors
+    from runs.scheduling import finishes
 
     calls = []
     monkeypatch.setattr(finishes, "pace_of", lambda **kw: calls.append(kw["kind"]) or {})

@@ -1,12 +1,12 @@
-"""The proxy's rules as pure functions (runs/proxy_rules.py, runs/serving.py): which paths and methods are
+"""The proxy's rules as pure functions (runs/api/proxy_rules.py, runs/execution/serving.py): which paths and methods are
 forwarded, how session ids are namespaced, which bodies and serving URLs are refused."""
 
 from __future__ import annotations
 
 import pytest
 
-from runs.proxy_rules import ProxyRefused, body_check, external_session, route, session_id_choose
-from runs.serving import serving_host, serving_url_allowed
+from runs.api.proxy_rules import ProxyRefused, body_check, external_session, route, session_id_choose
+from runs.execution.serving import serving_host, serving_url_allowed
 
 NODES = {"10.0.0.5", "fd00::5"}
 CHAT = [{"role": "user", "content": "hi"}]

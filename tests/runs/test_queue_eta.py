@@ -1,5 +1,5 @@
-"""A queued run's ETA comes from the held runs' predicted finishes (runs/queue.py, runs/finishes.py), read from
-the database as the run JSON and the board read it."""
+"""A queued run's ETA comes from the held runs' predicted finishes (runs/scheduling/queue.py,
+runs/scheduling/finishes.py), read from the database as the run JSON and the board read it."""
 
 from __future__ import annotations
 
@@ -8,8 +8,9 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from runs import queue, selectors, services
+from runs import selectors, services
 from runs.models import Run, RunStatus
+from runs.scheduling import queue
 from tests.runs.test_services import submit
 
 pytestmark = pytest.mark.django_db
@@ -84,7 +85,7 @@ def test_a_held_run_without_a_step_rate_is_predicted_to_take_a_typical_run_of_it
     wait for its time limit (a day away by default, on a fresh install's board as "~23h 59m"); now it is
     unknown until runs of its kind that finished lately tell a typical duration, counted from its grant.
     Another kind's history does not tell the held run's length; it only gives the recent grant rate."""
-    from runs.queue import grant_rate_per_second
+    from runs.scheduling.queue import grant_rate_per_second
 
     services.settings_update(changes={"max_total": 1}, partial=True, by=None)
     held = submit(user, origin="dashboard", name="held", time_limit_seconds=86400)

@@ -11,10 +11,10 @@ from django.utils import timezone
 from ray.job_submission import JobDetails, JobStatus
 
 from runs import services
-from runs.events import run_events_record
+from runs.core.events import run_events_record
+from runs.core.lifecycle import TRANSITIONS
 from runs.execution.ray import submission_id_for
 from runs.execution.restart import runs_interrupted
-from runs.lifecycle import TRANSITIONS
 from runs.models import Run, RunEvent, RunStatus, Slot, SlotState
 from tests.runs.test_services import submit
 

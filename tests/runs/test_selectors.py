@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from runs import queue, selectors, services
-from runs.events import run_events_record
+from runs import selectors, services
+from runs.core.events import run_events_record
 from runs.models import RunEvent, RunStatus
+from runs.scheduling import queue
 from tests.runs.test_services import submit
 
 pytestmark = pytest.mark.django_db
@@ -95,7 +96,7 @@ def test_events_record_is_idempotent_and_gapless(user, handoffs):
 
 
 def test_positions_by_scan_match_counts(user, handoffs):
-    from runs.queue import _positions_by_count, _positions_by_scan
+    from runs.scheduling.queue import _positions_by_count, _positions_by_scan
     from runs.slots import store
 
     services.settings_update(changes={"max_total": 1, "classes": {"app": {"priority": 10}}}, partial=True, by=None)

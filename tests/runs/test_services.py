@@ -10,9 +10,9 @@ from django.utils import timezone
 
 from runs import services
 from runs.errors import InvalidInput, InvalidTransition
-from runs.ingest import run_events_ingest, run_for_ingest
 from runs.models import Run, RunEvent, RunStatus, Slot, SlotState
 from runs.slots import store
+from runs.telemetry.ingest import run_events_ingest, run_for_ingest
 from tests.runs.helpers import TEST_KIND
 
 pytestmark = pytest.mark.django_db

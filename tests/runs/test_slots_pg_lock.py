@@ -11,11 +11,12 @@ import pytest
 from django.db import close_old_connections, connection, transaction
 from psycopg.pq import TransactionStatus
 
-from runs import lifecycle, services, stores
+from runs import services
+from runs.core import lifecycle, stores
+from runs.core.stores import PG_STORE
 from runs.errors import InvalidTransition
 from runs.models import Run, RunStatus, Slot, SlotState
 from runs.slots import pg, store
-from runs.stores import PG_STORE
 from tests.runs.pg_fixtures import _needs_postgresql, _starting_args, submit  # noqa: F401 - an autouse fixture
 from tests.runs.test_admission_db import nodes
 from tests.runs.test_admission_db import submit as res_submit

@@ -1,4 +1,4 @@
-"""A run's stored `status` events are the platform's moves, each once: a path of runs.lifecycle.TRANSITIONS. The
+"""A run's stored `status` events are the platform's moves, each once: a path of runs.core.lifecycle.TRANSITIONS. The
 job reports its own state with `status` events too (trainer/events.py); ingest stores those as `job_status`, so
 the run's event log (what the run page lists) never shows a move twice (issue 25, point 2). Migration 0013
 renames the job's reports stored before it, and its reverse renames them back."""
@@ -14,8 +14,8 @@ from django.utils import timezone
 from rest_framework.test import APIClient
 
 from runs import services
+from runs.core.lifecycle import TRANSITIONS
 from runs.execution.outcome import eval_summary_record
-from runs.lifecycle import TRANSITIONS
 from runs.messages import StatusMoveData
 from runs.models import Run, RunEvent, RunStatus
 from tests.runs.helpers import TEST_JOB_KIND

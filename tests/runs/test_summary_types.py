@@ -6,10 +6,10 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import get_type_hints
 
-from runs.dashboard import board_summary
-from runs.ingest import summary_fold
 from runs.models import RunEvent
 from runs.summary_types import BoardSummary, ProgressSummary, RunHistogram, RunSummary
+from runs.telemetry.dashboard import board_summary
+from runs.telemetry.ingest import summary_fold
 from trainer.event_schema import DATA_MODELS, data_clean
 
 SPAN = {"start": 100.0, "end": 101.5}

@@ -11,7 +11,8 @@ import pytest
 from django.db.models import F
 from django.utils import timezone
 
-from runs import lifecycle, services, tasks
+from runs import services, tasks
+from runs.core import lifecycle
 from runs.execution import capacity, ray, reconcile
 from runs.models import Run, RunStatus, Slot
 from runs.outbox.effects import StopJob, effect_load

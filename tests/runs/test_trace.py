@@ -144,7 +144,7 @@ def test_malformed_spans_are_refused_at_ingest(user, handoffs, django_capture_on
 
 def test_a_job_cannot_make_unbounded_tracks():
     from runs.models import Run
-    from runs.trace import MAX_TRACKS_PER_KIND, trace_from_events
+    from runs.telemetry.trace import MAX_TRACKS_PER_KIND, trace_from_events
 
     engines = {f"engine-{i}": {"start": 1.0, "end": 2.0} for i in range(MAX_TRACKS_PER_KIND + 50)}
     data = {"step": 1, "spans": {"engines": engines, "workers": {}}}
@@ -159,7 +159,7 @@ def test_the_startup_track_says_where_the_time_before_training_went(user):
     """Queued, launch (grant to the job's first `resources` event), placement (`waiting` to `placed`), process
     start (`placed` to `ready`); a requeue starts the phases over, and a job's own reports of its state
     (`job_status`) end nothing."""
-    from runs.trace import trace_from_events
+    from runs.telemetry.trace import trace_from_events
 
     with_status = lambda seq, ts, status, previous: (seq, ts, "status", {"status": status, "previous": previous})  # noqa: E731
     events = [

@@ -1,4 +1,4 @@
-"""One visibility rule for runs (runs/visibility.py): the owner or staff; and nothing else in the code base
+"""One visibility rule for runs (runs/core/visibility.py): the owner or staff; and nothing else in the code base
 writes its own version of it."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from django.contrib.auth.models import AnonymousUser
 
-from runs.visibility import may_see, visible_runs
+from runs.core.visibility import may_see, visible_runs
 from tests.runs.test_services import submit
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -30,7 +30,7 @@ def test_owner_and_staff_see_a_run_others_and_anonymous_do_not(user, other_user,
 
 
 # The rule written out by hand: "staff or the owner" as an expression, or a filter on the owner next to a staff
-# check. Only runs/visibility.py may hold it.
+# check. Only runs/core/visibility.py may hold it.
 HAND_WRITTEN = re.compile(
     r"is_staff\s+or\s+[\w.]*owner"  # staff or the owner, as an expression
     r"|owner_id\s*==\s*[\w.]*user"  # the owner compared by hand

@@ -157,7 +157,7 @@ def test_schedule_cron_must_be_five_fields_that_fire(staff, cron):
 def test_a_stored_cron_that_never_fires_disables_its_schedule_instead_of_crashing_the_tick(staff):
     from django.utils import timezone
 
-    from runs.schedules import schedules_submit_due
+    from runs.execution.schedules import schedules_submit_due
 
     schedule = Schedule.objects.create(
         name="s", cron="0 0 31 2 *", kind=TEST_KIND, owner=staff, next_run_at=timezone.now()

@@ -171,7 +171,7 @@ def test_hostile_strings_render_as_text_everywhere(server, users, context) -> No
     login(page, server, "boss")
     status, body = api_post(page, "/api/schedules/", {"name": HOSTILE, "cron": "* * * * *", "config": TINY})
     assert status == 201, body
-    from runs.schedules import schedules_submit_due
+    from runs.execution.schedules import schedules_submit_due
 
     fired = in_thread(schedules_submit_due, now=timezone.now() + timezone.timedelta(minutes=2))
     assert fired, "the schedule did not submit a run"

@@ -1,5 +1,5 @@
-"""A job's events are typed and bounded (trainer/event_schema.py, runs/ingest_validate.py): over its bounds an event
-of any type refuses its batch with a 400 naming the event's field and seq; undeclared fields are not stored; a
+"""A job's events are typed and bounded (trainer/event_schema.py, runs/telemetry/ingest_validate.py): over its bounds an
+event of any type refuses its batch with a 400 naming the event's field and seq; undeclared fields are not stored; a
 10 MB batch is a 413; whatever a job posts, its run's board frame stays under 64 KB."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ import json
 import pytest
 from rest_framework.test import APIClient
 
-from runs.dashboard import board_runs, dashboard_snapshot
 from runs.models import Run, RunEvent, RunStatus
+from runs.telemetry.dashboard import board_runs, dashboard_snapshot
 from tests.realtime.conftest import gate, run_make, train, user_make
 from trainer.event_fields import ENGINES_MAX, IDS_MAX, MAP_MAX, NAME_MAX, NODES_MAX, TEXT_MAX, URL_MAX
 from trainer.sample_schema import MAX_SAMPLE_TEXT

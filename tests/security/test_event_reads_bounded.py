@@ -1,6 +1,6 @@
-"""Compare and trace of a run holding 100,000 hostile events answer within 2 s and 200 MB (runs/compare.py reads at
-most COMPARE_POINTS_MAX train events per run, runs/trace.py the latest TRACE_READ_MAX traced events, both only
-declared fields). The rows are bulk-created, as a job's events stored over a long run would be."""
+"""Compare and trace of a run holding 100,000 hostile events answer within 2 s and 200 MB (runs/telemetry/compare.py
+reads at most COMPARE_POINTS_MAX train events per run, runs/telemetry/trace.py the latest TRACE_READ_MAX traced events,
+both only declared fields). The rows are bulk-created, as a job's events stored over a long run would be."""
 
 from __future__ import annotations
 
@@ -13,9 +13,9 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.db import connection
 
-from runs.compare import run_compare
 from runs.models import Run, RunEvent, RunStatus
-from runs.trace import run_trace
+from runs.telemetry.compare import run_compare
+from runs.telemetry.trace import run_trace
 from trainer.event_fields import ENGINES_MAX, HISTOGRAM_BUCKETS_MAX, IDS_MAX, NAME_MAX, PHASES_MAX, TEXT_MAX
 
 pytestmark = pytest.mark.django_db

@@ -15,8 +15,8 @@ from rest_framework.test import APIClient
 
 from runs import services
 from runs.execution.followups import eval_run_submit
+from runs.execution.schedules import schedules_submit_due
 from runs.models import Run, RunStatus, Schedule
-from runs.schedules import schedules_submit_due
 from tests.runs.helpers import (  # noqa: F401 (fixtures)
     TEST_KIND,
     _fast_password_hashing,

@@ -76,7 +76,7 @@ def test_the_wait_doubles_with_each_failure_past_the_limit(admin, settings, monk
     settings.AUTH_FAILURES_PER_USER_ADDRESS = 2
     settings.AUTH_BACKOFF_SECONDS = 60
     clock = [1_000_000.0]
-    monkeypatch.setattr("runs.auth_limit._now", lambda: clock[0])
+    monkeypatch.setattr("runs.auth.auth_limit._now", lambda: clock[0])
     for _ in range(2):
         assert token(A, "wrong").status_code == 400
     waits = []
@@ -94,7 +94,7 @@ def test_the_wait_is_capped(admin, settings, monkeypatch):
     settings.AUTH_BACKOFF_SECONDS = 60
     settings.AUTH_BACKOFF_MAX_SECONDS = 100
     clock = [1_000_000.0]
-    monkeypatch.setattr("runs.auth_limit._now", lambda: clock[0])
+    monkeypatch.setattr("runs.auth.auth_limit._now", lambda: clock[0])
     for _ in range(3):
         assert token(A, "wrong").status_code == 400
         clock[0] += 101

@@ -13,8 +13,8 @@ from django.contrib.sessions.models import Session
 from django.test import Client
 
 from frontend import ws_guard
-from runs.ingest import run_events_ingest
 from runs.models import Run
+from runs.telemetry.ingest import run_events_ingest
 from tests.realtime.conftest import communicator, isolated_layer, run_async, run_make, train, user_make  # noqa: F401
 
 pytestmark = pytest.mark.django_db(transaction=True)

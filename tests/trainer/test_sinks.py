@@ -27,7 +27,8 @@ class Ingest:
         self.requests = 0
         self.heartbeats: list[tuple[float, str | None]] = []  # (monotonic time, Authorization) of each empty post
         self.heartbeat_code = heartbeat_code
-        self.commands: list = []  # what every reply carries under "commands" (staff commands, runs/controls.py)
+        # what every reply carries under "commands" (staff commands, runs/execution/controls.py)
+        self.commands: list = []
         ingest = self
 
         class Handler(BaseHTTPRequestHandler):

@@ -49,7 +49,7 @@ export function applyQueueChange(state: BoardState, change: QueueChange): void {
 
 /** Predicted start times (seconds since the epoch) of queue positions 1..n: the p-th slot to free, the held
  * runs freeing theirs at `finishes` and a run started at t freeing its slot at t + runSeconds (the server's
- * runs.progress.queue_starts). null where no prediction reaches. */
+ * runs.scheduling.progress.queue_starts). null where no prediction reaches. */
 export function queueStarts(finishes: number[], runSeconds: number | null, now: number, n: number): (number | null)[] {
   const heap = finishes.map((f) => Math.max(now, f)).sort((a, b) => a - b);
   const out: (number | null)[] = [];

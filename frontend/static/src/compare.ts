@@ -1,6 +1,6 @@
 /** Run comparison page (/compare/?runs=1,2,3&metric=reward_mean&x=step): one metric of up to 10 runs overlaid
  * (uPlot), aligned by step or by wall time since each run started, and the config keys that differ.
- * Data: the page embeds GET /api/runs/compare/'s JSON (runs.compare). Run names, metric names and config values
+ * Data: the page embeds GET /api/runs/compare/'s JSON (runs.telemetry.compare). Run names, metric names and config values
  * are user data: they reach the DOM through textContent and attribute setters only, never as HTML. */
 import uPlot from "uplot";
 import { embedded } from "./lib/api";

@@ -39,7 +39,7 @@ const checkpoints: { seq: number; ts: number; data: CheckpointData }[] = [];
 const resumeButton = document.getElementById("btn-resume") as HTMLButtonElement;
 const restartButton = document.getElementById("btn-restart") as HTMLButtonElement;
 // The step a resume continues from (the server's answer at page load, then each usable checkpoint event):
-// null when the run has none, so only "Start over from step 0" is offered (runs/checkpoints.py, same rule).
+// null when the run has none, so only "Start over from step 0" is offered (runs/core/checkpoints.py, same rule).
 let checkpointStep: number | null = resumeButton.dataset.checkpointStep ? Number(resumeButton.dataset.checkpointStep) : null;
 
 /** The step of a checkpoint event a resume can use (written or restored; a failed one is not), else null. */

@@ -1,6 +1,6 @@
 /** Staff only: reset a run's poisoned gate from its page. The button shows while the run is running and its
  * gate is poisoned (and exists only for staff: the template renders it for them alone; the API checks again).
- * The reason is required and audited (runs/controls.py); the job answers with a `control` event. */
+ * The reason is required and audited (runs/execution/controls.py); the job answers with a `control` event. */
 import { api, ApiError, errorMessages } from "./lib/api";
 import type { RunJson } from "./lib/messages";
 

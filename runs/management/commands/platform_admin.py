@@ -14,7 +14,7 @@ from typing import Any
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from runs.tokens import token_issue
+from runs.auth.tokens import token_issue
 
 
 class Command(BaseCommand):

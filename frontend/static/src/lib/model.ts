@@ -17,7 +17,7 @@ export interface RunView {
 }
 
 /** What the board and the run header show of a run summary: the latest gate, version, sampler and train data
- * as the ingest folds them (runs.ingest.summary_fold; a board row gets the cut runs.dashboard.board_summary
+ * as the ingest folds them (runs.telemetry.ingest.summary_fold; a board row gets the cut runs.telemetry.dashboard.board_summary
  * makes). Each is null until the run reports it. */
 export function runView(summary: RunSummary | BoardSummary | undefined): RunView {
   const sampler = summary?.sampler;

@@ -11,7 +11,7 @@ export interface Sample {
 
 export interface SamplePage { next: string | null; previous: string | null; results: Sample[] }
 
-/** The filters of the API (runs/sample_query.py FILTERS) plus its ordering and page parameters. */
+/** The filters of the API (runs/telemetry/sample_query.py FILTERS) plus its ordering and page parameters. */
 export const API_PARAMS = [
   "step", "step_min", "step_max", "reward_lte", "reward_gte", "advantage_lte", "advantage_gte", "staleness_gte",
   "finish_reason", "engine", "group", "prompt_index", "ordering", "limit", "cursor",

@@ -1,7 +1,7 @@
 """Per-run agent series: each running run's latest `agents` event (kept in `summary.agents` by ingest) as
 Prometheus families. Live sessions per engine, requests waiting at the gate and the mean reward parts are gauges;
 requests, tokens, error answers by status, episodes and tool calls are counters (the job's own, cumulative since
-its attempt started). Pure: the collector (runs/metrics/collector.py) passes the runs it already read."""
+its attempt started). Pure: the collector (runs/telemetry/prometheus/collector.py) passes the runs it already read."""
 
 from __future__ import annotations
 

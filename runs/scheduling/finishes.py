@@ -1,7 +1,7 @@
 """Reads behind the progress and ETA fields: each run's progress and finish ETA (with the pace factors of the
 latest finished runs of its kind), the predicted finishes of the runs holding slots, and a typical run's
-duration; the queue ETA (runs/queue.py) is built from the last two. The arithmetic is runs/progress.py and
-runs/pace.py."""
+duration; the queue ETA (runs/scheduling/queue.py) is built from the last two. The arithmetic is
+runs/scheduling/progress.py and runs/scheduling/pace.py."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from datetime import datetime, timedelta
 from django.utils import timezone
 
 from runs.models import ACTIVE_STATUSES, Run, RunStatus
-from runs.pace import pace_factors
-from runs.progress import Progress, median, run_progress
+from runs.scheduling.pace import pace_factors
+from runs.scheduling.progress import Progress, median, run_progress
 from runs.slots.grant import latest_end
 from trainer.config import TrainConfig
 
@@ -50,8 +50,8 @@ def progress_of(run: Run, *, now: datetime | None = None, paces: dict[str, dict[
 
 
 def pace_of(*, kind: str, now: datetime) -> dict[int, float]:
-    """The pace factors per tenth of the latest runs of `kind` that succeeded lately (runs/pace.py): one query,
-    reading only their profiles."""
+    """The pace factors per tenth of the latest runs of `kind` that succeeded lately (runs/scheduling/pace.py): one
+    query, reading only their profiles."""
     profiles = (
         Run.objects.filter(kind=kind, status=RunStatus.SUCCEEDED, finished_at__gte=now - TYPICAL_WINDOW)
         .order_by("-finished_at")

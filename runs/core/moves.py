@@ -1,5 +1,5 @@
 """One applied lifecycle move: what its `status` event and dashboard message need (`Moved`), its ORM write on a
-locked run (`status_write`, the writer runs.lifecycle and the ORM store use), and its publishing after commit."""
+locked run (`status_write`, the writer runs.core.lifecycle and the ORM store use), and its publishing after commit."""
 
 from __future__ import annotations
 
@@ -9,11 +9,12 @@ from typing import Any
 
 from django.db import transaction
 
-from runs.events import PLATFORM_SOURCE, STATUS
+from runs.core.events import PLATFORM_SOURCE, STATUS
+from runs.core.publish import dashboard_publish, run_event_publish
+from runs.messages import status_move_data
 from runs.models import Run, RunEvent
-from runs.realtime import dashboard_publish, run_event_publish
 
-Columns = dict[str, Any]  # a move's stamped columns (runs.lifecycle.stamp): timestamps, cleared text fields
+Columns = dict[str, Any]  # a move's stamped columns (runs.core.lifecycle.stamp): timestamps, cleared text fields
 
 
 @dataclass(frozen=True)
@@ -52,7 +53,7 @@ def moved_publish(moved: Moved, *, ts: float) -> None:
             "seq": moved.seq,
             "ts": ts,
             "type": STATUS,
-            "data": {"status": moved.status, "previous": moved.previous, "error": moved.error},
+            "data": dict(status_move_data(status=moved.status, previous=moved.previous, error=moved.error)),
         }
     )
     dashboard_publish(
@@ -89,6 +90,6 @@ def status_write(*, run: Run, status: str, error: str | None, now: datetime, col
             source=PLATFORM_SOURCE,
             ts=now,
             type=STATUS,
-            data={"status": status, "previous": previous, "error": run.error},
+            data=status_move_data(status=status, previous=previous, error=run.error),
         )
     return Moved.of(run, status=status, previous=previous)

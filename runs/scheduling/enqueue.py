@@ -1,6 +1,6 @@
 """How a run enters the queue: a new run (`run_enqueue`), a `starting` run put back at its old position after
 its placement timed out (`run_requeue`), a failed or cancelled run resumed (`run_resume`). Each takes its
-moves from the state machine in runs/lifecycle.py and ends with a grant pass.
+moves from the state machine in runs/core/lifecycle.py and ends with a grant pass.
 """
 
 from __future__ import annotations
@@ -12,15 +12,16 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
-from runs import limits
-from runs.checkpoints import run_checkpoint_step
+from runs.core.checkpoints import run_checkpoint_step
+from runs.core.events import PLATFORM_SOURCE, STATUS, run_events_record
+from runs.core.lifecycle import grant_pass, run_status_change
+from runs.core.publish import dashboard_publish
+from runs.core.stores import run_events_publish
 from runs.errors import InvalidTransition, NoCheckpoint
-from runs.events import PLATFORM_SOURCE, STATUS, run_events_record
-from runs.lifecycle import grant_pass, run_status_change
+from runs.messages import status_move_data
 from runs.models import Run, RunStatus, Slot, SlotState
-from runs.realtime import dashboard_publish
+from runs.scheduling import limits
 from runs.slots import store as slot_store
-from runs.stores import run_events_publish
 
 logger = logging.getLogger(__name__)
 
@@ -42,7 +43,7 @@ def run_enqueue(*, run: Run, now: datetime) -> None:
                 {
                     "type": STATUS,
                     "ts": now,
-                    "data": {"status": RunStatus.QUEUED, "previous": None, "error": ""},
+                    "data": status_move_data(status=RunStatus.QUEUED, previous=None, error=""),
                 }
             ],
         )
@@ -98,7 +99,7 @@ def run_requeue(*, run: Run, reason: str, interrupted: bool = False, grant: bool
 def run_resume(*, run: Run, by: Any, user_caps: bool = True, from_scratch: bool = False) -> Run:
     """Re-queue a failed or cancelled run (same run, same event stream). It continues from its latest
     checkpoint (`resume_requested`: the launcher adds `--resume`); a run without one is refused (409,
-    code `no_checkpoint`, runs/checkpoints.py) unless `from_scratch`, which starts it over from step 0 (no
+    code `no_checkpoint`, runs/core/checkpoints.py) unless `from_scratch`, which starts it over from step 0 (no
     `--resume`, whatever checkpoint it has). A resume adds a queued run, so the owner's per-user caps apply
     (`user_caps=False` only for the platform's automatic resume of a run that just failed)."""
     with transaction.atomic():

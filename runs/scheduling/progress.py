@@ -3,8 +3,8 @@
 A run's progress is its steps done over its steps total. Its finish ETA is the steps left times the recent time
 per step, plus the evaluations left times the last evaluation's duration: the time per step is measured over
 the last `WINDOW` train events that the ingest keeps in the summary (`progress_fold`), evaluations taken out,
-and corrected by how finished runs' pace changed after the same point (runs/pace.py), when enough of them have.
-A queued run at overall position p starts when the p-th slot frees: the running runs free theirs at their
+and corrected by how finished runs' pace changed after the same point (runs/scheduling/pace.py), when enough of them
+have. A queued run at overall position p starts when the p-th slot frees: the running runs free theirs at their
 predicted finishes, and each run started on a freed slot frees it again after a typical run's duration
 (`queue_starts`). docs/api.md describes the fields; tests/runs/test_progress.py replays recorded runs.
 """
@@ -15,7 +15,7 @@ import heapq
 from dataclasses import dataclass
 from typing import Any
 
-from runs.pace import factor_at, marks_fold
+from runs.scheduling.pace import factor_at, marks_fold
 from runs.summary_types import ProgressSummary
 
 # Train events whose (ts, step) the summary keeps for the recent step rate.
@@ -33,8 +33,8 @@ class Progress:
 def progress_fold(progress: Any, *, train: dict[str, Any], ts: float) -> ProgressSummary:
     """The summary's `progress` after a train event (`train`: its data) at `ts`: `points`, the newest WINDOW
     [ts, step, eval seconds] triples, `eval_s`, the latest evaluation's seconds, `clock`, the training seconds
-    since the first train event (evaluations out), and `marks`, the run's pace profile (runs/pace.py). A step at
-    or below the last one (a resumed run restarts at its checkpoint) starts a new window, clock and profile."""
+    since the first train event (evaluations out), and `marks`, the run's pace profile (runs/scheduling/pace.py). A step
+    at or below the last one (a resumed run restarts at its checkpoint) starts a new window, clock and profile."""
     progress = _dict(progress)
     kept = [p for p in (progress.get("points") or []) if _is_point(p)]
     step = _num(train.get("step"))
@@ -85,7 +85,7 @@ def run_progress(
     """Progress and finish ETA of a run from its summary (`train.step`, `train.steps_total`, `progress`) and
     config (`steps`, `eval_every`, `time_limit_s`; missing keys from `defaults`). `deadline` (seconds since the
     epoch): when the platform ends the run at the latest (its time limit), which caps the ETA. `pace`: the
-    finished runs' pace factors per tenth (runs/pace.py), which scale the recent time per step."""
+    finished runs' pace factors per tenth (runs/scheduling/pace.py), which scale the recent time per step."""
     default_steps = int(defaults.get("steps", 0))
     train = _dict(summary.get("train"))
     step = _num(train.get("step"))

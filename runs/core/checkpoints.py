@@ -3,7 +3,7 @@
 The platform learns of checkpoints from the job's `checkpoint` events (trainer/resume.py): `state` "saved" (or
 no `state`, as older jobs sent) is a checkpoint written, "failed" one that was not; `reason` "restored" is a
 resumed job that loaded one. The run summary keeps the latest checkpoint event's data even when the event
-budget no longer stores events (runs/retention.py), so it is read first; the stored events answer when the
+budget no longer stores events (runs/telemetry/retention.py), so it is read first; the stored events answer when the
 latest one failed after an earlier one was saved. The job reads the same directory's `latest` marker, so the
 step named here is the one a resume restarts at. The web process never reads checkpoint files itself (in
 production it may not mount RUN_ARTIFACTS_DIR).

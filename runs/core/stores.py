@@ -2,8 +2,8 @@
 database (a release takes the grant lock and is granted in its transaction); `PgStore` does each step in one
 SQL statement on PostgreSQL (runs/slots/pg.py), and its releases commit without the grant lock. Neither
 decides anything: which moves are allowed (`allowed`), the columns a move stamps (`columns`) and the effects it
-implies (`effects`, stored with the move in its transaction: runs/outbox/) come from runs.lifecycle, the one
-owner of the state machine. A single move's ORM write and its publishing are in runs/moves.py; other events the
+implies (`effects`, stored with the move in its transaction: runs/outbox/) come from runs.core.lifecycle, the one
+owner of the state machine. A single move's ORM write and its publishing are in runs/core/moves.py; other events the
 platform stores are published with `run_events_publish`."""
 
 from __future__ import annotations
@@ -16,18 +16,18 @@ from typing import Any, Protocol
 from django.db import connection, transaction
 from django.utils import timezone
 
+from runs.core.events import PLATFORM_SOURCE, run_event_to_dict
+from runs.core.moves import Columns, Moved, status_write
+from runs.core.publish import run_event_publish
 from runs.errors import InvalidTransition
-from runs.events import PLATFORM_SOURCE, run_event_to_dict
 from runs.models import Run, RunEvent, RunStatus, Slot
-from runs.moves import Columns, Moved, status_write
 from runs.outbox.effects import RunEffect
 from runs.outbox.store import effects_store
-from runs.realtime import run_event_publish
 from runs.slots import pg as slots_pg
 from runs.slots import store as slot_store
 from runs.slots.grant import Decision, Snapshot, grant, plan
 
-# The effects a grant of these runs at this time implies (runs.lifecycle.granted_effects).
+# The effects a grant of these runs at this time implies (runs.core.lifecycle.granted_effects).
 GrantEffects = Callable[[list[int], datetime], list[RunEffect]]
 
 

@@ -1,11 +1,12 @@
-"""Real-time fan-out (message types: runs/messages.py; formats: docs/realtime.md).
+"""After-commit publishing of what a write changed (message types: runs/messages.py; formats: docs/realtime.md).
 
 Writers call the *_publish functions inside their transaction; messages go to the channel layer only after
 commit (never on rollback): group `run.<id>` gets every stored event, batched per transaction
 (`run.events`, sent from the committing thread); group `dashboard` gets board rows of changed runs
 (`run.update`) and queue changes (`slots.update`), both from one coalescing daemon thread, so a commit never
-pays for the dashboard. Publishing never fails the caller: the data is committed and consumers repair gaps
-from the database.
+pays for the dashboard. What that thread sends is read when it sends, by the `DashboardSender` the app
+installs at start-up (runs/telemetry/realtime.py, in runs/apps.py): the readers sit above the writers that call this
+module. Publishing never fails the caller: the data is committed and consumers repair gaps from the database.
 """
 
 from __future__ import annotations
@@ -15,16 +16,14 @@ import os
 import threading
 import time
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, Protocol
 
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 from django.db import transaction
 
-from runs.dashboard import board_runs, queue_change
-from runs.messages import RunEventsLayer, RunUpdateLayer, SlotsUpdateLayer
+from runs.messages import RunEventsLayer
 from runs.models import RunStatus
-from runs.selectors import slots_snapshot
 from trainer.events import StoredEvent
 
 logger = logging.getLogger(__name__)
@@ -33,6 +32,29 @@ DASHBOARD_GROUP = "dashboard"
 Move = tuple[int, float]  # a run that joined or left the waiting line, and when that was committed
 SLOTS = "slots"  # the coalescer's key of the slots + queue message (run keys are run ids)
 _dashboard_pending = threading.local()
+
+
+class DashboardSender(Protocol):
+    """What the dashboard publisher sends, read when it sends (runs/telemetry/realtime.py is the one installed)."""
+
+    def runs_update_send(self, run_ids: Any) -> None: ...
+
+    def slots_update_send(self, *, joined: list[Move], left: list[Move], resync_at: float | None = None) -> None: ...
+
+
+_sender: DashboardSender | None = None
+
+
+def dashboard_sender_install(sender: DashboardSender) -> None:
+    """Called once by runs/apps.py (RunsConfig.ready): the composition root wires the readers in."""
+    global _sender
+    _sender = sender
+
+
+def dashboard_sender() -> DashboardSender:
+    if _sender is None:
+        raise RuntimeError("no dashboard sender installed: runs/apps.py installs it when Django starts")
+    return _sender
 
 
 def run_group(run_id: int) -> str:
@@ -222,10 +244,11 @@ class DashboardPublisher:
         while True:
             run_ids, queue = self._take_due()
             try:
+                sender = dashboard_sender()
                 if run_ids:
-                    runs_update_send(run_ids)
+                    sender.runs_update_send(run_ids)
                 if queue is not None:
-                    slots_update_send(joined=queue[0], left=queue[1], resync_at=queue[2])
+                    sender.slots_update_send(joined=queue[0], left=queue[1], resync_at=queue[2])
             except Exception:  # noqa: BLE001 - a dashboard refresh must never kill the publisher
                 logger.warning("dashboard publish failed", exc_info=True)
             finally:
@@ -254,23 +277,3 @@ def dashboard_publisher_discard() -> bool:
     with _publisher_lock:
         publisher = _publisher if _publisher is not None and _publisher.pid == os.getpid() else None
     return publisher.discard() if publisher is not None else True
-
-
-def runs_update_send(run_ids: Any) -> None:
-    """Read the runs now and send each board row; `last_seq` lets consumers drop stale reads."""
-    for row, owner_id, last_seq in board_runs(run_ids):
-        group_send_now(
-            DASHBOARD_GROUP, RunUpdateLayer(type="run.update", run=row, owner_id=owner_id, last_seq=last_seq)
-        )
-
-
-def slots_update_message(*, joined: list[Move], left: list[Move], resync_at: float | None = None) -> SlotsUpdateLayer:
-    """The `slots.update` layer message: slot counts and the queue change, a size and a query count that do
-    not depend on the queue length."""
-    return SlotsUpdateLayer(
-        type="slots.update", slots=slots_snapshot(), queue=queue_change(joined=joined, left=left), resync_at=resync_at
-    )
-
-
-def slots_update_send(*, joined: list[Move], left: list[Move], resync_at: float | None = None) -> None:
-    group_send_now(DASHBOARD_GROUP, slots_update_message(joined=joined, left=left, resync_at=resync_at))

@@ -17,11 +17,11 @@ from django.db.models.functions import RowNumber
 from django.utils import timezone
 
 from runs import selectors
-from runs.events import STATUS
-from runs.finishes import active_finishes, typical_run_seconds
+from runs.core.events import STATUS
 from runs.messages import BoardRun, ClusterJson, DashboardSnapshotMsg, QueueChange, QueueKey, RunJson
 from runs.models import ACTIVE_STATUSES, ClusterStatus, Run, RunEvent, RunStatus, Slot
-from runs.queue import grant_rate_per_second, runs_queue_info
+from runs.scheduling.finishes import active_finishes, typical_run_seconds
+from runs.scheduling.queue import grant_rate_per_second, runs_queue_info
 from runs.slots import store
 from runs.slots.grant import HIGHER_PRIORITY_WAITING, blocking_reason
 from runs.slots.policy import CLASSES
@@ -199,7 +199,7 @@ def cluster_snapshot() -> ClusterJson:
 def queue_change(*, joined: Iterable[tuple[int, float]], left: Iterable[tuple[int, float]]) -> QueueChange:
     """The keys of the runs that joined and left the waiting line ((run id, commit time) pairs), the reasons
     per class, the grant rate, and the held runs' predicted finishes with a typical run's duration (the board
-    recomputes queue ETAs from them as runs/queue.py does)."""
+    recomputes queue ETAs from them as runs/scheduling/queue.py does)."""
     joined, left = list(joined), list(left)
     keys = queue_keys({r for r, _ in joined} | {r for r, _ in left})
     policy = store.policy_load()

@@ -1,9 +1,9 @@
 """The run state machine, in one place: its states, the allowed moves (`TRANSITIONS`), the columns each move
 stamps (`stamp`), and the side effects of every move: a numbered `status` event, slot release and grant,
 publishing to the dashboard, and the effects that must follow its commit (`granted_effects`, `finish_effects`).
-The ways a run enters the queue (submit, requeue, resume) build on these moves in runs/enqueue.py.
+The ways a run enters the queue (submit, requeue, resume) build on these moves in runs/scheduling/enqueue.py.
 
-Both ways a move is written (the ORM, and one SQL statement per step on PostgreSQL) live in runs/stores.py
+Both ways a move is written (the ORM, and one SQL statement per step on PostgreSQL) live in runs/core/stores.py
 and take their rules from here (`allowed_from`, `stamp`); tests/runs/test_lifecycle_stores.py checks that
 they accept and refuse the same moves. Every way a run ends goes through `run_finish`.
 
@@ -22,22 +22,22 @@ from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
 
+from runs.core.moves import Moved, moved_publish, status_write
+from runs.core.stores import RunStore, run_store
 from runs.errors import InvalidInput, InvalidTransition
 from runs.metrics.hooks import grants_record
 from runs.models import FINISHED_STATUSES, Run, RunStatus
-from runs.moves import Moved, moved_publish, status_write
 from runs.outbox.effects import Dispatch, FollowUps, RunEffect, StopJob
 from runs.outbox.store import effects_kick, effects_store
 from runs.slots import store as slot_store
 from runs.slots.grant import Snapshot
-from runs.stores import RunStore, run_store
 
 STATES: tuple[str, ...] = tuple(RunStatus.values)
 # Allowed moves; anything else is a bug in the caller and raises InvalidTransition.
 TRANSITIONS: dict[str, frozenset[str]] = {
     RunStatus.QUEUED: frozenset({RunStatus.STARTING, RunStatus.CANCELLED, RunStatus.FAILED}),
-    # -> queued, not a failure (runs.enqueue.run_requeue): a starting run's placement group was not ready in time;
-    # a starting or running run's job was ended by the platform's own stop or crash (runs/execution/restart.py).
+    # -> queued, not a failure (runs.scheduling.enqueue.run_requeue): a starting run's placement group was not ready in
+    # time; a starting or running run's job was ended by the platform's own stop or crash (runs/execution/restart.py).
     RunStatus.STARTING: frozenset({RunStatus.RUNNING, RunStatus.STOPPING, RunStatus.QUEUED, *FINISHED_STATUSES}),
     RunStatus.RUNNING: frozenset({RunStatus.STOPPING, RunStatus.QUEUED, *FINISHED_STATUSES}),
     RunStatus.STOPPING: frozenset(FINISHED_STATUSES),

@@ -15,10 +15,10 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
+from runs.core.events import PLATFORM_SOURCE, run_events_record
+from runs.core.stores import run_events_publish
 from runs.errors import InvalidInput, InvalidTransition, NotAllowed
-from runs.events import PLATFORM_SOURCE, run_events_record
 from runs.models import Run, RunControl, RunEvent, RunStatus
-from runs.stores import run_events_publish
 from trainer.events import ControlCommand
 
 audit = logging.getLogger("runs.audit")

@@ -6,8 +6,8 @@ Reasons, checked in this order: the class rules (`class_limit_reached`, `reserve
 nodes' free resources now; detail: what it needs and what is free), else `higher_priority_waiting`.
 
 ETA: the queued run at overall position p starts when the p-th slot frees, the held runs freeing theirs at
-their predicted finishes (runs/finishes.py, runs/progress.py: queue_starts); with no finish known, the position
-over the recent grant rate; for `insufficient_resources`, no earlier than the run would fit.
+their predicted finishes (runs/scheduling/finishes.py, runs/scheduling/progress.py: queue_starts); with no finish known,
+the position over the recent grant rate; for `insufficient_resources`, no earlier than the run would fit.
 """
 
 from __future__ import annotations
@@ -20,9 +20,9 @@ from django.db.models import Q
 from django.utils import timezone
 
 from runs.errors import InvalidInput
-from runs.finishes import active_finishes, typical_run_seconds
 from runs.models import ORIGIN_TO_CLASS, Origin, Run, RunStatus, Slot, SlotState
-from runs.progress import queue_starts
+from runs.scheduling.finishes import active_finishes, typical_run_seconds
+from runs.scheduling.progress import queue_starts
 from runs.slots import store
 from runs.slots.fit import fit_detail
 from runs.slots.grant import (

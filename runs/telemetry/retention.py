@@ -3,9 +3,9 @@
 The budget is `EVENTS_MAX_PER_RUN` stored events per run (settings; default 50,000). Below half of it every
 posted event is stored. From half of it on, the high-rate types (HIGH_RATE) are thinned: only events whose
 emitter seq is a multiple of `EVENTS_DOWNSAMPLE_EVERY` are stored; other types still are. From the budget on,
-ingest stores nothing more. The platform's own `status` events (its moves, written by runs.lifecycle's stores,
+ingest stores nothing more. The platform's own `status` events (its moves, written by runs.core.lifecycle's stores,
 not ingest) are never subject to the budget, so a run's lifecycle is always complete; the job's reports of its
-state (`job_status`, runs.events) are posted events like any other and count against it.
+state (`job_status`, runs.core.events) are posted events like any other and count against it.
 
 Nothing is ever deleted: an event is kept or dropped when it is posted, before it gets a platform seq, so the
 stored stream stays gapless (1..last_seq) and replay by seq keeps its contract (docs/realtime.md). A dropped

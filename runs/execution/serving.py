@@ -1,13 +1,13 @@
 """Where a run's session server listens, as the platform keeps it: the job's `serving` event
 (trainer/lifecycle_schema.py ServingData: `http://<ip>:<port>`) is vetted at ingest, and the latest vetted URL is
 the run's `serving_url`, which the proxy (runs/api/proxy.py) forwards to. Cleared when the attempt ends
-(runs.lifecycle.stamp).
+(runs.core.lifecycle.stamp).
 
 Vetting is what keeps the proxy from being pointed at an arbitrary internal address: the host must be an IP
 address of an alive node of the platform's Ray cluster (a ClusterNode row the tick read from Ray) or loopback,
 and the port an unprivileged one. A URL that fails loses its `url` (the event is stored without it, a warning is
 logged) and the run's serving URL is left as it was: like a `resources` claim on an unknown node
-(runs/ingest_validate.py), refusing the whole batch would stall the run's other events. docs/security.md,
+(runs/telemetry/ingest_validate.py), refusing the whole batch would stall the run's other events. docs/security.md,
 "Reaching a run's policy".
 """
 

@@ -22,7 +22,7 @@ from django.db import connection
 from django.db.models import JSONField
 from django.db.models.expressions import RawSQL
 
-from runs.events import JOB_STATUS, STATUS
+from runs.core.events import JOB_STATUS, STATUS
 from runs.models import Run, RunEvent
 from trainer.event_fields import NAME_MAX
 

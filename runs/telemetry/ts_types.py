@@ -1,5 +1,5 @@
-"""Python type declarations in TypeScript, for the generated twin of the platform's messages (runs.messages_ts).
-Django-free.
+"""Python type declarations in TypeScript, for the generated twin of the platform's messages
+(runs.telemetry.messages_ts). Django-free.
 
 Two kinds of declaration become a TS interface: a TypedDict (the platform's messages, runs/messages.py) and a
 pydantic model (the trainer's event data, trainer/*_schema.py: each field, its annotation, and whether it is

@@ -1,8 +1,8 @@
 """The scrape-time collector: every metric of runs/metrics/spec.py, built when Prometheus scrapes.
 
 Recorded counters and histograms are read from Redis (runs/metrics/record.py). Queue, slot, resource and
-per-run series (those of agent runs: runs/metrics/run_agents.py) are read from the database at scrape time, so
-they are right whichever process changed them and a finished run's series simply stop. The websocket count comes
+per-run series (those of agent runs: runs/telemetry/prometheus/run_agents.py) are read from the database at scrape time,
+so they are right whichever process changed them and a finished run's series simply stop. The websocket count comes
 from the presence sets the web processes keep in Redis (`websocket_count`, injected by the page that serves
 /metrics: frontend/views/metrics.py).
 """
@@ -17,16 +17,16 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
-from runs.finishes import progress_of
 from runs.metrics import record, spec
-from runs.metrics.run_agents import agent_families
-from runs.metrics.run_hist import HIST_KEYS
 from runs.models import ACTIVE_STATUSES, Run, RunStatus
-from runs.queue import runs_queue_info
+from runs.scheduling.finishes import progress_of
+from runs.scheduling.queue import runs_queue_info
 from runs.slots import store
 from runs.slots.grant import PENDING_REASONS
 from runs.slots.policy import CLASSES
 from runs.slots.resources import MILLI, ZERO, Res
+from runs.telemetry.prometheus.run_agents import agent_families
+from runs.telemetry.prometheus.run_hist import HIST_KEYS
 from trainer.events import GATE_STATES
 
 # Statuses whose runs get per-run series.

@@ -2,9 +2,9 @@
 count every accepted post as a heartbeat (an empty one, `{"events": []}`, is only that), apply the job's
 `resources` events to a `starting` run (waiting: pending reason; ready: running, with its real placement;
 timeout: back to the queue), record where its session server listens (its latest `serving` event whose URL
-survived vetting: runs/serving.py), and finish the run when the batch holds the job's final report of its state
-(its `status` event, stored as `job_status`: succeeded, failed): at once, in the same request, not at the next
-tick. Each reply carries the staff commands the job has not answered yet (runs/controls.py); its `control`
+survived vetting: runs/execution/serving.py), and finish the run when the batch holds the job's final report of its
+state (its `status` event, stored as `job_status`: succeeded, failed): at once, in the same request, not at the next
+tick. Each reply carries the staff commands the job has not answered yet (runs/execution/controls.py); its `control`
 events answer them. The HTTP view is runs/api/ingest.py; formats in docs/realtime.md.
 """
 
@@ -17,26 +17,27 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
-from runs import enqueue, lifecycle
-from runs.controls import controls_ack, controls_pending
+from runs.auth.run_keys import ingest_token_derive
+from runs.core import lifecycle
+from runs.core.events import JOB_STATUS, event_ts, run_events_record
+from runs.core.publish import run_summary_publish
+from runs.core.stores import run_events_publish
 from runs.errors import InvalidTransition, ServiceError
-from runs.events import JOB_STATUS, event_ts, run_events_record
+from runs.execution.controls import controls_ack, controls_pending
 from runs.execution.liveness import has_placement_group
 from runs.execution.outcome import event_outcome, run_job_finished
-from runs.ingest_validate import ingest_batch_validate
+from runs.execution.serving import serving_url_latest
 from runs.metrics import spec as metric
 from runs.metrics.record import Batch
-from runs.metrics.run_hist import hist_fold
 from runs.models import FINISHED_STATUSES, Run, RunEvent, RunStatus, Slot
-from runs.progress import progress_fold
-from runs.realtime import run_summary_publish
-from runs.retention import events_keep
-from runs.run_keys import ingest_token_derive
-from runs.samples import samples_record
-from runs.serving import serving_url_latest
+from runs.scheduling import enqueue
+from runs.scheduling.progress import progress_fold
 from runs.slots import store as slot_store
-from runs.stores import run_events_publish
 from runs.summary_types import RunSummary, is_summary_type
+from runs.telemetry.ingest_validate import ingest_batch_validate
+from runs.telemetry.prometheus.run_hist import hist_fold
+from runs.telemetry.retention import events_keep
+from runs.telemetry.samples import samples_record
 from trainer.events import ControlCommand, IngestReply
 
 # Run.pending_reason of a `starting` run whose job waits for its placement group (its `resources` event
@@ -64,8 +65,9 @@ class IngestResult:
     duplicates: int  # events of this post already stored by an earlier one
     last_seq: int  # the run's platform seq after this post
     status: str  # the run's status, so the job notices `stopping` (cancel requested)
-    dropped: int = 0  # events of this post not stored by the run's event budget (runs/retention.py)
-    commands: list[ControlCommand] = field(default_factory=list)  # staff commands not yet answered (controls.py)
+    dropped: int = 0  # events of this post not stored by the run's event budget (runs/telemetry/retention.py)
+    # staff commands not yet answered (runs/execution/controls.py)
+    commands: list[ControlCommand] = field(default_factory=list)
 
     def as_dict(self) -> IngestReply:
         return IngestReply(
@@ -96,8 +98,8 @@ def run_for_ingest(*, run_id: int, token: str | None) -> Run:
 
 def summary_fold(summary: RunSummary, events: list[RunEvent]) -> RunSummary:
     """The summary after `events` (in seq order): the latest data of each summarized type wins; train events
-    also feed `progress`, the recent steps and evaluation time the finish ETA is built from (runs/progress.py).
-    Its shape: runs.summary_types.RunSummary."""
+    also feed `progress`, the recent steps and evaluation time the finish ETA is built from
+    (runs/scheduling/progress.py). Its shape: runs.summary_types.RunSummary."""
     folded = summary.copy()
     for event in events:
         etype = event.type
@@ -113,7 +115,7 @@ def summary_fold(summary: RunSummary, events: list[RunEvent]) -> RunSummary:
 
 def run_events_ingest(*, run: Run, payload: Any) -> IngestResult:
     """Store a validated batch from the run's current attempt; idempotent on the emitter's seq. Its `sample`
-    events go to the samples table (runs/samples.py), counted in `stored`/`duplicates` like events."""
+    events go to the samples table (runs/telemetry/samples.py), counted in `stored`/`duplicates` like events."""
     started = time.monotonic()
     items = ingest_batch_validate(payload)
     samples = [item for item in items if item["type"] == "sample"]
@@ -136,7 +138,7 @@ def run_events_ingest(*, run: Run, payload: Any) -> IngestResult:
         fields: dict[str, Any] = {"heartbeat_at": now}
         serving_url = serving_url_latest(items)
         if serving_url is not None:
-            fields["serving_url"] = serving_url  # where the proxy forwards to (runs/serving.py)
+            fields["serving_url"] = serving_url  # where the proxy forwards to (runs/execution/serving.py)
         folded = _fold_order(items, stored, dropped)
         if folded:
             fields["summary"] = summary_fold(locked.summary or RunSummary(), folded)
@@ -234,7 +236,7 @@ def _starting_reason(run: Run, state: str, data: dict[str, Any]) -> None:
 
 
 def _started(run: Run, *, placement: list[Any] | None) -> str:
-    """starting -> running (one writer: runs.lifecycle), the pending reason cleared, the real placement kept."""
+    """starting -> running (one writer: runs.core.lifecycle), the pending reason cleared, the real placement kept."""
     with transaction.atomic():
         slot_store.slots_lock()
         locked = Run.objects.select_for_update().get(pk=run.pk)

@@ -1,6 +1,6 @@
 """The tick's sweeps over active runs: reclaim runs whose job stopped heartbeating (confirmed against Ray)
 and fail runs past their time limit (whether Ray is reachable or not). Each failure goes through
-runs.lifecycle.run_finish (so follow-ups such as auto-resume apply) and asks the launcher to stop the job."""
+runs.core.lifecycle.run_finish (so follow-ups such as auto-resume apply) and asks the launcher to stop the job."""
 
 from __future__ import annotations
 
@@ -11,10 +11,10 @@ from django.conf import settings
 from django.db import transaction
 from django.db.models import Q
 
-from runs import limits
+from runs.core.lifecycle import run_finish
 from runs.execution.ray import submission_id_for
-from runs.lifecycle import run_finish
 from runs.models import ACTIVE_STATUSES, Run, RunStatus
+from runs.scheduling import limits
 from runs.slots import store as slot_store
 
 # Ray job statuses of a job that is still going (a stale heartbeat then waits for the hard timeout).
@@ -38,7 +38,7 @@ def _fail_active(run_ids: list[int], *, error_of: Callable[[Run], str]) -> list[
 def runs_reclaim_stale(*, now: datetime, jobs: Mapping[int, str | None] | None) -> list[int]:
     """Fail `running` / `stopping` runs whose job stopped heartbeating, once Ray confirms it (`jobs`: Ray's
     status of each observed run's current job, None for a job Ray does not know; `jobs` None: Ray is not
-    reachable, and nothing is failed). A heartbeat is any accepted ingest post (runs/ingest.py). A job that
+    reachable, and nothing is failed). A heartbeat is any accepted ingest post (runs/telemetry/ingest.py). A job that
     ended is the reconcile's (its real outcome); a job Ray no longer knows fails the run at once; a job Ray
     still reports running fails it only after SLOTS_HEARTBEAT_HARD_TIMEOUT_SECONDS. `starting` runs are not
     looked at here: their liveness is their job's status (runs/execution/liveness.py)."""

@@ -2,9 +2,9 @@
 events per batch: 400), each event against its type's schema (trainer/event_schema.py: undeclared fields are
 dropped, a wrong type or an over-long string or list is refused), and the nodes a `resources` event names
 (a claim naming a node the platform does not know, no ClusterNode row, is dropped from the event), and the URL
-a `serving` event names (dropped unless its host is a Ray node or loopback: runs/serving.py). One refused
+a `serving` event names (dropped unless its host is a Ray node or loopback: runs/execution/serving.py). One refused
 event refuses the whole batch, with a 400 naming the event's field (`events[3].data.message`) and its seq.
-A job's `status` event comes out typed `job_status` (runs.events.stored_type): the stored `status` type is the
+A job's `status` event comes out typed `job_status` (runs.core.events.stored_type): the stored `status` type is the
 platform's moves only. Formats in docs/realtime.md.
 """
 
@@ -16,10 +16,10 @@ from typing import Any
 
 from django.conf import settings
 
+from runs.core.events import stored_type
 from runs.errors import InvalidInput, ServiceError
-from runs.events import stored_type
+from runs.execution.serving import serving_events_vet
 from runs.models import ClusterNode
-from runs.serving import serving_events_vet
 from trainer.events import EventSchemaError, validate_event
 
 MAX_BATCH = 1000

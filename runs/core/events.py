@@ -2,9 +2,9 @@
 stored types of a run's state.
 
 `run_events_record` is the one writer of RunEvent rows (status changes and trainer batches alike); its
-callers publish what it stored (runs.stores.run_events_publish), so this module imports no publisher.
+callers publish what it stored (runs.core.stores.run_events_publish), so this module imports no publisher.
 
-A stored `status` event is a move of the platform's state machine (runs.lifecycle, source `platform`), one per
+A stored `status` event is a move of the platform's state machine (runs.core.lifecycle, source `platform`), one per
 move, so a run's `status` events are a path of TRANSITIONS. A job reports its own state with a `status` event
 too (trainer/events.py); ingest stores those under `job_status` (`stored_type`), so they never read as moves.
 """
@@ -22,7 +22,7 @@ from runs.models import Run, RunEvent
 from trainer.events import StoredEvent
 
 PLATFORM_SOURCE = "platform"
-STATUS = "status"  # the platform's moves: {status, previous, error}, written only by runs.lifecycle's stores
+STATUS = "status"  # the platform's moves: {status, previous, error}, written only by runs.core.lifecycle's stores
 JOB_STATUS = "job_status"  # the job's own reports of its state: {status, version?, metrics?, error?}
 
 

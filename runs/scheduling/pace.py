@@ -9,7 +9,7 @@ So the summary of every run keeps a pace profile: `marks`, one [tenth, step, clo
 `clock` is the run's training seconds so far, evaluations taken out (`marks_fold`). For tenth j, a finished
 run's factor is its pace over the rest of the run after j over its pace in the tenth before j. A running
 run's step time is multiplied by the median factor, at its tenth, of the latest finished runs of its kind
-(`pace_factors`; runs/finishes.py reads them), when at least PACE_MIN_RUNS of them have one.
+(`pace_factors`; runs/scheduling/finishes.py reads them), when at least PACE_MIN_RUNS of them have one.
 """
 
 from __future__ import annotations

@@ -62,7 +62,7 @@ def grant_user(grant: TicketGrant) -> Any:
     """The grant's user as it is now, or None: the token row must still exist, unexpired, for an active user."""
     from knox.models import AuthToken
 
-    from runs.tokens import token_expired
+    from runs.auth.tokens import token_expired
 
     row = AuthToken.objects.filter(digest=grant.token_digest, user_id=grant.user_id).select_related("user").first()
     if row is None or token_expired(row) or not row.user.is_active:

@@ -1,8 +1,8 @@
 """Captured samples of a run (`sample` events, trainer/sample_schema.py): the one writer of Sample rows and
 their per-run retention.
 
-Ingest (runs/ingest.py) hands the sample events of a post here instead of the event stream: they get no
-platform seq, are not streamed live, do not count against the event budget (runs/retention.py) and are not
+Ingest (runs/telemetry/ingest.py) hands the sample events of a post here instead of the event stream: they get no
+platform seq, are not streamed live, do not count against the event budget (runs/telemetry/retention.py) and are not
 folded into the run summary. A run keeps its newest `samples_keep` samples (its config; default
 DEFAULT_SAMPLES_KEEP), never more than settings.SAMPLES_MAX_PER_RUN: past it the oldest (lowest ids) are
 deleted. Ids of the samples kept never change, so a sample's URL stays valid while it is kept.
@@ -14,7 +14,7 @@ from typing import Any
 
 from django.conf import settings
 
-from runs.events import event_ts
+from runs.core.events import event_ts
 from runs.models import Run, Sample
 from trainer.config import TrainConfig
 

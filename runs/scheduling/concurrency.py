@@ -8,10 +8,10 @@ from typing import Any
 from django.conf import settings
 from django.db import transaction
 
+from runs.core.lifecycle import grant_pass
+from runs.core.publish import dashboard_publish
 from runs.errors import InvalidInput
-from runs.lifecycle import grant_pass
 from runs.models import ConcurrencySettings
-from runs.realtime import dashboard_publish
 from runs.slots import store
 from runs.slots.policy import PolicyError, policy_check_merged, policy_merge, policy_validate
 

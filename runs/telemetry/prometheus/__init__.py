@@ -1,0 +1,1 @@
+"""The /metrics exposition: the collector, per-run histograms and agent families."""
