@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.held import release_unneeded
 from tests.processes import die_with_parent, stop_ray_head
 
 # Ray 2.60's `ray start` turns token authentication on when ~/.ray/auth_token exists (and refuses to start with
@@ -244,3 +245,9 @@ def cluster_capacity(request: pytest.FixtureRequest):
     from runs.realtime import dashboard_publisher_discard
 
     assert dashboard_publisher_discard(), "a dashboard send outlived the test by 10 s"
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
+    """After the test's own teardown: release the held resources (tests/held.py) the next test does not use."""
+    release_unneeded(nextitem)
