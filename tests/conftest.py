@@ -251,3 +251,19 @@ def cluster_capacity(request: pytest.FixtureRequest):
 def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
     """After the test's own teardown: release the held resources (tests/held.py) the next test does not use."""
     release_unneeded(nextitem)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """A test that ends the shared `make run` platform (marker `ends_shared_platform`, tests/platform_up.py) runs
+    right after the last other test that uses it (pytest-django has grouped the tests by database use already;
+    these use none, so they stay in their group)."""
+    enders = [item for item in items if item.get_closest_marker("ends_shared_platform")]
+    sharers = [i for i, item in enumerate(items) if "shared_platform" in item.fixturenames and item not in enders]
+    if not enders or not sharers:
+        return
+    after = items[sharers[-1]]
+    for item in enders:
+        items.remove(item)
+    at = items.index(after) + 1
+    items[at:at] = enders
