@@ -175,20 +175,22 @@ class SharedPlatform:
         self.up = up
         self.tmp_path_factory = tmp_path_factory
 
-    def _start(self) -> UpProcess:
-        # The defaults of config/knobs.py, stated here because UpProcess raises the heartbeat timeout.
-        return banner(UpProcess(self.tmp_path_factory.mktemp("make-run"), SLOTS_HEARTBEAT_TIMEOUT_SECONDS="60"))
-
-    def get(self) -> UpProcess:
-        """The shared platform, started (and its banner waited for) if none runs; it stays running."""
-        return SHARED_PLATFORM.get(self._start)
-
     def take(self) -> UpProcess:
-        """The shared platform (started if none runs), for good: the test ends it, and its `up` cleans it up."""
-        self.get()
+        """The platform a test before left (`leave`), else a fresh one (its banner out), for this test: cleaned
+        up after it unless it leaves it again."""
         platform = SHARED_PLATFORM.take()
-        assert platform is not None
-        return self.up.adopt(platform)
+        if platform is None:
+            # The defaults of config/knobs.py, stated here because UpProcess raises the heartbeat timeout.
+            fresh = UpProcess(self.tmp_path_factory.mktemp("make-run"), SLOTS_HEARTBEAT_TIMEOUT_SECONDS="60")
+            platform = banner(self.up.adopt(fresh))
+        else:
+            self.up.adopt(platform)
+        return platform
+
+    def leave(self, platform: UpProcess) -> None:
+        """Leave the platform running for a later test; a test calls this once its assertions passed (a failed
+        test's platform may still be busy with its runs, and is cleaned up with the test)."""
+        self.up.hand_over(platform, SHARED_PLATFORM)
 
 
 @pytest.fixture

@@ -25,8 +25,8 @@ from tests.platform_up import names, shared_platform, trainer_pids, up  # noqa: 
 def test_real_platform_ray_is_closed_and_ctrl_c_stops_jobs_first(shared_platform):
     """The real `make run`: Ray answers only with its token and only on loopback; a training run is stopped
     with a checkpoint on Ctrl-C, after the tick and worker and before Ray, web and Redis; nothing is launched
-    once the stop began and nothing is left afterwards. On the platform tests/test_capacity.py used (one start
-    fewer; its liveness settings are the defaults), or a fresh one when that test does not run."""
+    once the stop began and nothing is left afterwards. On the platform tests/test_capacity.py left (one start
+    fewer; its liveness settings are the defaults), or a fresh one when that test did not run or pass."""
     platform = shared_platform.take()
     var = platform.var_dir
     token = (var / "ray-auth-token").read_text().strip()
