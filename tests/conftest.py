@@ -9,11 +9,14 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO
 
 import pytest
 
+from tests.held import release_unneeded
 from tests.processes import die_with_parent, stop_ray_head
 
 # Ray 2.60's `ray start` turns token authentication on when ~/.ray/auth_token exists (and refuses to start with
@@ -133,9 +136,19 @@ def head_command(*, ports: dict[str, int], temp_dir: str) -> list[str]:
     ]
 
 
-@pytest.fixture(scope="session")
-def ray_cluster() -> RayCluster:
-    """A local Ray head shared by every test of this run (starting one costs ~5 s and a lot of memory)."""
+@dataclass
+class _StartedHead:
+    cluster: RayCluster
+    proc: subprocess.Popen
+    log: IO[str]
+
+
+# The shared head, started as soon as the session knows that one of its tests will use it (collection done):
+# it comes up while the database tests run, instead of blocking the first Ray test (90 s and more when loaded).
+_head: _StartedHead | None = None
+
+
+def _head_start() -> _StartedHead:
     port, dash_port = free_port(), free_port()
     temp_dir = tempfile.mkdtemp(prefix="ray-tests-")
     env = dict(os.environ)
@@ -147,20 +160,53 @@ def ray_cluster() -> RayCluster:
         temp_dir=temp_dir,
     )
     log = open(Path(temp_dir) / "head.log", "w")
-    head = subprocess.Popen(
+    # Started from the main thread (pytest_collection_finish or the fixture): die_with_parent ties it to it.
+    proc = subprocess.Popen(
         cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=die_with_parent()
     )
-    address = f"127.0.0.1:{port}"
     cluster = RayCluster(
-        address=address, dashboard_url=f"http://127.0.0.1:{dash_port}", temp_dir=temp_dir, head_pid=head.pid
+        address=f"127.0.0.1:{port}", dashboard_url=f"http://127.0.0.1:{dash_port}", temp_dir=temp_dir, head_pid=proc.pid
     )
-    _wait_for_job_api(cluster, head, Path(temp_dir) / "head.log")
-    os.environ["RAY_ADDRESS_FOR_TESTS"] = address
+    return _StartedHead(cluster=cluster, proc=proc, log=log)
+
+
+def _head_stop(head: _StartedHead) -> None:
+    stop_ray_head(head.proc)
+    head.log.close()
+    shutil.rmtree(head.cluster.temp_dir, ignore_errors=True)
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Start the shared Ray head in the background if a selected test uses it (see ray_cluster)."""
+    global _head
+    if _head is None and any("ray_cluster" in getattr(item, "fixturenames", ()) for item in session.items):
+        _head = _head_start()
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """A head started for tests that never ran (a failed collection, -x, Ctrl-C) goes with the session."""
+    global _head
+    if _head is not None:
+        _head_stop(_head)
+        _head = None
+
+
+@pytest.fixture(scope="session")
+def ray_cluster() -> Iterator[RayCluster]:
+    """A local Ray head shared by every test of this run (starting one costs ~5 s and a lot of memory), started
+    in the background once the session's tests are collected (pytest_collection_finish)."""
+    global _head
+    head = _head if _head is not None else _head_start()
+    _head = None  # this fixture stops it now
+    cluster = head.cluster
+    _wait_for_job_api(cluster, head.proc, Path(cluster.temp_dir) / "head.log")
+    os.environ["RAY_ADDRESS_FOR_TESTS"] = cluster.address
     try:
         yield cluster
     finally:
-        if head.poll() is not None:  # died during the run: say why in the session's output before it is removed
-            report = f"\nThe shared Ray head died during the run (exit {head.returncode}):\n{cluster.postmortem()}\n"
+        if head.proc.poll() is not None:  # died during the run: say why in the session's output before it is removed
+            code = head.proc.returncode
+            report = f"\nThe shared Ray head died during the run (exit {code}):\n{cluster.postmortem()}\n"
             sys.__stderr__.write(report)  # past pytest's capture: the teardown of a passing test shows nothing
         try:
             import ray
@@ -169,9 +215,7 @@ def ray_cluster() -> RayCluster:
                 ray.shutdown()
         except Exception:
             pass
-        stop_ray_head(head)
-        log.close()
-        shutil.rmtree(temp_dir, ignore_errors=True)
+        _head_stop(head)
 
 
 @pytest.fixture(scope="session")
@@ -244,3 +288,25 @@ def cluster_capacity(request: pytest.FixtureRequest):
     from runs.core.publish import dashboard_publisher_discard
 
     assert dashboard_publisher_discard(), "a dashboard send outlived the test by 10 s"
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
+    """After the test's own teardown: release the held resources (tests/held.py) the next test does not use."""
+    release_unneeded(nextitem)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """A test that ends the shared `make run` platform (marker `ends_shared_platform`, tests/platform_up.py) runs
+    right after the last other test that uses it (pytest-django has grouped the tests by database use already;
+    these use none, so they stay in their group)."""
+    enders = [item for item in items if item.get_closest_marker("ends_shared_platform")]
+    sharers = [i for i, item in enumerate(items) if "shared_platform" in item.fixturenames and item not in enders]
+    if not enders or not sharers:
+        return
+    after = items[sharers[-1]]
+    for item in enders:
+        items.remove(item)
+    at = items.index(after) + 1
+    items[at:at] = enders

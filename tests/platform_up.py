@@ -1,6 +1,8 @@
 """The `up` fixture: platform/up.py started as a subprocess on a temporary var/ dir and free ports, with every
 process it started remembered so a test can check (and clean) them. Used by tests/security/test_platform_up.py,
-test_platform_ray.py, tests/test_capacity.py and tests/test_platform_quiet.py."""
+test_platform_ray.py, tests/test_capacity.py, tests/test_restart.py and tests/test_platform_quiet.py. Also the
+`shared_platform` fixture: one `make run` platform that a test leaves running for a later test to go on with.
+"""
 
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ import pytest
 import requests
 
 from tests.conftest import REPO_ROOT, free_port
+from tests.held import Held
 from tests.processes import die_with_parent
 
 UP = REPO_ROOT / "platform" / "up.py"
@@ -124,18 +127,75 @@ class UpProcess:
             shutil.rmtree(record.read_text().strip(), ignore_errors=True)
 
 
-@pytest.fixture
-def up(tmp_path):
-    started: list[UpProcess] = []
+class Ups:
+    """What the `up` fixture gives a test: `up(**env)` starts up.py on the test's tmp_path; every platform it
+    started or adopted is cleaned up after the test, unless handed over (to a Held, for a later test)."""
 
-    def start(**extra_env: str) -> UpProcess:
-        proc = UpProcess(tmp_path, **extra_env)
-        started.append(proc)
+    def __init__(self, tmp_path: Path) -> None:
+        self.tmp_path = tmp_path
+        self.started: list[UpProcess] = []
+
+    def __call__(self, **extra_env: str) -> UpProcess:
+        return self.adopt(UpProcess(self.tmp_path, **extra_env))
+
+    def again(self, platform: UpProcess) -> UpProcess:
+        """up.py started again on the installation (var/) of `platform`, as a second `make run` would be."""
+        return self.adopt(UpProcess(platform.var_dir.parent))
+
+    def adopt(self, proc: UpProcess) -> UpProcess:
+        self.started.append(proc)
         return proc
 
-    yield start
-    for proc in started:
+    def hand_over(self, proc: UpProcess, held: Held[UpProcess]) -> None:
+        self.started.remove(proc)
+        held.put(proc)
+
+
+@pytest.fixture
+def up(tmp_path):
+    ups = Ups(tmp_path)
+    yield ups
+    for proc in ups.started:
         proc.cleanup()
+
+
+def banner(platform: UpProcess) -> UpProcess:
+    platform.wait_for(lambda: "The platform is up" in platform.log(), 300, "the banner")
+    return platform
+
+
+# The `make run` platform (with its Ray head; liveness settings the defaults) that tests/test_capacity.py leaves
+# running for the Ctrl-C test of tests/security/test_platform_ray.py, which ends it: one start (and one cold Ray
+# head) fewer. Tests marked `ends_shared_platform` run after the others that use it (tests/conftest.py).
+SHARED_PLATFORM: Held[UpProcess] = Held("shared_platform", UpProcess.cleanup, keep="last")
+
+
+class SharedPlatform:
+    def __init__(self, up: Ups, tmp_path_factory: pytest.TempPathFactory) -> None:
+        self.up = up
+        self.tmp_path_factory = tmp_path_factory
+
+    def take(self) -> UpProcess:
+        """The platform a test before left (`leave`), else a fresh one (its banner out), for this test: cleaned
+        up after it unless it leaves it again."""
+        platform = SHARED_PLATFORM.take()
+        if platform is None:
+            # The defaults of config/knobs.py, stated here because UpProcess raises the heartbeat timeout.
+            fresh = UpProcess(self.tmp_path_factory.mktemp("make-run"), SLOTS_HEARTBEAT_TIMEOUT_SECONDS="60")
+            platform = banner(self.up.adopt(fresh))
+        else:
+            self.up.adopt(platform)
+        return platform
+
+    def leave(self, platform: UpProcess) -> None:
+        """Leave the platform running for a later test; a test calls this once its assertions passed (a failed
+        test's platform may still be busy with its runs, and is cleaned up with the test)."""
+        self.up.hand_over(platform, SHARED_PLATFORM)
+
+
+@pytest.fixture
+def shared_platform(up: Ups, tmp_path_factory: pytest.TempPathFactory) -> SharedPlatform:
+    return SharedPlatform(up, tmp_path_factory)
 
 
 def start_without_ray(up) -> UpProcess:

@@ -9,6 +9,8 @@
 Each time: the run's train steps are 1..30, each exactly once after the step its last attempt restored, with
 nothing at or before that step trained again; and its status history (the platform's `status` events, read from
 the SQLite database in the installation's var/) is a path of runs.core.lifecycle.TRANSITIONS.
+
+The second test starts from the platform the first one ended on (when the first passed): one start fewer.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import pytest
 import requests
 
 from runs.core.lifecycle import TRANSITIONS
+from tests.held import Held
 from tests.platform_up import UpProcess, up  # noqa: F401 - up: the fixture
 
 pytestmark = pytest.mark.slow
@@ -32,8 +35,19 @@ STEPS = 30
 RUN_CONFIG = {"steps": STEPS, "eval_every": 0, "checkpoint_every": 5}
 
 
-def started(up) -> tuple[UpProcess, dict[str, str]]:  # noqa: F811
-    platform = up()
+# The platform the first test ends on (started after its SIGKILL, its run succeeded): the second test starts
+# from it instead of a fresh start (one start fewer); the second test ends it.
+AFTER_FIRST: Held[UpProcess] = Held("after_first", UpProcess.cleanup, keep="last")
+
+
+@pytest.fixture
+def after_first() -> Held[UpProcess]:
+    return AFTER_FIRST
+
+
+def started(up, platform: UpProcess | None = None) -> tuple[UpProcess, dict[str, str]]:  # noqa: F811
+    """A new platform from `up` (or `platform`, already started), once its banner is out, and the API headers."""
+    platform = platform or up()
     platform.wait_for(lambda: "The platform is up" in platform.log(), 300, "the banner")
     token = re.search(r"API token (\w+)", platform.log()).group(1)
     return platform, {"Authorization": f"Token {token}"}
@@ -116,7 +130,7 @@ def assert_lost_nothing(platform: UpProcess, run_id: int, attempts: int | None =
     return statuses
 
 
-def test_ctrl_c_then_sigkill_each_followed_by_a_start_and_the_run_succeeds(up):  # noqa: F811
+def test_ctrl_c_then_sigkill_each_followed_by_a_start_and_the_run_succeeds(up, after_first):  # noqa: F811
     first, headers = started(up)
     run_id = submit(first, headers, "interrupted")
     first.wait_for(lambda: checkpointed_past(first, headers, run_id, 0), 300, "the run's first checkpoint")
@@ -136,10 +150,13 @@ def test_ctrl_c_then_sigkill_each_followed_by_a_start_and_the_run_succeeds(up): 
     third, headers = started(up)
     wait_succeeded(third, headers, [run_id])
     assert_lost_nothing(third, run_id, attempts=3)
+    up.hand_over(third, after_first)
 
 
-def test_a_starting_and_a_queued_run_at_a_ctrl_c_both_succeed_after_the_next_start(up):  # noqa: F811
-    first, headers = started(up)
+def test_a_starting_and_a_queued_run_at_a_ctrl_c_both_succeed_after_the_next_start(up, after_first):  # noqa: F811
+    # The first test's last platform if it passed (idle: its run succeeded), else a fresh one.
+    handed = after_first.take()
+    first, headers = started(up, up.adopt(handed) if handed else None)
     max_total = int(re.search(r"slots\s+max_total (\d+)", first.log()).group(1))
     ids = [submit(first, headers, f"run-{i}") for i in range(max_total + 1)]
 
@@ -150,7 +167,7 @@ def test_a_starting_and_a_queued_run_at_a_ctrl_c_both_succeed_after_the_next_sta
     first.wait_for(one_starting_one_queued, 120, "a starting and a queued run")
     ctrl_c(first)
     assert {status_in_db(first, i) for i in ids} == {"queued"}
-    second, headers = started(up)
+    second, headers = started(up, up.again(first))
     wait_succeeded(second, headers, ids)
     # The starting run went back to the queue and started again (from step 0: it had no checkpoint yet).
     assert assert_lost_nothing(second, ids[0])[:4] == ["queued", "starting", "queued", "starting"]

@@ -1,17 +1,19 @@
 """Browser-test fixtures: a real daphne server on the test database (PostgreSQL) and Redis, one headless
-Chromium per test session, users, and helpers that drive runs through the real services and ingest endpoint."""
+Chromium, both held across the browser tests in a row (tests/held.py), users, and helpers that drive runs
+through the real services and ingest endpoint."""
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
-from playwright.sync_api import Browser, BrowserContext, Page, expect, sync_playwright
+from playwright.sync_api import Browser, BrowserContext, Page, expect
 
-from tests.browser.stack import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS, Emitter, Server, free_port, server_start
+from tests.browser.held import CHROMIUM_HELD, DAPHNE_HELD, Chromium
+from tests.browser.stack import ARTIFACTS, Emitter, Server, free_port, server_start
+from tests.held import Held
 from tests.processes import committed_database_url
 
 PASSWORD = "pw-browser"
@@ -19,49 +21,41 @@ expect.set_options(timeout=10_000)
 
 
 @pytest.fixture(scope="module")
-def browser() -> Iterator[Browser]:
-    """One Chromium per module. Playwright's sync API keeps an event loop running in this thread, which makes
-    Django refuse ORM calls as "async context"; they are plain sync calls here, so allow them exactly while
-    Playwright runs (module scope: the loop is gone before other packages' tests run)."""
-    if not os.path.exists(CHROMIUM):
-        pytest.fail(
-            f"{CHROMIUM} is missing: install it with `apt-get install -y chromium` (.ci/run does)", pytrace=False
-        )
-    previous = os.environ.get("DJANGO_ALLOW_ASYNC_UNSAFE")
-    os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
-    try:
-        with sync_playwright() as pw:
-            b = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
-            yield b
-            b.close()
-    finally:
-        if previous is None:
-            os.environ.pop("DJANGO_ALLOW_ASYNC_UNSAFE", None)
-        else:
-            os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = previous
+def browser() -> Browser:
+    """The held Chromium (tests/held.py): kept while the next test uses a browser too, closed before one that
+    does not."""
+    return CHROMIUM_HELD.get(Chromium).browser
+
+
+@pytest.fixture(scope="session")
+def daphne_held(django_db_setup) -> Iterator[Held[Server]]:
+    """The held daphne, stopped at the latest before the test database is dropped (it is connected to it)."""
+    yield DAPHNE_HELD
+    DAPHNE_HELD.release()
 
 
 @pytest.fixture(scope="module")
-def server(django_db_setup, django_db_blocker, redis_url: str) -> Iterator[Server]:
-    """daphne on the test database, one per module (each test's data is committed by transactional_db and
-    flushed after it). Celery runs eagerly inside the server and Ray is unreachable, so a granted run stays
-    `starting` (the launcher leaves it for the tick) until the test drives it like a job would."""
-    with django_db_blocker.unblock():
-        database_url = committed_database_url("browser tests")
-    srv = server_start(
-        database_url=database_url,
-        redis_url=redis_url,
-        extra_env={
-            "CELERY_TASK_ALWAYS_EAGER": "1",
-            "RAY_ADDRESS": f"http://127.0.0.1:{free_port()}",
-            "SLOTS_POLICY_CACHE_SECONDS": "0",
-            "SLOTS_HEARTBEAT_TIMEOUT_SECONDS": "600",
-        },
-    )
-    try:
-        yield srv
-    finally:
-        srv.stop()
+def server(daphne_held: Held[Server], django_db_blocker, redis_url: str) -> Server:
+    """daphne on the test database, held across the browser tests in a row (each test's data is committed by
+    transactional_db and flushed after it). Celery runs eagerly inside the server and Ray is unreachable, so a
+    granted run stays `starting` (the launcher leaves it for the tick) until the test drives it like a job
+    would."""
+
+    def start() -> Server:
+        with django_db_blocker.unblock():
+            database_url = committed_database_url("browser tests")
+        return server_start(
+            database_url=database_url,
+            redis_url=redis_url,
+            extra_env={
+                "CELERY_TASK_ALWAYS_EAGER": "1",
+                "RAY_ADDRESS": f"http://127.0.0.1:{free_port()}",
+                "SLOTS_POLICY_CACHE_SECONDS": "0",
+                "SLOTS_HEARTBEAT_TIMEOUT_SECONDS": "600",
+            },
+        )
+
+    return daphne_held.get(start)
 
 
 @pytest.fixture(autouse=True)

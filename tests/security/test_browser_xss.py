@@ -15,6 +15,7 @@ from runs.models import Run, RunStatus
 from tests.browser.conftest import (  # noqa: F401 - fixtures used by name
     browser,
     context,
+    daphne_held,
     emitter_for,
     in_thread,
     login,
