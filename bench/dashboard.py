@@ -90,9 +90,12 @@ def main() -> None:
     from django.utils import timezone
     from playwright.sync_api import sync_playwright
 
-    from runs import services, tasks
+    from runs import tasks
     from runs.core import publish
+    from runs.core.lifecycle import run_transition
+    from runs.execution.submit import run_submit
     from runs.models import ClusterNode, Run, RunStatus
+    from runs.scheduling.concurrency import settings_update
     from runs.telemetry import realtime
     from tests.browser.stack import CHROMIUM, CHROMIUM_ARGS, Emitter, free_port, server_start
 
@@ -145,17 +148,17 @@ def main() -> None:
 
             page.goto(server.url + "/")  # warm the server (imports, first queries) before measuring
             empty_ms = board_ms()
-            services.settings_update(changes={"max_total": running_n, "interactive_reserve": 1}, partial=True, by=user)
+            settings_update(changes={"max_total": running_n, "interactive_reserve": 1}, partial=True, by=user)
             t0 = time.perf_counter()
             for i in range(running_n):
                 origin = "dashboard" if i == 0 else "api"
                 # One user seeds the whole board: not subject to the per-user caps (docs/slots.md).
-                run = services.run_submit(
+                run = run_submit(
                     owner=user, name=f"running-{i}", origin=origin, kind="rl_train", config={}, user_caps=False
                 )
-                services.run_transition(run=run, status=RunStatus.RUNNING)
+                run_transition(run=run, status=RunStatus.RUNNING)
             for i in range(queued):
-                services.run_submit(
+                run_submit(
                     owner=user,
                     name=f"queued-{i}",
                     origin=("api", "schedule", "system")[i % 3],

@@ -111,12 +111,10 @@ def cluster_node() -> None:
 
 
 def set_policy(total: int) -> None:
-    from runs import services
+    from runs.scheduling.concurrency import settings_update
 
     limits = {k: {"limit": total} for k in ("interactive", "app", "schedule", "system")}
-    services.settings_update(
-        changes={"max_total": total, "interactive_reserve": 0, "classes": limits}, partial=False, by=None
-    )
+    settings_update(changes={"max_total": total, "interactive_reserve": 0, "classes": limits}, partial=False, by=None)
 
 
 def run_parallel(url: str, mode: str, concurrency: int, seconds: float) -> tuple[float, list[float]]:
@@ -203,9 +201,9 @@ def measure(base: str, *, size: str, out: Path) -> None:
     for depth in depths:
         fill_queue(owner_id=owner.pk, count=depth - filled + cycles, classes=classes)
         filled = depth
-        from runs import services
+        from runs.core.lifecycle import slots_grant
 
-        services.slots_grant(reason="bench")
+        slots_grant(reason="bench")
         for _ in range(20):  # warm up caches and plans
             finish_one()
         times = []

@@ -69,14 +69,14 @@ def finish_one(index: int = 0, finishers: int = 1) -> bool:
     """Finish one held run of this finisher's share (`pick`) by calling run_finish outside any transaction, as its
     production callers do (the ingest of a job's final event, the launcher, reconcile). The next grant follows
     the release's commit. False: none held."""
-    from runs import services
+    from runs.core.lifecycle import run_finish
     from runs.models import Run
 
     row = pick("held", index, finishers)
     if row is None:
         time.sleep(0.0005)  # every held run of this share is finished; the next grants may land in it
         return False
-    services.run_finish(run=Run(pk=row[0]), status="succeeded")
+    run_finish(run=Run(pk=row[0]), status="succeeded")
     return True
 
 

@@ -1,6 +1,6 @@
 """Django admin: cron schedules (staff define them here or through /api/schedules/), and read-only views of
-runs, slots, events, the stored concurrency settings (state changes go through runs.services) and the outbox's
-effects (what each move still had to cause, and what became of it)."""
+runs, slots, events, the stored concurrency settings (state changes go through runs.core.lifecycle and
+runs.scheduling.concurrency) and the outbox's effects (what each move still had to cause, and what became of it)."""
 
 from __future__ import annotations
 

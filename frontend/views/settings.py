@@ -13,8 +13,9 @@ from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 
-from runs import selectors, services
+from runs import selectors
 from runs.errors import InvalidInput
+from runs.scheduling.concurrency import settings_update
 from runs.slots import store
 from runs.slots.policy import (
     CLASS_KEYS,
@@ -88,7 +89,7 @@ def concurrency_settings(request: HttpRequest) -> HttpResponse:
         changes, values, errors = _parse(request.POST)
         if not errors:
             try:
-                services.settings_update(changes=changes, partial=False, by=request.user)
+                settings_update(changes=changes, partial=False, by=request.user)
             except InvalidInput as exc:
                 errors[_form_name(exc.field)] = exc.message if _form_name(exc.field) != "__all__" else str(exc)
         if not errors:

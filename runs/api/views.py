@@ -1,4 +1,5 @@
-"""REST views: one thin view per operation; business rules live in runs.services / runs.selectors."""
+"""REST views: one thin view per operation; business rules live in runs/core, runs/execution, runs/scheduling
+(the writes) and runs.selectors (the reads)."""
 
 from __future__ import annotations
 
@@ -17,15 +18,19 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from runs import selectors, services
+from runs import selectors
 from runs.api import serializers as s
 from runs.api.idempotent import IDEMPOTENCY_KEY, once
 from runs.api.run_json import runs_json
 from runs.api.throttles import HeavyReadThrottle, throttled_response
+from runs.core.lifecycle import run_cancel
 from runs.errors import InvalidInput, ServiceError
 from runs.execution.kinds import DEFAULT_KIND
+from runs.execution.submit import run_demand, run_resources, run_submit
 from runs.models import RunClass, RunStatus
 from runs.scheduling import limits
+from runs.scheduling.concurrency import settings_update
+from runs.scheduling.enqueue import run_resume
 from runs.scheduling.queue import slot_dry_run
 from runs.slots import store
 
@@ -117,7 +122,7 @@ class RunListCreateView(ServiceView):
             is_staff=request.user.is_staff,
             via_session=isinstance(request.successful_authenticator, SessionAuthentication),
         )
-        submit = partial(services.run_submit, owner=request.user, **fields)
+        submit = partial(run_submit, owner=request.user, **fields)
         return once(request, "runs_create", raw, submit, http.HTTP_201_CREATED)
 
 
@@ -138,7 +143,7 @@ class RunCancelView(ServiceView):
     )
     def post(self, request: Request, run_id: int) -> Response:
         run = selectors.run_get(user=request.user, run_id=run_id)
-        cancel = partial(services.run_cancel, run=run, by=request.user)
+        cancel = partial(run_cancel, run=run, by=request.user)
         return once(request, f"runs_cancel:{run.pk}", None, cancel, http.HTTP_200_OK)
 
 
@@ -163,7 +168,7 @@ class RunResumeView(ServiceView):
         if not isinstance(from_scratch, bool):
             raise InvalidInput("must be true or false", field="from_scratch")
         run = selectors.run_get(user=request.user, run_id=run_id)
-        resume = partial(services.run_resume, run=run, by=request.user, from_scratch=from_scratch)
+        resume = partial(run_resume, run=run, by=request.user, from_scratch=from_scratch)
         return once(request, f"runs_resume:{run.pk}", {"from_scratch": from_scratch}, resume, http.HTTP_200_OK)
 
 
@@ -228,7 +233,7 @@ class SlotDryRunView(ServiceView):
         body = _body(request)
         resources = None
         if body.get("config") is not None or body.get("kind") is not None:
-            _kind, _config, resources = services.run_demand(
+            _kind, _config, resources = run_demand(
                 kind=body.get("kind", DEFAULT_KIND), config=body.get("config", {}), owner=request.user
             )
         limit = body.get("time_limit_seconds")
@@ -249,7 +254,7 @@ class RunResourcesView(ServiceView):
         """The demand a run of this kind and config would have (its `resources`), without submitting it."""
         body = _body(request)
         return Response(
-            services.run_resources(kind=body.get("kind", DEFAULT_KIND), config=body.get("config"), owner=request.user)
+            run_resources(kind=body.get("kind", DEFAULT_KIND), config=body.get("config"), owner=request.user)
         )
 
 
@@ -272,7 +277,7 @@ class ConcurrencySettingsView(ServiceView):
         responses={200: s.ConcurrencySettingsSerializer, 400: s.ErrorSerializer, 403: s.ErrorSerializer},
     )
     def patch(self, request: Request) -> Response:
-        services.settings_update(changes=_body(request), partial=True, by=request.user)
+        settings_update(changes=_body(request), partial=True, by=request.user)
         return self._effective()
 
     @extend_schema(
@@ -281,5 +286,5 @@ class ConcurrencySettingsView(ServiceView):
         responses={200: s.ConcurrencySettingsSerializer, 400: s.ErrorSerializer, 403: s.ErrorSerializer},
     )
     def put(self, request: Request) -> Response:
-        services.settings_update(changes=_body(request), partial=False, by=request.user)
+        settings_update(changes=_body(request), partial=False, by=request.user)
         return self._effective()

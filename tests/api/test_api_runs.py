@@ -7,8 +7,9 @@ from __future__ import annotations
 import pytest
 from rest_framework.test import APIClient
 
-from runs import services
+from runs.core.lifecycle import run_finish
 from runs.models import Run
+from runs.scheduling.concurrency import settings_update
 from tests.api.clients import RUN_FIELDS, client_for, post_run, session_for
 
 pytestmark = pytest.mark.django_db
@@ -65,7 +66,7 @@ def test_submit_and_detail_shape(user, handoffs):
 
 
 def test_queued_run_has_position_reason_eta(user, staff, handoffs):
-    services.settings_update(changes={"max_total": 1}, partial=True, by=staff)
+    settings_update(changes={"max_total": 1}, partial=True, by=staff)
     client = client_for(user)
     post_run(client)
     queued = post_run(client).json()
@@ -106,7 +107,7 @@ def test_missing_name_is_400(user):
 
 
 def test_list_is_paginated_filtered_and_private(user, other_user, staff, handoffs):
-    services.settings_update(changes={"max_total": 1}, partial=True, by=staff)
+    settings_update(changes={"max_total": 1}, partial=True, by=staff)
     mine = [post_run(client_for(user)).json()["id"] for _ in range(2)]
     theirs = post_run(session_for(other_user), origin="dashboard").json()["id"]  # dashboard: earned by a session
     page = client_for(user).get("/api/runs/").json()
@@ -139,7 +140,7 @@ def test_cancel_resume_and_events(user, handoffs):
     client = client_for(user)
     run_id = post_run(client).json()["id"]
     assert client.post(f"/api/runs/{run_id}/resume/").status_code == 409
-    services.run_finish(run=Run.objects.get(pk=run_id), status="failed", error="x")
+    run_finish(run=Run.objects.get(pk=run_id), status="failed", error="x")
     assert client.post(f"/api/runs/{run_id}/cancel/").status_code == 409
     assert client.post(f"/api/runs/{run_id}/resume/").json()["code"] == "no_checkpoint"  # tests/api/test_resume.py
     resumed = client.post(f"/api/runs/{run_id}/resume/", {"from_scratch": True}, format="json").json()

@@ -10,7 +10,8 @@ import pytest
 from django.test import Client
 from rest_framework.test import APIClient
 
-from runs import services
+from runs.core.lifecycle import run_transition
+from runs.execution.submit import run_submit
 from runs.models import RunControl, RunStatus
 from tests.runs.helpers import TEST_JOB_KIND  # fixtures and the kind's registration: tests/api/conftest.py
 from tests.security.test_origins import session_client  # a logged-in browser, CSRF enforced
@@ -40,8 +41,8 @@ def gate(state: str) -> dict:
 
 @pytest.fixture
 def poisoned_run(user, handoffs):
-    run = services.run_submit(owner=user, name="r", origin="api", kind=TEST_JOB_KIND, config={})
-    run = services.run_transition(run=run, status=RunStatus.RUNNING)
+    run = run_submit(owner=user, name="r", origin="api", kind=TEST_JOB_KIND, config={})
+    run = run_transition(run=run, status=RunStatus.RUNNING)
     ingest(run, [{"seq": 1, **gate("poisoned")}])
     return run
 
@@ -100,6 +101,6 @@ def test_only_staff_may_reset_and_only_a_poisoned_running_gate(poisoned_run, use
     assert root.post(url, {"reason": "one too many"}, format="json").status_code == 409  # bounded
     assert RunControl.objects.filter(run=poisoned_run).count() == 4
 
-    services.run_transition(run=poisoned_run, status=RunStatus.STOPPING)
+    run_transition(run=poisoned_run, status=RunStatus.STOPPING)
     answer = root.post(url, {"reason": "x"}, format="json")
     assert answer.status_code == 409 and "stopping" in answer.json()["detail"]

@@ -12,7 +12,8 @@ import pytest
 from django.db import connection
 from django.utils import timezone
 
-from runs import services
+from runs.core.lifecycle import run_finish
+from runs.execution.submit import run_submit
 from runs.idempotency.models import IdempotencyKey
 from runs.models import Run
 from runs.outbox.models import Effect
@@ -79,12 +80,12 @@ def test_a_malformed_key_is_a_400_naming_the_header(user, handoffs, key):
 
 def test_a_retried_cancel_or_resume_acts_once(user, handoffs):
     client = client_for(user)
-    run = services.run_submit(owner=user, name="r", origin="api", kind=_body()["kind"], config={"steps": 2})
+    run = run_submit(owner=user, name="r", origin="api", kind=_body()["kind"], config={"steps": 2})
     url = f"/api/runs/{run.pk}/cancel/"
     assert client.post(url, format="json", **KEY).status_code == 200
     again = client.post(url, format="json", **KEY)
     assert again.status_code == 200 and again["Idempotent-Replayed"] == "true"
-    services.run_finish(run=Run.objects.get(pk=run.pk), status="cancelled")  # the job ended: cancelled
+    run_finish(run=Run.objects.get(pk=run.pk), status="cancelled")  # the job ended: cancelled
     resume = {"HTTP_IDEMPOTENCY_KEY": "resume-1"}
     body = {"from_scratch": True}
     first = client.post(f"/api/runs/{run.pk}/resume/", body, format="json", **resume)

@@ -9,8 +9,8 @@ import time
 
 import pytest
 
-from runs import services
 from runs.core.checkpoints import run_checkpoint_step
+from runs.core.lifecycle import run_finish
 from runs.execution.jobs import rl_train_job
 from runs.models import Run, RunStatus
 from runs.outbox.drain import effects_drain
@@ -35,7 +35,7 @@ def failed_run(user, client, *checkpoints: dict) -> Run:
     run = Run.objects.get(pk=post_run(client).json()["id"])
     if checkpoints:
         report(client_for(), run, *checkpoints)
-    return services.run_finish(run=Run.objects.get(pk=run.pk), status=RunStatus.FAILED, error="boom")
+    return run_finish(run=Run.objects.get(pk=run.pk), status=RunStatus.FAILED, error="boom")
 
 
 SAVED = {"step": 4, "version": 4, "path": "/ckpt/step-000004", "reason": "periodic", "state": "saved"}
@@ -111,7 +111,7 @@ def test_auto_resume_starts_over_without_a_checkpoint_and_resumes_with_one(user,
     run = Run.objects.get(pk=post_run(client, auto_resume=True).json()["id"])
     if checkpoint:
         report(client_for(), run, checkpoint)
-    services.run_finish(run=Run.objects.get(pk=run.pk), status=RunStatus.FAILED, error="lost")
+    run_finish(run=Run.objects.get(pk=run.pk), status=RunStatus.FAILED, error="lost")
     # The follow-ups, stored with the finish, drained by hand: this test's transaction never commits (no kick).
     effects_drain()
     followups = Effect.objects.get(kind="followups", payload__run=run.pk)

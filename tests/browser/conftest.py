@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from importlib import import_module
 from typing import Any
 
 import pytest
@@ -136,12 +137,18 @@ def in_thread(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
 
 
 class OffLoopServices:
-    """runs.services with every call made through in_thread."""
+    """The write operations the browser tests call (submit, moves, settings), each made through in_thread."""
+
+    WHERE = {
+        "run_submit": "runs.execution.submit",
+        "run_cancel": "runs.core.lifecycle",
+        "run_finish": "runs.core.lifecycle",
+        "run_transition": "runs.core.lifecycle",
+        "settings_update": "runs.scheduling.concurrency",
+    }
 
     def __getattr__(self, name: str) -> Callable[..., Any]:
-        from runs import services
-
-        fn = getattr(services, name)
+        fn = getattr(import_module(self.WHERE[name]), name)
         return lambda *args, **kwargs: in_thread(fn, *args, **kwargs)
 
 

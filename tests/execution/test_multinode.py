@@ -18,9 +18,11 @@ from typing import Any
 import pytest
 from django.utils import timezone
 
-from runs import services
+from runs.core.lifecycle import run_finish, run_transition
 from runs.execution import capacity, liveness
+from runs.execution.submit import run_submit
 from runs.models import ClusterNode, ClusterStatus, Run, RunStatus, Slot
+from runs.scheduling.concurrency import settings_update
 from tests.conftest import free_port
 from tests.runs.helpers import TEST_JOB_KIND, handoffs, register_test_kind, user  # noqa: F401 - fixtures
 
@@ -100,7 +102,7 @@ def two_nodes() -> Iterator[TwoNodes]:
 
 
 def submit(user, **kw) -> Run:  # noqa: F811 - `user` is the fixture's value
-    return services.run_submit(owner=user, name="r", origin="api", kind=TEST_JOB_KIND, config={}, **kw)
+    return run_submit(owner=user, name="r", origin="api", kind=TEST_JOB_KIND, config={}, **kw)
 
 
 # Small CPU and memory shares, so the two 1-CPU nodes hold several runs and GPUs decide what fits.
@@ -109,7 +111,7 @@ SMALL.update({k: 0.05 for k in ("driver_cpus", "learner_cpus", "engine_cpus", "w
 
 
 def gpu_run(user, config: dict, time_limit_seconds: int | None = None) -> Run:  # noqa: F811
-    return services.run_submit(
+    return run_submit(
         owner=user,
         name="gpu",
         origin="api",
@@ -128,7 +130,7 @@ def test_gpu_runs_are_admitted_only_when_they_fit_the_two_nodes(two_nodes, user,
     settings.RAY_ADDRESS = two_nodes.dashboard_url
     ClusterNode.objects.all().delete()  # capacity comes from this two-node cluster only
     assert capacity.cluster_refresh(now=timezone.now()) is True
-    services.settings_update(changes={"max_total": 20, "interactive_reserve": 0}, partial=True, by=None)
+    settings_update(changes={"max_total": 20, "interactive_reserve": 0}, partial=True, by=None)
 
     one = gpu_run(user, {"learner_gpus": 1})
     assert one.status == RunStatus.STARTING
@@ -142,9 +144,9 @@ def test_gpu_runs_are_admitted_only_when_they_fit_the_two_nodes(two_nodes, user,
         gpu_run(user, {"learner_gpus": 4})
     assert refused.value.field == "config" and "largest node 2" in str(refused.value)
 
-    services.run_finish(run=short, status=RunStatus.SUCCEEDED)
+    run_finish(run=short, status=RunStatus.SUCCEEDED)
     assert Run.objects.get(pk=four.pk).status == RunStatus.QUEUED  # one GPU still held by `one`
-    services.run_finish(run=one, status=RunStatus.SUCCEEDED)  # 4 GPUs free: the head goes first, in this pass
+    run_finish(run=one, status=RunStatus.SUCCEEDED)  # 4 GPUs free: the head goes first, in this pass
     four.refresh_from_db()
     assert four.status == RunStatus.STARTING
     placement = Slot.objects.get(run=four).placement
@@ -164,14 +166,14 @@ def test_two_nodes_are_read_and_losing_one_ends_exactly_its_runs(two_nodes, user
     assert ClusterStatus.objects.get().reachable
 
     # Three app-class runs held (the fourth slot is the interactive reserve), one waiting.
-    services.settings_update(changes={"max_total": 4}, partial=True, by=None)
+    settings_update(changes={"max_total": 4}, partial=True, by=None)
     on_worker, on_worker_resumed, on_head = submit(user), submit(user, auto_resume=True), submit(user)
     waiting = submit(user)
     assert waiting.status == RunStatus.QUEUED
     head, worker = two_nodes.head_id, two_nodes.worker_id
     placements = {on_worker: [head, worker], on_worker_resumed: [worker, worker], on_head: [head, head]}
     for run, placement in placements.items():
-        services.run_transition(run=run, status=RunStatus.RUNNING)
+        run_transition(run=run, status=RunStatus.RUNNING)
         Slot.objects.filter(run=run).update(placement=placement)
 
     two_nodes.cluster.remove_node(two_nodes.worker)

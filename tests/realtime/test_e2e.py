@@ -14,8 +14,8 @@ import uuid
 import pytest
 import requests
 
-from runs import services
 from runs.models import Run, RunEvent, Slot, SlotState
+from runs.scheduling.concurrency import settings_update
 from tests.processes import committed_database_url
 from tests.realtime.conftest import run_async, run_make, train, user_make
 from tests.realtime.servers import CeleryWorker, Daphne, RedisServer, StreamClient, free_port, server_env
@@ -116,7 +116,7 @@ def test_redis_restart_during_a_stream_leaves_clients_exact(redis_server):
 
 def test_two_asgi_processes_and_two_celery_workers_share_events_and_slot_limits(redis_server):
     staff = user_make("staff", staff=True)
-    services.settings_update(changes={"max_total": 3}, partial=True, by=staff)  # reserve: 1 interactive
+    settings_update(changes={"max_total": 3}, partial=True, by=staff)  # reserve: 1 interactive
     # Ray is unreachable here, so granted runs stay `starting` and hold their slots (launches are retried).
     # No idle resync: only live messages (and the gap fills they trigger) can reach the clients, so their
     # completeness shows the cross-process fan-out works.

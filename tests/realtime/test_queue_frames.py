@@ -14,9 +14,11 @@ from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from runs import services
 from runs.core import publish
+from runs.core.lifecycle import run_cancel
+from runs.execution.submit import run_submit
 from runs.models import Run, RunStatus, Slot
+from runs.scheduling.concurrency import settings_update
 from runs.telemetry import realtime
 from tests.realtime.conftest import communicator, run_async, user_make
 from tests.runs.helpers import (  # noqa: F401
@@ -58,7 +60,7 @@ def queue_fill(owner, count: int) -> None:
 
 
 def submit(owner) -> Run:
-    return services.run_submit(owner=owner, name="new", origin="api", kind=TEST_KIND, config={"steps": 1})
+    return run_submit(owner=owner, name="new", origin="api", kind=TEST_KIND, config={"steps": 1})
 
 
 def queries_of_submit_and_frame(owner) -> tuple[int, int, int]:
@@ -90,7 +92,7 @@ def test_slots_message_size_and_queries_do_not_grow_with_the_queue(handoffs, set
     # would include a policy read that the first (warm) one did not. Read it every time in both.
     settings.SLOTS_POLICY_CACHE_SECONDS = 0
     staff, alice = user_make("boss", staff=True), user_make("alice")
-    services.settings_update(changes={"max_total": 1}, partial=True, by=staff)
+    settings_update(changes={"max_total": 1}, partial=True, by=staff)
     submit(alice)  # holds the one slot: everything after waits
     filler = user_make("filler")  # others' runs fill the line (alice stays under her own queued-run cap)
     queue_fill(filler, 10)
@@ -105,7 +107,7 @@ def test_slots_message_size_and_queries_do_not_grow_with_the_queue(handoffs, set
 
 def test_dashboard_frame_after_a_submit_at_3000_queued_is_small_and_moves_the_line(handoffs):  # noqa: F811
     staff, alice = user_make("boss", staff=True), user_make("alice")
-    services.settings_update(changes={"max_total": 1}, partial=True, by=staff)
+    settings_update(changes={"max_total": 1}, partial=True, by=staff)
     submit(alice)
     queue_fill(user_make("filler"), 3000)
 
@@ -139,7 +141,7 @@ def test_dashboard_frame_after_a_submit_at_3000_queued_is_small_and_moves_the_li
 
 def test_dashboard_queue_moves_visibility_and_resync_on_settings(handoffs):  # noqa: F811
     staff, alice, bob = user_make("boss", staff=True), user_make("alice"), user_make("bob")
-    services.settings_update(changes={"max_total": 1}, partial=True, by=staff)
+    settings_update(changes={"max_total": 1}, partial=True, by=staff)
     submit(bob)
 
     async def scenario():
@@ -152,9 +154,9 @@ def test_dashboard_queue_moves_visibility_and_resync_on_settings(handoffs):  # n
         got = await receive_until(
             comm, lambda ms: len(moves(ms, "joined")) == 2 and any(m["type"] == "run" for m in ms)
         )
-        await sync_to_async(services.run_cancel)(run=theirs, by=bob)
+        await sync_to_async(run_cancel)(run=theirs, by=bob)
         later = await receive_until(comm, lambda ms: moves(ms, "left"))
-        await sync_to_async(services.settings_update)(changes={"max_total": 2}, partial=True, by=staff)
+        await sync_to_async(settings_update)(changes={"max_total": 2}, partial=True, by=staff)
         resynced = await receive_until(comm, lambda ms: any(m["type"] == "snapshot" for m in ms), settle=1.0)
         await comm.disconnect(timeout=WAIT)
         return theirs, mine, keys, got, later, resynced
@@ -180,7 +182,7 @@ def test_dashboard_queue_moves_visibility_and_resync_on_settings(handoffs):  # n
 
 def test_a_rolled_back_submit_publishes_no_queue_move(handoffs):  # noqa: F811
     staff, alice = user_make("boss", staff=True), user_make("alice")
-    services.settings_update(changes={"max_total": 1}, partial=True, by=staff)
+    settings_update(changes={"max_total": 1}, partial=True, by=staff)
     submit(alice)
 
     def doomed():
@@ -223,7 +225,7 @@ def test_a_policy_change_older_than_the_snapshot_does_not_swallow_later_moves(ha
     release = threading.Event()
     monkeypatch.setattr(publish, "_publisher", HeldPublisher(0.1, release))
     staff, alice = user_make("boss", staff=True), user_make("alice")
-    services.settings_update(changes={"max_total": 1}, partial=True, by=staff)  # a resync, held back
+    settings_update(changes={"max_total": 1}, partial=True, by=staff)  # a resync, held back
     submit(alice)
 
     async def scenario():
@@ -233,7 +235,7 @@ def test_a_policy_change_older_than_the_snapshot_does_not_swallow_later_moves(ha
         runs = [await sync_to_async(submit)(alice) for _ in range(2)]
         release.set()
         got = await receive_until(comm, lambda ms: len(moves(ms, "joined")) == 2)
-        await sync_to_async(services.settings_update)(changes={"max_total": 2}, partial=True, by=staff)
+        await sync_to_async(settings_update)(changes={"max_total": 2}, partial=True, by=staff)
         again = await receive_until(comm, lambda ms: any(m["type"] == "snapshot" for m in ms))
         await comm.disconnect(timeout=WAIT)
         return snap, runs, got, again

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from runs import services
+from runs.execution.submit import run_submit
 from runs.models import Run
 from tests.runs.helpers import TEST_JOB_KIND
 
@@ -19,7 +19,7 @@ def _artifacts(settings, tmp_path):
 
 
 def submit(user, *, group: bool = True, **kw) -> Run:
-    run = services.run_submit(owner=user, name="r", origin="api", kind=TEST_JOB_KIND, config={}, **kw)
+    run = run_submit(owner=user, name="r", origin="api", kind=TEST_JOB_KIND, config={}, **kw)
     if group:  # what admission's submit stores for a run whose job waits for a placement group
         Run.objects.filter(pk=run.pk).update(resources=GROUP)
     run.refresh_from_db()

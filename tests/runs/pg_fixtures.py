@@ -7,8 +7,8 @@ import pytest
 from django.db import connection
 from django.utils import timezone
 
-from runs import services
 from runs.core import lifecycle
+from runs.execution.submit import run_submit
 from runs.models import RunStatus
 from tests.runs.helpers import TEST_KIND
 
@@ -24,7 +24,7 @@ def _needs_postgresql() -> None:
 
 
 def submit(owner, origin="api", name="r"):
-    return services.run_submit(owner=owner, name=name, origin=origin, kind=TEST_KIND, config={"steps": 1})
+    return run_submit(owner=owner, name=name, origin=origin, kind=TEST_KIND, config={"steps": 1})
 
 
 def _starting_args() -> dict:

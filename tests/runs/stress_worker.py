@@ -52,9 +52,12 @@ from django.contrib.auth import get_user_model  # noqa: E402
 from django.db import transaction  # noqa: E402
 from django.utils import timezone  # noqa: E402
 
-from runs import services  # noqa: E402
+from runs.core.lifecycle import run_cancel, run_finish, run_transition  # noqa: E402
 from runs.errors import InvalidInput, InvalidTransition  # noqa: E402
+from runs.execution.submit import run_submit  # noqa: E402
+from runs.execution.sweeps import runs_reclaim_stale  # noqa: E402
 from runs.models import ACTIVE_STATUSES, ClusterNode, Run, RunStatus, Slot, SlotState  # noqa: E402
+from runs.scheduling.concurrency import settings_update  # noqa: E402
 from tests.runs.helpers import TEST_KIND, register_test_kind  # noqa: E402
 from tests.runs.invariants import invariant_violations  # noqa: E402
 
@@ -81,25 +84,23 @@ def pick(rng: random.Random, statuses: tuple) -> Run | None:
 def step(op: str, rng: random.Random, owner) -> None:
     if op == "submit":
         # One owner submits everything here: the per-user caps (tests/security/test_limits.py) are not under test.
-        services.run_submit(
-            owner=owner, name="s", origin=rng.choice(ORIGINS), kind=TEST_KIND, config={}, user_caps=False
-        )
+        run_submit(owner=owner, name="s", origin=rng.choice(ORIGINS), kind=TEST_KIND, config={}, user_caps=False)
     elif op == "finish":
         run = pick(rng, ACTIVE_STATUSES)
         if run:
-            services.run_finish(run=run, status=rng.choice([RunStatus.SUCCEEDED, RunStatus.FAILED]))
+            run_finish(run=run, status=rng.choice([RunStatus.SUCCEEDED, RunStatus.FAILED]))
     elif op == "cancel":
         run = pick(rng, (RunStatus.QUEUED, *ACTIVE_STATUSES))
         if run:
             try:
-                services.run_cancel(run=run, by="stress")
+                run_cancel(run=run, by="stress")
             except InvalidTransition:
                 pass  # finished by another process in between
     elif op == "start":
         run = pick(rng, (RunStatus.STARTING,))
         if run:
             try:
-                services.run_transition(run=run, status=RunStatus.RUNNING)
+                run_transition(run=run, status=RunStatus.RUNNING)
             except InvalidTransition:
                 pass
     elif op == "heartbeat_loss":
@@ -107,10 +108,10 @@ def step(op: str, rng: random.Random, owner) -> None:
         if run:
             stale = timezone.now() - timedelta(seconds=settings.SLOTS_HEARTBEAT_TIMEOUT_SECONDS + 5)
             Run.objects.filter(pk=run.pk, status__in=ACTIVE_STATUSES).update(heartbeat_at=stale)
-        services.runs_reclaim_stale(now=timezone.now(), jobs={})  # Ray knows no job here
+        runs_reclaim_stale(now=timezone.now(), jobs={})  # Ray knows no job here
     elif op == "settings":
         try:
-            services.settings_update(changes=random_settings(rng), partial=rng.random() < 0.7, by=None)
+            settings_update(changes=random_settings(rng), partial=rng.random() < 0.7, by=None)
         except InvalidInput:
             pass
 
@@ -140,7 +141,7 @@ def drain() -> None:
             print(json.dumps({"ok": False, "problems": ["runs wait but nothing is active to free a slot"]}))
             sys.exit(1)
         for run in active:
-            services.run_finish(run=run, status=RunStatus.SUCCEEDED)
+            run_finish(run=run, status=RunStatus.SUCCEEDED)
             problems = invariant_violations(settled=True)
             if problems:
                 print(json.dumps({"ok": False, "problems": problems}))
@@ -159,10 +160,10 @@ RACE_SLOTS = 4
 
 def fill(owner_id: int, count: int) -> None:
     """RACE_SLOTS slots, `count` runs submitted: RACE_SLOTS held, the rest waiting."""
-    services.settings_update(changes={"max_total": RACE_SLOTS, "interactive_reserve": 0}, partial=False, by=None)
+    settings_update(changes={"max_total": RACE_SLOTS, "interactive_reserve": 0}, partial=False, by=None)
     owner = get_user_model().objects.get(pk=owner_id)
     for _ in range(count):
-        services.run_submit(owner=owner, name="race", origin="api", kind=TEST_KIND, config={}, user_caps=False)
+        run_submit(owner=owner, name="race", origin="api", kind=TEST_KIND, config={}, user_caps=False)
     print(json.dumps({"ok": True, "held": Slot.objects.filter(state=SlotState.HELD).count()}))
 
 
@@ -197,7 +198,7 @@ def finishers(ops: int) -> None:
                     break  # freed slots were not granted: `check` says so
                 continue
             starved_since = None
-            services.run_finish(run=Run(pk=run_id), status=RunStatus.SUCCEEDED)
+            run_finish(run=Run(pk=run_id), status=RunStatus.SUCCEEDED)
         done += 1
     print(json.dumps({"ok": True, "finished": done, "busy": busy}))
 

@@ -10,11 +10,15 @@ from typing import Any
 import pytest
 from django.utils import timezone
 
-from runs import selectors, services
+from runs import selectors
+from runs.core.lifecycle import run_finish, slots_grant
 from runs.errors import InvalidInput
 from runs.execution.kinds import KINDS, RunKind
+from runs.execution.submit import run_submit
 from runs.models import ClusterNode, Run, RunStatus, Slot
 from runs.scheduling import queue
+from runs.scheduling.concurrency import settings_update
+from runs.scheduling.enqueue import run_resume
 from tests.runs.helpers import TEST_KIND
 
 RES_KIND = "test_resources"
@@ -46,7 +50,7 @@ def nodes(**totals: tuple[float, float]) -> None:
 
 
 def submit(owner, name="r", origin="api", time_limit_seconds=None, **config: Any) -> Run:
-    return services.run_submit(
+    return run_submit(
         owner=owner, name=name, origin=origin, kind=RES_KIND, config=config, time_limit_seconds=time_limit_seconds
     )
 
@@ -64,7 +68,7 @@ def test_demand_is_stored_and_the_grant_places_it(user, handoffs):
     info = queue.runs_queue_info(runs=[second])[second.pk]
     assert info.pending_reason == "insufficient_resources"
     assert info.pending_detail["needs"]["GPU"] == 2 and info.pending_detail["free"]["GPU"] == 1
-    services.run_finish(run=run, status=RunStatus.SUCCEEDED)
+    run_finish(run=run, status=RunStatus.SUCCEEDED)
     second.refresh_from_db()
     assert second.status == RunStatus.STARTING and Slot.objects.get(run=second).placement == ["a"]
 
@@ -104,8 +108,8 @@ def test_dry_run_with_a_demand(user, handoffs):
 def test_resume_keeps_the_demand(user, handoffs):
     nodes(a=(1, 0))
     run = submit(user, cpus=1)
-    services.run_finish(run=run, status=RunStatus.FAILED, error="x")
-    resumed = services.run_resume(run=run, by=user, from_scratch=True)  # no checkpoint: started over
+    run_finish(run=run, status=RunStatus.FAILED, error="x")
+    resumed = run_resume(run=run, by=user, from_scratch=True)  # no checkpoint: started over
     assert resumed.status == RunStatus.STARTING
     slot = Slot.objects.get(run=run)
     assert slot.demand[0]["CPU"] == 1 and slot.placement == ["a"]
@@ -114,7 +118,7 @@ def test_resume_keeps_the_demand(user, handoffs):
 @pytest.mark.django_db
 def test_gpu_limit_holds_back_a_class(user, handoffs):
     nodes(a=(8, 4))
-    services.settings_update(changes={"classes": {"app": {"gpu_limit": 1}}}, partial=True, by=None)
+    settings_update(changes={"classes": {"app": {"gpu_limit": 1}}}, partial=True, by=None)
     first, second = submit(user, gpus=1), submit(user, name="s", gpus=1)
     assert (first.status, second.status) == (RunStatus.STARTING, RunStatus.QUEUED)
     assert queue.runs_queue_info(runs=[second])[second.pk].pending_reason == "gpu_limit_reached"
@@ -134,7 +138,7 @@ def test_starting_run_json_carries_its_pending_reason(user, handoffs):
 @pytest.mark.django_db
 def test_plain_kind_without_demand_still_needs_a_known_cluster(user, handoffs):
     ClusterNode.objects.all().delete()
-    run = services.run_submit(owner=user, name="p", origin="api", kind=TEST_KIND, config={})
+    run = run_submit(owner=user, name="p", origin="api", kind=TEST_KIND, config={})
     assert run.status == RunStatus.QUEUED
     nodes(a=(1, 0))
-    assert services.slots_grant() == [run.pk]
+    assert slots_grant() == [run.pk]

@@ -12,8 +12,11 @@ import pytest
 from django.test import Client
 from django.utils import timezone
 
-from runs import services, tasks
+from runs import tasks
+from runs.core.lifecycle import run_cancel, run_transition
 from runs.execution import liveness, ray
+from runs.execution.submit import run_submit
+from runs.execution.sweeps import runs_enforce_time_limits, runs_reclaim_stale
 from runs.models import ClusterNode, Run, RunStatus, Slot
 from tests.runs.helpers import TEST_JOB_KIND
 
@@ -27,7 +30,7 @@ def _artifacts(settings, tmp_path):
 
 
 def submit(user, **kw):
-    return services.run_submit(owner=user, name="r", origin="api", kind=TEST_JOB_KIND, config={}, **kw)
+    return run_submit(owner=user, name="r", origin="api", kind=TEST_JOB_KIND, config={}, **kw)
 
 
 def assert_resumed(run: Run, error: str) -> None:
@@ -45,8 +48,8 @@ def assert_resumed(run: Run, error: str) -> None:
 def test_reclaimed_auto_resume_run_is_resumed(user, handoffs, settings):
     settings.SLOTS_HEARTBEAT_TIMEOUT_SECONDS = 30
     run = submit(user, auto_resume=True)
-    services.run_transition(run=run, status=RunStatus.RUNNING)
-    assert services.runs_reclaim_stale(now=timezone.now() + timedelta(seconds=31), jobs={}) == [run.pk]
+    run_transition(run=run, status=RunStatus.RUNNING)
+    assert runs_reclaim_stale(now=timezone.now() + timedelta(seconds=31), jobs={}) == [run.pk]
     assert_resumed(run, "heartbeat lost")
     assert run.pk in handoffs.stopped  # the platform ended it: its job is asked to stop
 
@@ -54,7 +57,7 @@ def test_reclaimed_auto_resume_run_is_resumed(user, handoffs, settings):
 def test_timed_out_auto_resume_run_is_resumed(user, handoffs):
     run = submit(user, auto_resume=True, time_limit_seconds=60)
     run.refresh_from_db()
-    assert services.runs_enforce_time_limits(now=run.granted_at + timedelta(seconds=61)) == [run.pk]
+    assert runs_enforce_time_limits(now=run.granted_at + timedelta(seconds=61)) == [run.pk]
     assert_resumed(run, "time limit of 60 s exceeded")
 
 
@@ -90,7 +93,7 @@ def test_a_lost_launch_is_launched_again_not_failed(user, handoffs):
 def test_node_loss_of_an_auto_resume_run_is_resumed(user, handoffs):
     ClusterNode.objects.create(node_id="n1", address="10.0.0.1", alive=False, total={}, seen_at=timezone.now())
     run = submit(user, auto_resume=True)
-    services.run_transition(run=run, status=RunStatus.RUNNING)
+    run_transition(run=run, status=RunStatus.RUNNING)
     Slot.objects.filter(run_id=run.pk).update(placement=["n0", "n1"])
     assert liveness.runs_node_loss() == {run.pk: RunStatus.FAILED}
     assert_resumed(run, "node n1 (10.0.0.1) lost")
@@ -100,8 +103,8 @@ def test_node_loss_of_an_auto_resume_run_is_resumed(user, handoffs):
 def test_without_auto_resume_a_failed_run_stays_failed(user, handoffs, settings):
     settings.SLOTS_HEARTBEAT_TIMEOUT_SECONDS = 30
     run = submit(user)
-    services.run_transition(run=run, status=RunStatus.RUNNING)
-    assert services.runs_reclaim_stale(now=timezone.now() + timedelta(seconds=31), jobs={}) == [run.pk]
+    run_transition(run=run, status=RunStatus.RUNNING)
+    assert runs_reclaim_stale(now=timezone.now() + timedelta(seconds=31), jobs={}) == [run.pk]
     run.refresh_from_db()
     assert (run.status, run.attempt) == (RunStatus.FAILED, 0)
 
@@ -113,8 +116,8 @@ def test_auto_resume_is_bounded(user, handoffs, settings):
     for _ in range(3):
         run.refresh_from_db()
         if run.status == RunStatus.STARTING:
-            services.run_transition(run=run, status=RunStatus.RUNNING)
-        services.runs_reclaim_stale(now=timezone.now() + timedelta(seconds=31), jobs={})
+            run_transition(run=run, status=RunStatus.RUNNING)
+        runs_reclaim_stale(now=timezone.now() + timedelta(seconds=31), jobs={})
     run.refresh_from_db()
     assert (run.status, run.attempt) == (RunStatus.FAILED, 2)
 
@@ -128,7 +131,7 @@ def test_auto_resume_is_bounded(user, handoffs, settings):
 )
 def test_terminal_event_finishes_the_run_within_one_ingest_round_trip(user, handoffs, final, expected):
     run = submit(user)
-    services.run_transition(run=run, status=RunStatus.RUNNING)
+    run_transition(run=run, status=RunStatus.RUNNING)
     events = [
         {"seq": 1, "ts": time.time(), "type": "status", "data": {"status": "running"}},
         {"seq": 2, "ts": time.time(), "type": "status", "data": final},
@@ -152,7 +155,7 @@ def test_terminal_event_finishes_the_run_within_one_ingest_round_trip(user, hand
 
 def test_a_running_event_does_not_finish_the_run(user, handoffs):
     run = submit(user)
-    services.run_transition(run=run, status=RunStatus.RUNNING)
+    run_transition(run=run, status=RunStatus.RUNNING)
     response = Client().post(
         f"/api/runs/{run.pk}/ingest/",
         content_type="application/json",
@@ -165,8 +168,8 @@ def test_a_running_event_does_not_finish_the_run(user, handoffs):
 def test_a_stopping_run_waits_for_its_job_to_end(user, handoffs):
     """A cancel ends when Ray says the job stopped (the reconcile), not at the job's `cancelled` event."""
     run = submit(user)
-    services.run_transition(run=run, status=RunStatus.RUNNING)
-    services.run_cancel(run=run, by=user)
+    run_transition(run=run, status=RunStatus.RUNNING)
+    run_cancel(run=run, by=user)
     response = Client().post(
         f"/api/runs/{run.pk}/ingest/",
         content_type="application/json",

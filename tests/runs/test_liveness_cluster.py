@@ -10,9 +10,12 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from runs import services
+from runs.core.lifecycle import run_transition
 from runs.execution import capacity, liveness
+from runs.execution.submit import run_submit
+from runs.execution.sweeps import runs_reclaim_stale
 from runs.models import ClusterNode, ClusterStatus, Run, RunStatus, Slot, SlotState
+from runs.scheduling.concurrency import settings_update
 from tests.runs.helpers import TEST_JOB_KIND
 from tests.runs.liveness_fixtures import _artifacts, submit  # noqa: F401 - _artifacts: an autouse fixture
 
@@ -22,26 +25,26 @@ pytestmark = pytest.mark.django_db(transaction=True)
 def test_stale_heartbeat_is_confirmed_against_ray(user, handoffs, settings):
     settings.SLOTS_HEARTBEAT_TIMEOUT_SECONDS = 60
     settings.SLOTS_HEARTBEAT_HARD_TIMEOUT_SECONDS = 600
-    services.settings_update(changes={"max_total": 4}, partial=True, by=None)
+    settings_update(changes={"max_total": 4}, partial=True, by=None)
     alive, gone = submit(user), submit(user)
     for r in (alive, gone):
-        services.run_transition(run=r, status=RunStatus.RUNNING)
+        run_transition(run=r, status=RunStatus.RUNNING)
         Run.objects.filter(pk=r.pk).update(ray_submission_id=f"{settings.RAY_SUBMISSION_PREFIX}-{r.pk}-0")
     now = timezone.now()
     jobs = {alive.pk: "RUNNING", gone.pk: None}
-    assert services.runs_reclaim_stale(now=now + timedelta(seconds=120), jobs=None) == []  # Ray unreachable
-    assert services.runs_reclaim_stale(now=now + timedelta(seconds=120), jobs=jobs) == [gone.pk]
+    assert runs_reclaim_stale(now=now + timedelta(seconds=120), jobs=None) == []  # Ray unreachable
+    assert runs_reclaim_stale(now=now + timedelta(seconds=120), jobs=jobs) == [gone.pk]
     gone.refresh_from_db()
     assert gone.error.startswith("heartbeat lost and Ray no longer knows job ")
-    assert services.runs_reclaim_stale(now=now + timedelta(seconds=599), jobs=jobs) == []
-    assert services.runs_reclaim_stale(now=now + timedelta(seconds=602), jobs=jobs) == [alive.pk]
+    assert runs_reclaim_stale(now=now + timedelta(seconds=599), jobs=jobs) == []
+    assert runs_reclaim_stale(now=now + timedelta(seconds=602), jobs=jobs) == [alive.pk]
     alive.refresh_from_db()
     assert alive.error.startswith("heartbeat lost for 60") and "while Ray reports the job running" in alive.error
     assert set(handoffs.stopped) == {alive.pk, gone.pk}
 
 
 def test_node_loss_ends_exactly_the_runs_placed_on_the_node(user, handoffs):
-    services.settings_update(changes={"max_total": 4}, partial=True, by=None)
+    settings_update(changes={"max_total": 4}, partial=True, by=None)
     now = timezone.now()
     ClusterNode.objects.create(node_id="a", address="10.0.0.1", alive=True, total={}, seen_at=now)
     ClusterNode.objects.create(node_id="b", address="10.0.0.2", alive=False, total={}, seen_at=now)
@@ -49,7 +52,7 @@ def test_node_loss_ends_exactly_the_runs_placed_on_the_node(user, handoffs):
     waiting = submit(user)  # three app runs hold slots (the fourth is the interactive reserve): this one waits
     assert waiting.status == RunStatus.QUEUED
     for r in (on_a, on_b):
-        services.run_transition(run=r, status=RunStatus.RUNNING)
+        run_transition(run=r, status=RunStatus.RUNNING)
     Slot.objects.filter(run=on_a).update(placement=["a", "a"])
     Slot.objects.filter(run=on_b).update(placement=["a", "b"])
     Slot.objects.filter(run=planned_on_b).update(placement=["b"])
@@ -103,7 +106,7 @@ def test_dead_nodes_are_forgotten_after_the_retention_unless_a_held_slot_is_plac
         ClusterNode.objects.create(
             node_id=node_id, address="", alive=alive, total=total, seen_at=now - timedelta(seconds=age)
         )
-    run = services.run_submit(owner=user, name="r", origin="api", kind=TEST_JOB_KIND, config={})
+    run = run_submit(owner=user, name="r", origin="api", kind=TEST_JOB_KIND, config={})
     Slot.objects.filter(run_id=run.pk).update(state=SlotState.HELD, placement=["live", "held"])
     assert capacity.dead_nodes_prune(now=now) == 1
     assert sorted(ClusterNode.objects.values_list("node_id", flat=True)) == ["held", "live", "recent"]

@@ -12,9 +12,11 @@ import pytest
 from django.test import Client
 from django.utils import timezone
 
-from runs import selectors, services
+from runs import selectors
+from runs.core.lifecycle import run_finish
 from runs.execution import capacity, liveness
 from runs.models import ClusterNode, ClusterStatus, Run, RunEvent, RunStatus, Slot, SlotState
+from runs.scheduling.concurrency import settings_update
 from tests.runs.liveness_fixtures import _artifacts, submit  # noqa: F401 - _artifacts: an autouse fixture
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -127,7 +129,7 @@ def test_ready_on_a_node_the_platform_does_not_know_runs_with_the_granted_placem
 def test_a_run_that_ends_while_waiting_for_resources_loses_its_pending_reason(user, handoffs):
     run = submit(user)
     post(run, [resources(1, "waiting", waited_s=0.0, detail="PACK group of 2 bundles pending")])
-    services.run_finish(run=run, status=RunStatus.FAILED, error="job lost")
+    run_finish(run=run, status=RunStatus.FAILED, error="job lost")
     run.refresh_from_db()
     assert (run.status, run.pending_reason, run.pending_detail) == (RunStatus.FAILED, "", "")
     assert selectors.runs_json([run])[0]["pending_reason"] is None
@@ -139,7 +141,7 @@ def test_a_run_without_a_placement_group_runs_at_its_first_post(user, handoffs):
 
 
 def test_placement_timeout_requeues_at_the_old_position_and_grants_the_next(user, handoffs):
-    services.settings_update(changes={"max_total": 1}, partial=True, by=None)
+    settings_update(changes={"max_total": 1}, partial=True, by=None)
     run, later = submit(user), submit(user)
     slot = Slot.objects.get(run=run)
     requested_at = slot.requested_at
@@ -160,7 +162,7 @@ def test_placement_timeout_requeues_at_the_old_position_and_grants_the_next(user
 
 
 def test_requeue_frees_the_slot_for_the_next_run_when_the_requeued_run_is_behind(user, handoffs):
-    services.settings_update(changes={"max_total": 1}, partial=True, by=None)
+    settings_update(changes={"max_total": 1}, partial=True, by=None)
     run, later = submit(user), submit(user)
     Slot.objects.filter(run=later).update(requested_at=Slot.objects.get(run=run).requested_at - timedelta(seconds=1))
     assert post(run, [resources(1, "timeout", waited_s=300.0)])["status"] == RunStatus.QUEUED
@@ -186,7 +188,7 @@ def test_the_old_attempts_posts_are_refused_after_a_requeue(user, handoffs):
 def test_starting_rules(user, handoffs, settings):
     settings.RUN_LAUNCH_TIMEOUT_SECONDS = 900
     settings.RUN_PLACEMENT_MARGIN_SECONDS = 60
-    services.settings_update(changes={"max_total": 4}, partial=True, by=None)
+    settings_update(changes={"max_total": 4}, partial=True, by=None)
     pending, silent, posted = submit(user), submit(user), submit(user)
     sid = {r.pk: f"{settings.RAY_SUBMISSION_PREFIX}-{r.pk}-0" for r in (pending, silent, posted)}
     for r in (pending, silent, posted):
@@ -214,7 +216,7 @@ def test_starting_rules(user, handoffs, settings):
 
 def test_the_launch_clock_restarts_when_ray_is_reachable_again(user, handoffs, settings, monkeypatch):
     settings.RUN_LAUNCH_TIMEOUT_SECONDS = 900
-    services.settings_update(changes={"max_total": 4}, partial=True, by=None)
+    settings_update(changes={"max_total": 4}, partial=True, by=None)
     run = submit(user)
     Run.objects.filter(pk=run.pk).update(ray_submission_id=f"{settings.RAY_SUBMISSION_PREFIX}-{run.pk}-0")
     Run.objects.filter(pk=run.pk).update(heartbeat_at=timezone.now())  # it posted: the placement rule is not it
@@ -248,7 +250,7 @@ def test_reconcile_of_starting_runs_follows_the_placement_rules(user, handoffs):
 
     from runs.execution.reconcile import run_reconcile
 
-    services.settings_update(changes={"max_total": 4}, partial=True, by=None)
+    settings_update(changes={"max_total": 4}, partial=True, by=None)
     grouped, plain, silent = submit(user), submit(user, group=False), submit(user, group=False)
     Run.objects.filter(pk__in=[grouped.pk, plain.pk]).update(heartbeat_at=timezone.now())
     running = SimpleNamespace(status="RUNNING", message="")

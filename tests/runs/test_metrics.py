@@ -12,9 +12,9 @@ from django.test import Client
 from prometheus_client.parser import text_string_to_metric_families
 from rest_framework.test import APIClient
 
-from runs import services
 from runs.metrics.record import client as redis_client
 from runs.models import Run, RunStatus
+from runs.scheduling.concurrency import settings_update
 from tests.runs.test_services import submit
 
 pytestmark = pytest.mark.django_db
@@ -107,7 +107,7 @@ def test_metrics_need_a_token_or_a_staff_session(metrics_env, staff, user):
 
 
 def test_promtool_passes_and_series_follow_runs(metrics_env, user, handoffs, django_capture_on_commit_callbacks):
-    services.settings_update(changes={"max_total": 2}, partial=True, by=None)
+    settings_update(changes={"max_total": 2}, partial=True, by=None)
     empty = scrape()
     promtool_check(empty)
     before = samples(empty)

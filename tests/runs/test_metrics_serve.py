@@ -60,9 +60,9 @@ def test_metrics_serve_answers_without_a_token_and_follows_the_queue(metrics_por
     promtool_check(text)
     assert pending_of(samples(text), "interactive") == 0
 
-    from runs import services
+    from runs.scheduling.concurrency import settings_update
 
-    services.settings_update(changes={"max_total": 1}, partial=True, by=None)
+    settings_update(changes={"max_total": 1}, partial=True, by=None)
     runs = [submit(user, origin="dashboard", name=f"s{i}") for i in range(3)]
     for run in runs:
         run.refresh_from_db()

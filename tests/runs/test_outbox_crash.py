@@ -15,9 +15,11 @@ from __future__ import annotations
 
 import pytest
 
-from runs import services, tasks
+from runs import tasks
+from runs.core.lifecycle import run_finish, run_transition
 from runs.execution import ray
 from runs.execution.kinds import DEFAULT_KIND, EVAL_KIND
+from runs.execution.submit import run_submit
 from runs.models import Run, RunStatus
 from runs.outbox import store as outbox_store
 from runs.outbox.models import Effect, EffectState
@@ -57,12 +59,12 @@ def test_a_finish_whose_process_dies_after_its_commit_gets_its_evaluation_within
     ray_view,
     monkeypatch,  # noqa: F811
 ):
-    run = services.run_submit(owner=user, name="train", origin="api", kind=DEFAULT_KIND, config={"steps": 2})
-    services.run_transition(run=run, status=RunStatus.RUNNING)
+    run = run_submit(owner=user, name="train", origin="api", kind=DEFAULT_KIND, config={"steps": 2})
+    run_transition(run=run, status=RunStatus.RUNNING)
     with monkeypatch.context() as dying:
         dying.setattr(outbox_store, "_kicked", killed_after_commit)
         with pytest.raises(Killed):
-            services.run_finish(run=Run.objects.get(pk=run.pk), status=RunStatus.SUCCEEDED)
+            run_finish(run=Run.objects.get(pk=run.pk), status=RunStatus.SUCCEEDED)
     assert Run.objects.get(pk=run.pk).status == RunStatus.SUCCEEDED  # committed before the process died
     assert not Run.objects.filter(parent=run).exists()
     followups = Effect.objects.get(kind="followups", payload__run=run.pk)
@@ -95,7 +97,7 @@ def test_a_grant_whose_process_dies_before_the_launch_is_launched_once(
     with monkeypatch.context() as dying:
         dying.setattr(outbox_store, "_kicked", killed_after_commit)
         with pytest.raises(Killed):
-            services.run_submit(owner=user, name="r", origin="api", kind=TEST_JOB_KIND, config={})
+            run_submit(owner=user, name="r", origin="api", kind=TEST_JOB_KIND, config={})
     run = Run.objects.get(name="r")
     assert run.status == RunStatus.STARTING and cluster.jobs == []  # granted, committed, never launched
     launch = Effect.objects.get(kind="dispatch", payload__run=run.pk)

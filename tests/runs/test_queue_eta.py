@@ -8,9 +8,10 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from runs import selectors, services
+from runs import selectors
 from runs.models import Run, RunStatus
 from runs.scheduling import queue
+from runs.scheduling.concurrency import settings_update
 from tests.runs.test_services import submit
 
 pytestmark = pytest.mark.django_db
@@ -27,7 +28,7 @@ def training(run: Run, *, step: int, total: int, seconds_per_step: float) -> Non
 
 
 def test_queued_eta_is_the_held_runs_finish(user, handoffs):
-    services.settings_update(changes={"max_total": 1}, partial=True, by=None)
+    settings_update(changes={"max_total": 1}, partial=True, by=None)
     held = submit(user, origin="dashboard", name="held")
     waiting = submit(user, origin="dashboard", name="waiting")
     assert waiting.status == RunStatus.QUEUED
@@ -87,7 +88,7 @@ def test_a_held_run_without_a_step_rate_is_predicted_to_take_a_typical_run_of_it
     Another kind's history does not tell the held run's length; it only gives the recent grant rate."""
     from runs.scheduling.queue import grant_rate_per_second
 
-    services.settings_update(changes={"max_total": 1}, partial=True, by=None)
+    settings_update(changes={"max_total": 1}, partial=True, by=None)
     held = submit(user, origin="dashboard", name="held", time_limit_seconds=86400)
     waiting = submit(user, origin="dashboard", name="waiting")
     assert (held.status, waiting.status) == (RunStatus.STARTING, RunStatus.QUEUED)

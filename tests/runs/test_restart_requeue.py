@@ -10,12 +10,12 @@ import pytest
 from django.utils import timezone
 from ray.job_submission import JobDetails, JobStatus
 
-from runs import services
 from runs.core.events import run_events_record
-from runs.core.lifecycle import TRANSITIONS
+from runs.core.lifecycle import TRANSITIONS, run_transition
 from runs.execution.ray import submission_id_for
 from runs.execution.restart import runs_interrupted
 from runs.models import Run, RunEvent, RunStatus, Slot, SlotState
+from runs.scheduling.concurrency import settings_update
 from tests.runs.test_services import submit
 
 pytestmark = pytest.mark.django_db
@@ -29,7 +29,7 @@ def running(user, *, name: str, checkpoint: int | None = None) -> Run:
     """A granted run whose job was launched and reported (its current attempt's submission id is recorded)."""
     run = submit(user, name=name)
     assert run.status == RunStatus.STARTING
-    services.run_transition(run=run, status=RunStatus.RUNNING)
+    run_transition(run=run, status=RunStatus.RUNNING)
     Run.objects.filter(pk=run.pk).update(ray_submission_id=submission_id_for(run), heartbeat_at=timezone.now())
     if checkpoint is not None:
         run_events_record(
@@ -48,7 +48,7 @@ def history(run: Run) -> list[str]:
 def test_a_stop_requeues_at_the_old_place_to_resume_and_grants_nothing(
     user, handoffs, django_capture_on_commit_callbacks
 ):
-    services.settings_update(changes={"max_total": 1}, partial=True, by=None)
+    settings_update(changes={"max_total": 1}, partial=True, by=None)
     held = running(user, name="held", checkpoint=5)
     waiting = submit(user, name="waiting")
     place = Slot.objects.get(run=held).requested_at
@@ -79,7 +79,7 @@ def test_a_stop_requeues_at_the_old_place_to_resume_and_grants_nothing(
 
 
 def test_a_start_requeues_runs_whose_jobs_the_crash_took(user, handoffs):
-    services.settings_update(changes={"max_total": 3, "interactive_reserve": 0}, partial=True, by=None)
+    settings_update(changes={"max_total": 3, "interactive_reserve": 0}, partial=True, by=None)
     saved = running(user, name="saved", checkpoint=10)
     fresh = running(user, name="fresh")  # no checkpoint yet: starts over from step 0
     never_launched = submit(user, name="never-launched")  # granted, its launch lost with the platform
@@ -95,7 +95,7 @@ def test_a_start_requeues_runs_whose_jobs_the_crash_took(user, handoffs):
 
 
 def test_jobs_that_ended_or_still_run_are_not_requeued(user, handoffs):
-    services.settings_update(changes={"max_total": 4, "interactive_reserve": 0}, partial=True, by=None)
+    settings_update(changes={"max_total": 4, "interactive_reserve": 0}, partial=True, by=None)
     done_job, adopted, stopped_elsewhere = (running(user, name=n) for n in ("done", "adopted", "stopped"))
     observed = {
         done_job.pk: _details(JobStatus.SUCCEEDED),
@@ -112,7 +112,7 @@ def test_jobs_that_ended_or_still_run_are_not_requeued(user, handoffs):
 
 
 def test_a_job_still_running_at_a_stop_is_requeued_and_a_finished_one_finishes(user, handoffs):
-    services.settings_update(changes={"max_total": 4, "interactive_reserve": 0}, partial=True, by=None)
+    settings_update(changes={"max_total": 4, "interactive_reserve": 0}, partial=True, by=None)
     slow, finished, broken = (running(user, name=n, checkpoint=3) for n in ("slow", "finished", "broken"))
     observed = {
         slow.pk: _details(JobStatus.RUNNING),  # did not stop in time: Ray goes next, and the job with it

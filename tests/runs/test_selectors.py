@@ -4,17 +4,19 @@ from __future__ import annotations
 
 import pytest
 
-from runs import selectors, services
+from runs import selectors
 from runs.core.events import run_events_record
+from runs.core.lifecycle import run_finish
 from runs.models import RunEvent, RunStatus
 from runs.scheduling import queue
+from runs.scheduling.concurrency import settings_update
 from tests.runs.test_services import submit
 
 pytestmark = pytest.mark.django_db
 
 
 def test_queue_positions_and_reasons(user, handoffs):
-    services.settings_update(changes={"max_total": 2}, partial=True, by=None)  # reserve 1, others 1
+    settings_update(changes={"max_total": 2}, partial=True, by=None)  # reserve 1, others 1
     app_running = submit(user, origin="api")
     sys_a, sys_b = submit(user, origin="system"), submit(user, origin="system")
     app_waiting = submit(user, origin="api")
@@ -32,11 +34,11 @@ def test_queue_positions_and_reasons(user, handoffs):
 
 
 def test_global_limit_reason(user, handoffs):
-    services.settings_update(changes={"max_total": 1}, partial=True, by=None)
+    settings_update(changes={"max_total": 1}, partial=True, by=None)
     submit(user, origin="dashboard")
     waiting = submit(user, origin="dashboard")
     assert queue.runs_queue_info(runs=[waiting])[waiting.pk].pending_reason == "class_limit_reached"
-    services.settings_update(changes={"classes": {"interactive": {"limit": 5}}}, partial=True, by=None)
+    settings_update(changes={"classes": {"interactive": {"limit": 5}}}, partial=True, by=None)
     assert queue.runs_queue_info(runs=[waiting])[waiting.pk].pending_reason == "global_limit_reached"
 
 
@@ -66,7 +68,7 @@ def test_snapshot_shape(user, handoffs):
 
 
 def test_dry_run(user, handoffs):
-    services.settings_update(changes={"max_total": 2}, partial=True, by=None)
+    settings_update(changes={"max_total": 2}, partial=True, by=None)
     assert queue.slot_dry_run(origin="system")["granted"] is True
     submit(user, origin="system")
     assert queue.slot_dry_run(origin="api") == {
@@ -90,7 +92,7 @@ def test_events_record_is_idempotent_and_gapless(user, handoffs):
     assert [e.seq for e in again] == [base + 4]
     seqs = list(RunEvent.objects.filter(run=run).values_list("seq", flat=True))
     assert seqs == list(range(1, base + 5))
-    services.run_finish(run=run, status=RunStatus.SUCCEEDED)
+    run_finish(run=run, status=RunStatus.SUCCEEDED)
     last = RunEvent.objects.filter(run=run).last()
     assert last.seq == base + 5 and last.data == {"status": "succeeded", "previous": "starting", "error": ""}
 
@@ -99,7 +101,7 @@ def test_positions_by_scan_match_counts(user, handoffs):
     from runs.scheduling.queue import _positions_by_count, _positions_by_scan
     from runs.slots import store
 
-    services.settings_update(changes={"max_total": 1, "classes": {"app": {"priority": 10}}}, partial=True, by=None)
+    settings_update(changes={"max_total": 1, "classes": {"app": {"priority": 10}}}, partial=True, by=None)
     runs = [
         submit(user, origin=o)
         for o in ["system", "api", "schedule", "system", "dashboard", "api", "schedule", "dashboard", "system", "api"]

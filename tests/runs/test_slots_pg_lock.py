@@ -11,11 +11,12 @@ import pytest
 from django.db import close_old_connections, connection, transaction
 from psycopg.pq import TransactionStatus
 
-from runs import services
 from runs.core import lifecycle, stores
+from runs.core.lifecycle import run_finish
 from runs.core.stores import PG_STORE
 from runs.errors import InvalidTransition
 from runs.models import Run, RunStatus, Slot, SlotState
+from runs.scheduling.concurrency import settings_update
 from runs.slots import pg, store
 from tests.runs.pg_fixtures import _needs_postgresql, _starting_args, submit  # noqa: F401 - an autouse fixture
 from tests.runs.test_admission_db import nodes
@@ -39,22 +40,22 @@ def _lock_free_elsewhere() -> bool:
 
 @pytest.mark.django_db(transaction=True)
 def test_release_commits_without_the_lock_and_grants_after_its_commit(user, handoffs):
-    services.settings_update(changes={"max_total": 1}, partial=True, by=None)
+    settings_update(changes={"max_total": 1}, partial=True, by=None)
     first, second = submit(user, name="a"), submit(user, name="b")
     with transaction.atomic():  # a caller's transaction: the grant waits for its commit
-        services.run_finish(run=first, status=RunStatus.SUCCEEDED)
+        run_finish(run=first, status=RunStatus.SUCCEEDED)
         assert not store.lock_held() and _lock_free_elsewhere()
         assert Run.objects.get(pk=second.pk).status == RunStatus.QUEUED
     second.refresh_from_db()
     assert second.status == RunStatus.STARTING and handoffs.dispatched[-1] == second.pk
     # Outside any transaction: granted before run_finish returns.
-    services.run_finish(run=second, status=RunStatus.FAILED)
+    run_finish(run=second, status=RunStatus.FAILED)
     third = submit(user, name="c")
-    services.run_finish(run=third, status=RunStatus.SUCCEEDED)
+    run_finish(run=third, status=RunStatus.SUCCEEDED)
     fourth = submit(user, name="d")
     assert fourth.status == RunStatus.STARTING
     fifth = submit(user, name="e")
-    services.run_finish(run=fourth, status=RunStatus.SUCCEEDED)
+    run_finish(run=fourth, status=RunStatus.SUCCEEDED)
     assert Run.objects.get(pk=fifth.pk).status == RunStatus.STARTING
 
 
@@ -82,11 +83,11 @@ def hold_grant_lock(*, until: threading.Event) -> threading.Thread:
 def test_a_release_blocked_by_the_lock_is_granted_by_its_holder(user, handoffs):
     """The lost-wakeup race, step by step: a holder has the lock when a release commits, so the releaser's
     try-lock fails and it leaves; the holder's check after its own commit grants for it."""
-    services.settings_update(changes={"max_total": 1}, partial=True, by=None)
+    settings_update(changes={"max_total": 1}, partial=True, by=None)
     first, second = submit(user, name="a"), submit(user, name="b")
     release_done = threading.Event()
     thread = hold_grant_lock(until=release_done)
-    services.run_finish(run=first, status=RunStatus.SUCCEEDED)  # commits; its try-lock fails; returns
+    run_finish(run=first, status=RunStatus.SUCCEEDED)  # commits; its try-lock fails; returns
     assert Run.objects.get(pk=second.pk).status == RunStatus.QUEUED
     release_done.set()
     thread.join(15)
@@ -127,7 +128,7 @@ def _idle_and_lock_free() -> bool:
 
 @pytest.mark.django_db(transaction=True)
 def test_a_failed_catch_up_pass_leaves_the_lock_free(user, handoffs, monkeypatch):
-    services.settings_update(changes={"max_total": 1}, partial=True, by=None)
+    settings_update(changes={"max_total": 1}, partial=True, by=None)
     first, second = submit(user, name="a"), submit(user, name="b")
     Slot.objects.filter(run=first).delete()  # capacity freed without a grant: the pass below has work
 
@@ -159,7 +160,7 @@ def test_a_failed_catch_up_pass_leaves_the_lock_free(user, handoffs, monkeypatch
 
 @pytest.mark.django_db(transaction=True)
 def test_a_catch_up_pass_leaves_when_the_lock_is_held(user, handoffs):
-    services.settings_update(changes={"max_total": 1}, partial=True, by=None)
+    settings_update(changes={"max_total": 1}, partial=True, by=None)
     first, second = submit(user, name="a"), submit(user, name="b")
     Slot.objects.filter(run=first).delete()
     done = threading.Event()
@@ -177,7 +178,7 @@ def test_a_catch_up_pass_leaves_when_the_lock_is_held(user, handoffs):
 def test_a_release_that_takes_the_lock_always_releases_it(user, handoffs, monkeypatch):
     """Outside a transaction the release's message takes the grant lock (session level) with the snapshot when it
     is free; the pass on that snapshot releases it, even when publishing the finish fails or the move was a no-op."""
-    services.settings_update(changes={"max_total": 1}, partial=True, by=None)
+    settings_update(changes={"max_total": 1}, partial=True, by=None)
     first, second, third = submit(user, name="a"), submit(user, name="b"), submit(user, name="c")
 
     def broken(*args, **kwargs):
@@ -186,7 +187,7 @@ def test_a_release_that_takes_the_lock_always_releases_it(user, handoffs, monkey
     with monkeypatch.context() as patched:
         patched.setattr(lifecycle, "moved_publish", broken)
         with pytest.raises(RuntimeError, match="publish failed"):
-            services.run_finish(run=first, status=RunStatus.SUCCEEDED)
+            run_finish(run=first, status=RunStatus.SUCCEEDED)
     assert _idle_and_lock_free() and Run.objects.get(pk=second.pk).status == RunStatus.STARTING
-    assert services.run_finish(run=first, status=RunStatus.FAILED).status == RunStatus.SUCCEEDED  # a no-op
+    assert run_finish(run=first, status=RunStatus.FAILED).status == RunStatus.SUCCEEDED  # a no-op
     assert _idle_and_lock_free() and Run.objects.get(pk=third.pk).status == RunStatus.QUEUED

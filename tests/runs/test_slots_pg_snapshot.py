@@ -8,10 +8,11 @@ import pytest
 from django.db import transaction
 from django.utils import timezone
 
-from runs import services
+from runs.core.lifecycle import run_finish
 from runs.errors import InvalidTransition
 from runs.models import ClusterNode, ConcurrencySettings, Run, RunEvent, RunStatus, Slot, SlotState
 from runs.outbox.models import Effect
+from runs.scheduling.concurrency import settings_update
 from runs.slots import pg, store
 from runs.slots.grant import Decision
 from tests.runs.pg_fixtures import _needs_postgresql, _starting_args, submit  # noqa: F401 - an autouse fixture
@@ -23,7 +24,7 @@ pytestmark = pytest.mark.django_db
 
 @pytest.mark.parametrize("total,limits", [(3, {}), (5, {"app": {"limit": 1}}), (6, {"interactive": {"limit": 2}})])
 def test_sql_snapshot_equals_orm_snapshot(user, total, limits):
-    services.settings_update(changes={"max_total": total, "classes": limits}, partial=False, by=None)
+    settings_update(changes={"max_total": total, "classes": limits}, partial=False, by=None)
     for i, origin in enumerate(["api", "dashboard", "schedule", "system", "api", "dashboard", "system"] * 2):
         submit(user, origin=origin, name=f"r{i}")
     held = list(Slot.objects.filter(state=SlotState.HELD).values_list("run_id", flat=True))
@@ -42,14 +43,14 @@ def test_sql_snapshot_equals_orm_snapshot(user, total, limits):
 
 
 def test_settings_written_elsewhere_apply_to_next_grant(user):
-    services.settings_update(changes={"max_total": 1}, partial=True, by=None)
+    settings_update(changes={"max_total": 1}, partial=True, by=None)
     first, second, third = submit(user, name="a"), submit(user, name="b"), submit(user, name="c")
     assert [r.status for r in (first, second, third)] == [RunStatus.STARTING, RunStatus.QUEUED, RunStatus.QUEUED]
     # Another process changes the row directly: no cache here is told, the row version must be noticed.
     row = ConcurrencySettings.objects.get()
     row.raw = {**row.raw, "max_total": 3}
     row.save()
-    services.run_finish(run=first, status=RunStatus.SUCCEEDED)
+    run_finish(run=first, status=RunStatus.SUCCEEDED)
     assert set(Run.objects.filter(pk__in=[second.pk, third.pk]).values_list("status", flat=True)) == {
         RunStatus.STARTING
     }
@@ -58,8 +59,8 @@ def test_settings_written_elsewhere_apply_to_next_grant(user):
 def test_finish_records_event_and_keeps_transition_rules(user):
     run = submit(user)
     queued = submit(user, name="q")
-    services.settings_update(changes={"max_total": 1}, partial=True, by=None)
-    finished = services.run_finish(run=run, status=RunStatus.FAILED, error="boom")
+    settings_update(changes={"max_total": 1}, partial=True, by=None)
+    finished = run_finish(run=run, status=RunStatus.FAILED, error="boom")
     assert isinstance(finished, Run) and finished.status == RunStatus.FAILED and finished.error == "boom"
     assert finished.finished_at is not None and finished.config == {"steps": 1}
     last = RunEvent.objects.filter(run=run).order_by("-seq").first()
@@ -70,18 +71,18 @@ def test_finish_records_event_and_keeps_transition_rules(user):
     )
     queued.refresh_from_db()
     assert queued.status == RunStatus.STARTING  # granted by the release
-    assert services.run_finish(run=run, status=RunStatus.SUCCEEDED).status == RunStatus.FAILED  # no-op
+    assert run_finish(run=run, status=RunStatus.SUCCEEDED).status == RunStatus.FAILED  # no-op
     waiting = submit(user, name="w")
     assert waiting.status == RunStatus.QUEUED
     with pytest.raises(InvalidTransition):
-        services.run_finish(run=waiting, status=RunStatus.SUCCEEDED)  # queued runs cannot succeed
+        run_finish(run=waiting, status=RunStatus.SUCCEEDED)  # queued runs cannot succeed
     assert Slot.objects.filter(run=waiting, state=SlotState.WAITING).exists()
 
 
 def test_sql_snapshot_equals_orm_snapshot_with_resources(user, handoffs):
     nodes(a=(4, 2), b=(4, 2))
     ClusterNode.objects.create(node_id="dead", alive=False, total={"CPU": 99}, seen_at=timezone.now())
-    services.settings_update(changes={"max_total": 10}, partial=True, by=None)
+    settings_update(changes={"max_total": 10}, partial=True, by=None)
     for i in range(14):
         res_submit(
             user, name=f"r{i}", origin=["api", "system", "dashboard"][i % 3], cpus=1, gpus=i % 2, bundles=1 + i % 3
@@ -102,7 +103,7 @@ def test_sql_snapshot_equals_orm_snapshot_with_resources(user, handoffs):
 def test_a_refused_grant_writes_nothing(user, handoffs):
     """The grant statement is all or none: one chosen run that may no longer move leaves the others waiting, and
     neither run's launch is stored."""
-    services.settings_update(changes={"max_total": 1}, partial=True, by=None)
+    settings_update(changes={"max_total": 1}, partial=True, by=None)
     submit(user, name="f")
     a, b = submit(user, name="a"), submit(user, name="b")
     Run.objects.filter(pk=b.pk).update(status=RunStatus.CANCELLED)

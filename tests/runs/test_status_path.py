@@ -13,9 +13,9 @@ from django.db.migrations.executor import MigrationExecutor
 from django.utils import timezone
 from rest_framework.test import APIClient
 
-from runs import services
 from runs.core.lifecycle import TRANSITIONS
 from runs.execution.outcome import eval_summary_record
+from runs.execution.submit import run_submit
 from runs.messages import StatusMoveData
 from runs.models import Run, RunEvent, RunStatus
 from tests.runs.helpers import TEST_JOB_KIND
@@ -26,7 +26,7 @@ BEFORE = ("runs", "0012_run_serving_url")  # the last migration before 0013_job_
 
 
 def submit(user) -> Run:
-    return services.run_submit(owner=user, name="r", origin="api", kind=TEST_JOB_KIND, config={})
+    return run_submit(owner=user, name="r", origin="api", kind=TEST_JOB_KIND, config={})
 
 
 def report(seq: int, **data) -> dict:

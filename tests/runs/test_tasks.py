@@ -11,11 +11,14 @@ import pytest
 from django.db.models import F
 from django.utils import timezone
 
-from runs import services, tasks
+from runs import tasks
 from runs.core import lifecycle
+from runs.core.lifecycle import run_cancel, run_transition
 from runs.execution import capacity, ray, reconcile
+from runs.execution.submit import run_submit
 from runs.models import Run, RunStatus, Slot
 from runs.outbox.effects import StopJob, effect_load
+from runs.scheduling.concurrency import settings_update
 from tests.runs.helpers import TEST_JOB_KIND, TEST_KIND
 
 pytestmark = pytest.mark.django_db
@@ -30,7 +33,7 @@ def submitted(monkeypatch, tmp_path, settings):
 
 
 def submit(user, kind=TEST_KIND):
-    return services.run_submit(owner=user, name="t", origin="api", kind=kind, config={})
+    return run_submit(owner=user, name="t", origin="api", kind=kind, config={})
 
 
 def test_dispatch_launches_starting_runs_only(user, handoffs, submitted):
@@ -39,7 +42,7 @@ def test_dispatch_launches_starting_runs_only(user, handoffs, submitted):
     run.refresh_from_db()
     # Submitted, still `starting`: it runs when its job reports (its placement group ready, or its first post).
     assert run.status == RunStatus.STARTING and run.ray_submission_id == ray.submission_id_for(run)
-    services.run_transition(run=run, status=RunStatus.RUNNING)
+    run_transition(run=run, status=RunStatus.RUNNING)
     assert tasks.dispatch_run(run.pk) == "skipped" and submitted == [run.pk]  # a stale message is ignored
 
 
@@ -53,7 +56,7 @@ def test_dispatch_without_launcher_fails_run_and_frees_slot(user, handoffs):
 
 def test_stop_of_a_run_without_a_job_cancels_it(user, handoffs):
     run = submit(user)
-    services.run_cancel(run=run, by=user)
+    run_cancel(run=run, by=user)
     assert tasks.stop_run(run.pk) == "stop requested"
     run.refresh_from_db()
     assert run.status == RunStatus.CANCELLED
@@ -102,10 +105,10 @@ def test_tick_logs_only_when_it_did_something(user, handoffs, caplog, ray_view, 
 
 def test_while_ray_is_unreachable_the_tick_fails_nothing_but_time_limits(user, handoffs, ray_view, settings):
     settings.SLOTS_HEARTBEAT_TIMEOUT_SECONDS = 30
-    services.settings_update(changes={"max_total": 4}, partial=True, by=None)
+    settings_update(changes={"max_total": 4}, partial=True, by=None)
     ray_view["reachable"] = False
     starting, running, limited = submit(user), submit(user), submit(user)
-    services.run_transition(run=running, status=RunStatus.RUNNING)
+    run_transition(run=running, status=RunStatus.RUNNING)
     hour_ago = timezone.now() - timedelta(hours=1)
     Run.objects.filter(pk__in=[starting.pk, running.pk]).update(granted_at=hour_ago, heartbeat_at=hour_ago)
     Run.objects.filter(pk=limited.pk).update(granted_at=hour_ago, time_limit_seconds=60)

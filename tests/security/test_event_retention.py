@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from runs import services
+from runs.core.lifecycle import run_status_change
 from runs.models import Run, RunEvent, RunStatus
 from tests.realtime.conftest import gate, run_make, train, user_make
 from tests.realtime.test_ingest import post
@@ -45,7 +45,7 @@ def test_events_past_the_budget_are_thinned_then_refused_and_the_stream_stays_ga
     }
 
     # The platform's own status events are never dropped, whatever the budget.
-    services.run_status_change(run=Run.objects.get(pk=run.pk), status=RunStatus.STOPPING)
+    run_status_change(run=Run.objects.get(pk=run.pk), status=RunStatus.STOPPING)
     rows = stored(run)
     assert rows[-1][:2] == (21, "status")
     assert [seq for seq, _, _ in rows] == list(range(1, 22))  # gapless: replay by seq keeps its contract

@@ -13,10 +13,12 @@ from django.test import Client
 from django.utils import timezone
 from rest_framework.test import APIClient
 
-from runs import services
 from runs.execution.followups import eval_run_submit
 from runs.execution.schedules import schedules_submit_due
+from runs.execution.submit import run_submit
+from runs.execution.sweeps import runs_enforce_time_limits
 from runs.models import Run, RunStatus, Schedule
+from runs.scheduling.concurrency import settings_update
 from tests.runs.helpers import (  # noqa: F401 (fixtures)
     TEST_KIND,
     _fast_password_hashing,
@@ -66,8 +68,8 @@ def submit(client, **body):
 
 def fill_the_cluster(other) -> Run:
     """One slot, held by another user's run: everything submitted afterwards stays queued."""
-    services.settings_update(changes={"max_total": 1}, partial=True, by=None)
-    run = services.run_submit(owner=other, name="holder", origin="api", kind=TEST_KIND, config={"steps": 1})
+    settings_update(changes={"max_total": 1}, partial=True, by=None)
+    run = run_submit(owner=other, name="holder", origin="api", kind=TEST_KIND, config={"steps": 1})
     assert run.status == RunStatus.STARTING
     return run
 
@@ -101,11 +103,11 @@ def test_time_limit_above_the_maximum_is_400_naming_the_field(user, staff, hando
 
 def test_a_run_stored_without_a_limit_is_stopped_at_the_default(user, staff, handoffs):
     set_limits(staff, default_time_limit_seconds=60)
-    run = services.run_submit(owner=user, name="r", origin="api", kind=TEST_KIND, config={"steps": 1})
+    run = run_submit(owner=user, name="r", origin="api", kind=TEST_KIND, config={"steps": 1})
     Run.objects.filter(pk=run.pk).update(time_limit_seconds=None)  # as stored before limits were mandatory
     run.refresh_from_db()
-    assert services.runs_enforce_time_limits(now=run.granted_at + timedelta(seconds=59)) == []
-    assert services.runs_enforce_time_limits(now=run.granted_at + timedelta(seconds=61)) == [run.pk]
+    assert runs_enforce_time_limits(now=run.granted_at + timedelta(seconds=59)) == []
+    assert runs_enforce_time_limits(now=run.granted_at + timedelta(seconds=61)) == [run.pk]
     run.refresh_from_db()
     assert run.status == RunStatus.FAILED and "time limit of 60 s" in run.error
 
