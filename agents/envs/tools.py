@@ -8,8 +8,8 @@ answer (just the number). Replies that are not a tool call end the episode as th
 
 Reward (shaped, its parts are the episode's `parts`): 0.7 x `answer` (the final answer is right) + 0.2 x
 `valid_call` (the first reply is a call of a known tool in the documented format) + 0.1 x `call_shape` (the share
-of a call's fixed characters, a tool's name then `(` then a closing `)`, that the first reply has in place from
-its start; the best tool's share). Only the answer is the task; the other two parts make the way to it
+of a call's fixed characters, a tool's name then `(` from the reply's start, then a `)` after an argument, that
+the first reply has; the best tool's share). Only the answer is the task; the other two parts make the way to it
 learnable: a random-init policy writes a whole valid call with probability ~1e-10, so with the answer and the
 call alone every group's rewards were equal (zero variance, filtered) and nothing was learned. exact = the final
 answer is right. Counted per episode: tool calls, valid ones, tool errors (a valid call the tool could not
@@ -84,18 +84,18 @@ def parse_call(reply: str) -> tuple[str, str] | None:
 
 
 def call_shape(reply: str) -> float:
-    """How much of a tool call's fixed characters (`name`, `(`, then `)` closing the reply) `reply` has in place:
-    the characters of `name(` it starts with (leading space aside), up to the first that differs, plus the `)`
-    when the whole `name(` is there and the reply ends with `)` after at least one character of argument; as a
-    share of them all, for the tool that scores best: 1.0 for every valid call, `calc(` 5/6, `xcalc(1)` 0.
-    In place, not anywhere in the reply: counted anywhere, a policy learns to scatter the letters of `calc`
-    through a 20-token reply (measured: the share stuck at 0.6 with no valid call by step 22)."""
+    """How much of a tool call's fixed characters (`name`, `(`, `)`) `reply` has in place: the characters of
+    `name(` it starts with (leading space aside), up to the first that differs, plus the `)` when the whole
+    `name(` is there and a `)` follows at least one character of argument; as a share of them all, for the tool
+    that scores best: 1.0 for every valid call (and for a call with more text after it, which is not valid),
+    `calc(` 5/6, `xcalc(1)` 0. In place, not anywhere in the reply: counted anywhere, a policy learned to scatter
+    the letters of `calc` through a 20-token reply (the share stuck at 0.6, no valid call by step 22)."""
     text = reply.strip()
     best = 0.0
     for name in TOOLS:
         opening = f"{name}("
         k = next((i for i, (a, b) in enumerate(zip(opening, text)) if a != b), min(len(opening), len(text)))
-        closed = k == len(opening) and len(text) > len(opening) + 1 and text.endswith(")")
+        closed = k == len(opening) and ")" in text[len(opening) + 1 :]
         best = max(best, (k + closed) / (len(opening) + 1))
     return best
 

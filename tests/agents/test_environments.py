@@ -68,7 +68,7 @@ def test_call_shape_counts_a_calls_fixed_characters_in_place():
     assert call_shape("calc(1") == 5 / 6 and call_shape("calc()") == 5 / 6  # no ")" closing an argument
     assert call_shape("calx(1)") == 3 / 6 and call_shape("look") == 4 / 8
     assert call_shape("xcalc(1)") == 0.0 and call_shape("a c a l c") == 0.0  # in place, not anywhere
-    assert call_shape("calc(1) and more") == 5 / 6  # the call does not close the reply: not its whole shape
+    assert call_shape("calc(1) and more") == 1.0 and parse_call("calc(1) and more") is None  # shaped, not valid
 
 
 def test_tools_reward_is_the_answer_a_valid_call_and_the_calls_shape():
