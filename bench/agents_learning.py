@@ -52,6 +52,9 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("OMP_NUM_THREADS", "1")
+# Ray starts its worker processes (every actor) at nice 15 by default: on a shared machine the runs would not get
+# the priority this process runs at. Only a head this process starts reads it.
+os.environ.setdefault("RAY_worker_niceness", "0")
 
 from trainer.config import TrainConfig  # noqa: E402
 from trainer.loop import TrainingRun  # noqa: E402
