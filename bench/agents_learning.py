@@ -284,7 +284,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--budget-s", type=float, default=600.0, help="wall budget of each digit run")
     ap.add_argument("--tools-budget-s", type=float, default=600.0, help="wall budget of the tools run")
-    ap.add_argument("--skip-tools", action="store_true", help="the digit sides only (keeps the file's tool_calls)")
+    ap.add_argument("--part", choices=("all", "learning", "tools"), default="all", help="the other's keys are kept")
     ap.add_argument("--smoke", action="store_true", help="2 tiny steps per run: checks it runs (needs --out)")
     ap.add_argument("--out", type=Path, default=OUT)
     args = ap.parse_args()
@@ -303,10 +303,11 @@ def main() -> None:
     uptime_before = subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
     start_ray()
     result = json.loads(args.out.read_text()) if args.out.exists() else {}
-    result["learning"] = learning(base, rounds)
-    if not args.skip_tools:
+    if args.part in ("all", "learning"):
+        result["learning"] = learning(base, rounds)
+    if args.part in ("all", "tools"):
         result["tool_calls"] = tool_calls(base, tools_budget, smoke=args.smoke)
-    result["learning_run"] = {
+    info = {
         "command": " ".join(["python", "bench/agents_learning.py", *sys.argv[1:]]),
         "rounds": rounds,
         "budget_s": args.budget_s,
@@ -318,10 +319,13 @@ def main() -> None:
         "uptime_after": subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip(),
         "config": {"base": base.to_dict(), "sides": SIDES, "tools": TOOLS},
     }
+    parts = ("learning", "tools") if args.part == "all" else (args.part,)
+    result["learning_run"] = {**result.get("learning_run", {}), **dict.fromkeys(parts, info)}  # how each was measured
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n")
     keys = ("http_s", "inproc_s", "ratio", "ratio_at_least", "steps", "s_per_step", "groups_per_step")
-    print(json.dumps({"learning": {k: result["learning"][k] for k in keys}}))
+    if "learning" in result:
+        print(json.dumps({"learning": {k: result["learning"][k] for k in keys}}))
     if "tool_calls" in result:
         print(json.dumps({"tool_calls": {k: result["tool_calls"][k] for k in ("valid_rate_start", "valid_rate_end")}}))
 
