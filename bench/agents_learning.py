@@ -3,9 +3,10 @@ the tool-use environment learning to call its tool. Writes `learning` and `tool_
 they were measured) of bench/results/agents.json and keeps its other keys (bench/agents.py writes `concurrency`
 and `proxy`).
 
-    python bench/agents_learning.py [--rounds 2] [--budget-s 600] [--tools-budget-s 600] [--skip-tools] [--out PATH]
-    python bench/agents_learning.py --smoke --out PATH   (2 tiny steps per run: checks it runs; on the Ray cluster at
-                                                          RAY_ADDRESS when set)
+    python bench/agents_learning.py [--rounds 2] [--budget-s 600] [--tools-budget-s 600] [--part all|learning|tools]
+                                     [--out PATH]
+    python bench/agents_learning.py --smoke --out PATH   (2 tiny steps per run, each in local mode, the session
+                                                          server included: checks it runs and writes every key)
 
 A bench of its own, not a mode of bench/agents.py: that one measures request throughput in a couple of minutes
 (`--quick`) with a platform and a proxy; this one trains real runs for many minutes, and each writes only its own
@@ -298,10 +299,12 @@ def main() -> None:
     if args.smoke:
         small = {"prompts_per_step": 8, "worker_capacity": 4, "steps": 2, "eval_every": 1, "eval_prompts": 8}
         small["filter_zero_variance"] = False  # a random chat policy rarely varies: a step would need ~100 groups
+        small["mode"] = "local"  # one process, no actors to start: seconds, where three Ray runs took minutes
         base, tools_budget = base.replace(**small, time_limit_s=120.0), 120.0
     t0 = time.monotonic()
     uptime_before = subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
-    start_ray()
+    if not args.smoke:
+        start_ray()
     result = json.loads(args.out.read_text()) if args.out.exists() else {}
     if args.part in ("all", "learning"):
         result["learning"] = learning(base, rounds)

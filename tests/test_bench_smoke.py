@@ -33,7 +33,7 @@ AGENTS_THROUGHPUT_KEYS = ("concurrency", "proxy", "throughput_run")
 AGENTS_LEARNING_KEYS = ("learning", "tool_calls", "learning_run")
 BENCHES: dict[str, dict] = {
     "agents": {"ray": True, "keys": AGENTS_THROUGHPUT_KEYS},
-    "agents_learning": {"ray": True, "results": "agents", "keys": AGENTS_LEARNING_KEYS},
+    "agents_learning": {"results": "agents", "keys": AGENTS_LEARNING_KEYS},  # local mode: no Ray head needed
     "async": {"ray": True},
     "dashboard": {},
     "engine": {},
