@@ -184,6 +184,8 @@ def cpu_per_step(events: Events, steps: int) -> dict[str, float]:
 def median_or_none(values: list[float | None]) -> float | None:
     """The median, a value not reached (None) sorting last: None unless more than half the rounds reached it."""
     reached = sorted(v for v in values if v is not None)
+    if reached and len(reached) == len(values):
+        return statistics.median(reached)
     k = (len(values) - 1) // 2
     return reached[k] if len(reached) > k else None
 
@@ -194,6 +196,11 @@ def learning(base: TrainConfig, rounds: int) -> dict[str, Any]:
     for r in range(rounds):
         for side in list(SIDES) if r % 2 == 0 else list(reversed(SIDES)):
             per[side].append(digits_run(base, side))
+    return summarize(per)
+
+
+def summarize(per: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
+    """The `learning` key from every round's runs (also `--recompute`: again from a results file's rounds)."""
     ratios, bounds = [], []
     for h, i in zip(per["http"], per["inproc"]):
         if h["seconds"] is not None and i["seconds"] is not None:
@@ -288,7 +295,13 @@ def main() -> None:
     ap.add_argument("--part", choices=("all", "learning", "tools"), default="all", help="the other's keys are kept")
     ap.add_argument("--smoke", action="store_true", help="2 tiny steps per run: checks it runs (needs --out)")
     ap.add_argument("--out", type=Path, default=OUT)
+    ap.add_argument("--recompute", action="store_true", help="`learning` again from --out's stored rounds; no run")
     args = ap.parse_args()
+    if args.recompute:
+        result = json.loads(args.out.read_text())
+        result["learning"] = summarize(result["learning"]["rounds"])
+        args.out.write_text(json.dumps(result, indent=2) + "\n")
+        return
     if args.smoke and args.out.resolve().is_relative_to(OUT.parent):
         ap.error("--smoke needs an --out outside bench/results/ (those files hold real measurements)")
     if args.rounds < 1:
