@@ -77,10 +77,18 @@ class SessionServer(RequestHandling):
 
     def open_session(self, session_id: str) -> None:
         """Open an `internal` session (a rollout worker's): the only way a record becomes trainable."""
-        session_of(session_id, None)
-        if session_id in self.sessions:
-            raise ValueError(f"session {session_id!r} already exists")
-        self._new_state(session_id, "internal")
+        self.open_sessions([session_id])
+
+    def open_sessions(self, session_ids: list[str]) -> None:
+        """Open a group's internal sessions in one actor call; none is opened when one id is bad or taken."""
+        for sid in session_ids:
+            session_of(sid, None)
+            if sid in self.sessions:
+                raise ValueError(f"session {sid!r} already exists")
+        if len(set(session_ids)) != len(session_ids):
+            raise ValueError("session ids must be distinct")
+        for sid in session_ids:
+            self._new_state(sid, "internal")
 
     def trajectory(self, session_id: str) -> Trajectory:
         state = self.sessions.get(session_id)
@@ -90,18 +98,27 @@ class SessionServer(RequestHandling):
 
     async def end_session(self, session_id: str) -> Trajectory:
         """Free the session's engine cache and binding; returns its final record."""
-        state = self.sessions.pop(session_id, None)
-        if state is None:
-            raise KeyError(f"no session {session_id!r}")
-        engine = self.router.engine_of(session_id)
-        self.router.release(session_id)
-        if engine is not None:
-            try:
-                await call(self.engines[engine], "end_session", session_id)
-            except Exception:  # noqa: BLE001 - a dead engine holds no cache to free
-                pass
-        state.record.state = "ended" if state.record.state == "open" else state.record.state
-        return state.record
+        return (await self.end_sessions([session_id]))[0]
+
+    async def end_sessions(self, session_ids: list[str]) -> list[Trajectory]:
+        """End a group's sessions in one actor call: their final records in order (KeyError naming the first
+        unknown id, before any is ended); their engines free the caches concurrently."""
+        for sid in session_ids:
+            if sid not in self.sessions:
+                raise KeyError(f"no session {sid!r}")
+        if len(set(session_ids)) != len(session_ids):
+            raise ValueError("session ids must be distinct")
+        records, frees = [], []
+        for sid in session_ids:
+            state = self.sessions.pop(sid)
+            engine = self.router.engine_of(sid)
+            self.router.release(sid)
+            if engine is not None and engine in self.engines:
+                frees.append(call(self.engines[engine], "end_session", sid))
+            state.record.state = "ended" if state.record.state == "open" else state.record.state
+            records.append(state.record)
+        await asyncio.gather(*frees, return_exceptions=True)  # a dead engine holds no cache to free
+        return records
 
     def engine_lost(self, engine_id: str, reason: str = "engine died") -> list[str]:
         """Stop routing to a dead engine; its sessions become tombstones (their next request: 410)."""

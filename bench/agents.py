@@ -14,8 +14,9 @@ rollout worker does and the comparison isolates what the server adds:
 - in-process (`inproc_tokens_s`): each turn is `rollout.invoke.call(engine, "generate", ...)` on the engine's
   Ray handle, exactly as trainer/worker.py calls it (the turn's chat-template ids, the session's cache reused by
   `continues`, the last turn ends the session);
-- HTTP (`http_tokens_s`): the official `openai.AsyncOpenAI` client, `chat.completions.create` on loopback, the
-  whole history resent each turn, the session opened and ended through the server's actor methods as
+- HTTP (`http_tokens_s`): the official `openai.AsyncOpenAI` client as a rollout worker builds it
+  (trainer/agent_episodes.py `openai_client`: the openai package's aiohttp transport), `chat.completions.create`
+  on loopback, the whole history resent each turn, the session opened and ended through the server's actor methods as
   trainer/agent_episodes.py does (those two calls count in the wall time, not in a request's latency);
 - proxy (`proxy."64"`): the same clients against `/api/runs/<id>/v1` of a real daphne (runs/api/proxy.py) on a
   temporary SQLite database (or `--database-url`), a running Run whose serving_url is the server and whose
@@ -77,12 +78,16 @@ class Sides:
     """The three ways to run one session; each records {(s, t): latency_s} and returns the tokens generated."""
 
     def __init__(self, engine: Any, server: Any, url: str, key: str, proxy: tuple[str, str, int]) -> None:
-        from openai import AsyncOpenAI
+        from openai import AsyncOpenAI, DefaultAioHttpClient
+
+        from trainer.agent_episodes import Serving, openai_client
 
         self.engine, self.server = engine, server
-        self.direct = AsyncOpenAI(base_url=f"{url}/v1", api_key=key, max_retries=0, timeout=120)
+        self.direct = openai_client(Serving(server, url, key))  # the rollout worker's client, transport included
         base, token, self.user_id = proxy
-        self.proxy = AsyncOpenAI(base_url=base, api_key=token, max_retries=0, timeout=120)
+        self.proxy = AsyncOpenAI(
+            base_url=base, api_key=token, max_retries=0, timeout=120, http_client=DefaultAioHttpClient(timeout=120)
+        )
 
     async def inproc(self, sid: str, s: int, lat: dict) -> int:
         made, stopped = 0, True

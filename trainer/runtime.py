@@ -117,6 +117,8 @@ class Runtime:
             except Exception:  # noqa: BLE001 - best effort teardown
                 pass
             if not self.uses_ray:
+                for worker in self.workers:
+                    self.loop.run(worker.close(), timeout=10)  # an agent environment's HTTP client
                 for server in self.servers:
                     self.loop.run(server.stop(), timeout=10)
             if self.uses_ray:

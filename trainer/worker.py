@@ -269,4 +269,6 @@ class RolloutWorker:
         }
 
     async def close(self) -> None:
+        if self.agents is not None:
+            await self.agents.client.close()  # its aiohttp session and connections
         await asyncio.sleep(0)

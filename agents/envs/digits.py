@@ -1,9 +1,12 @@
 """`digits` over HTTP: continue an arithmetic progression mod N in one reply (the trainer's `digits` task, the
 same (a, d) pairs and held-out split for the same seed, spoken as a chat).
 
-The user message is the shown terms (`"3579"` for 3, 5, 7, 9 mod 10); the reply should be the next
-`answer_terms` terms (`"135"`). Reward: the share of characters right before the first wrong one; exact: all
-right (partial credit as in trainer/problems.py)."""
+The user message is the shown terms (`"3579"` for 3, 5, 7, 9 mod 10); the reply is the next `answer_terms` terms
+(`"135"`). As in process (trainer/problems.py `DigitTask`), a reply is exactly the answer's length in tokens
+(`max_tokens`; it ends earlier only if the policy samples `<|end|>`), and is scored on those tokens alone:
+reward, the share of characters right before the first wrong one; exact, all of them right. No `<|end|>` is asked
+for after the answer: no reward pays for one, and asking for it kept greedy exact-match at 0 while the digits
+themselves were learned."""
 
 from __future__ import annotations
 
@@ -54,7 +57,7 @@ class DigitsEnvironment(Environment):
         super().__init__(seed, **options)
         self.modulus, self.answer_terms = modulus, answer_terms
         self._tasks = progression_tasks(seed, modulus=modulus, answer_terms=answer_terms)
-        self.max_tokens = answer_terms * len(str(modulus - 1)) + 1  # the answer, then the stop token
+        self.max_tokens = answer_terms * len(str(modulus - 1))  # the answer's length, as DigitTask.turn_len
 
     def tasks(self, split: Split) -> list[Task]:
         return self._tasks[split]

@@ -6,9 +6,14 @@ text format of a tool call is the whole reply `name(argument)`, e.g. `calc(7*8+3
 environment runs the tool, sends its result back as a `tool` message, and the policy's next reply is its final
 answer (just the number). Replies that are not a tool call end the episode as the final answer.
 
-Reward: 0.3 for a valid tool call (a known tool, a well-formed argument) plus 0.7 for the right final answer;
-exact = the final answer is right. Counted per episode: tool calls, valid ones, tool errors (a call the tool
-could not answer)."""
+Reward (shaped, its parts are the episode's `parts`): 0.7 x `answer` (the final answer is right) + 0.2 x
+`valid_call` (the first reply is a call of a known tool in the documented format) + 0.1 x `call_shape` (the share
+of a call's fixed characters, a tool's name then `(` from the reply's start, then a `)` after an argument, that
+the first reply has; the best tool's share). Only the answer is the task; the other two parts make the way to it
+learnable: a random-init policy writes a whole valid call with probability ~1e-10, so with the answer and the
+call alone every group's rewards were equal (zero variance, filtered) and nothing was learned. exact = the final
+answer is right. Counted per episode: tool calls, valid ones, tool errors (a valid call the tool could not
+answer)."""
 
 from __future__ import annotations
 
@@ -78,6 +83,26 @@ def parse_call(reply: str) -> tuple[str, str] | None:
     return match.group(1), match.group(2)
 
 
+def call_shape(reply: str) -> float:
+    """How much of a tool call's fixed characters (`name`, `(`, `)`) `reply` has in place: the characters of
+    `name(` it starts with (leading space aside), up to the first that differs, plus the `)` when the whole
+    `name(` is there and a `)` follows at least one character of argument; as a share of them all, for the tool
+    that scores best: 1.0 for every valid call (and for a call with more text after it, which is not valid),
+    `calc(` 5/6, `xcalc(1)` 0. In place, not anywhere in the reply: counted anywhere, a policy learned to scatter
+    the letters of `calc` through a 20-token reply (the share stuck at 0.6, no valid call by step 22)."""
+    text = reply.strip()
+    best = 0.0
+    for name in TOOLS:
+        opening = f"{name}("
+        k = next((i for i, (a, b) in enumerate(zip(opening, text)) if a != b), min(len(opening), len(text)))
+        closed = k == len(opening) and ")" in text[len(opening) + 1 :]
+        best = max(best, (k + closed) / (len(opening) + 1))
+    return best
+
+
+REWARD_WEIGHTS = {"answer": 0.7, "valid_call": 0.2, "call_shape": 0.1}
+
+
 def run_tool(name: str, argument: str) -> tuple[str, bool]:
     """(the tool message's content, True when the tool answered)."""
     try:
@@ -114,12 +139,14 @@ class ToolsEnvironment(Environment):
 
     async def run_episode(self, client: Any, session_id: str, task: Task, *, model: str = "policy") -> EpisodeResult:
         messages = list(task.messages)
-        result = EpisodeResult(reward=0.0, exact=0.0, parts={"valid_call": 0.0, "answer": 0.0})
+        result = EpisodeResult(reward=0.0, exact=0.0, parts=dict.fromkeys(REWARD_WEIGHTS, 0.0))
         reply = ""
         for turn in range(self.max_turns):
             reply = await chat(client, session_id, messages, model=model, max_tokens=self.max_tokens)
             result.turns += 1
             call = parse_call(reply)
+            if turn == 0:
+                result.parts["call_shape"] = call_shape(reply)
             if call is None or turn == self.max_turns - 1:
                 break
             result.tool_calls += 1
@@ -135,5 +162,6 @@ class ToolsEnvironment(Environment):
             result.tool_calls += 1  # a call of an unknown tool: counted, not valid
         result.parts["answer"] = float(reply.strip() == task.answer)
         result.exact = result.parts["answer"]
-        result.reward = 0.3 * result.parts["valid_call"] + 0.7 * result.parts["answer"]
+        # Rounded so that every part earned sums to exactly 1.0 (0.7 + 0.2 + 0.1 is 0.9999999999999999 in floats).
+        result.reward = round(sum(weight * result.parts[name] for name, weight in REWARD_WEIGHTS.items()), 12)
         return result

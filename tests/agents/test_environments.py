@@ -1,5 +1,6 @@
-"""Environments' pure parts (task sets, tool-call parsing, the calc tool's refusals, the registry) and the code
-tool on the real sandbox. Episodes against a live session server: tests/agents/test_live_run.py."""
+"""Environments' pure parts (task sets, tool-call parsing, the calc tool's refusals, the registry, the rewards of
+an episode whose replies are scripted) and the code tool on the real sandbox. Episodes against a live session
+server: tests/agents/test_server_ray.py and the learning bench (bench/agents_learning.py)."""
 
 import asyncio
 
@@ -8,7 +9,7 @@ import pytest
 from agents.environments import BUILTIN, Environment, UnknownEnvironment, available, resolve
 from agents.envs.code import run_code, snippet_of
 from agents.envs.digits import DigitsEnvironment, prefix_score
-from agents.envs.tools import ToolError, ToolsEnvironment, calc, parse_call, run_tool
+from agents.envs.tools import REWARD_WEIGHTS, ToolError, ToolsEnvironment, calc, call_shape, parse_call, run_tool
 from trainer.config import TrainConfig
 from trainer.problems import task_build
 
@@ -24,6 +25,75 @@ def test_digits_tasks_are_the_trainers_prompts_and_split():
     held = {(t.meta["a"], t.meta["d"]) for t in env.tasks("held_out")}
     assert held == {(p.start, p.diff) for p in task.held_out_prompts}
     assert not held & {(t.meta["a"], t.meta["d"]) for t in env.tasks("train")}
+
+
+class Scripted:
+    """An openai client stand-in for a pure test of an environment's scoring: answers each chat turn with the next
+    scripted reply and keeps what it was asked (the episode's HTTP path is tested on real Ray elsewhere)."""
+
+    def __init__(self, *replies: str) -> None:
+        self.replies, self.asked = list(replies), []
+        self.chat = self.completions = self
+
+    async def create(self, **kwargs):
+        self.asked.append(kwargs)
+        content = self.replies.pop(0)
+        return type("R", (), {"choices": [type("C", (), {"message": type("M", (), {"content": content})})]})
+
+
+def _episode(env, task, *replies):
+    client = Scripted(*replies)
+    return asyncio.run(env.run_episode(client, "s", task)), client.asked
+
+
+def test_digits_asks_for_exactly_the_answer_and_scores_it_like_the_in_process_task():
+    """The reply is the answer's length, as DigitTask generates it: all three terms right is exact without any
+    `<|end|>` after them (asking for one more token made exact-match depend on a stop no reward paid for)."""
+    env, task = DigitsEnvironment(seed=0), task_build(TrainConfig())
+    assert env.max_tokens == task.turn_len() == 3
+    t = env.tasks("train")[0]
+    result, asked = _episode(env, t, t.answer)
+    assert asked[0]["max_tokens"] == 3 and (result.reward, result.exact) == (1.0, 1.0)
+    assert result.parts == {"term_1": 1.0, "term_2": 1.0, "term_3": 1.0}
+    wrong_last = t.answer[:2] + str((int(t.answer[2]) + 1) % 10)
+    result, _ = _episode(env, t, wrong_last)
+    assert (result.reward, result.exact) == (2 / 3, 0.0)
+    assert (result.reward, result.exact) == task.score(task.train_prompts[0], [int(c) for c in wrong_last])
+
+
+def test_call_shape_counts_a_calls_fixed_characters_in_place():
+    assert call_shape("calc(7*8+3)") == call_shape(" lookup(pear) ") == 1.0
+    assert call_shape("") == 0.0 and call_shape("59") == 0.0
+    assert call_shape("c") == 1 / 6 and call_shape("ca") == 2 / 6 and call_shape("calc(") == 5 / 6  # c a l c ( )
+    assert call_shape("calc(1") == 5 / 6 and call_shape("calc()") == 5 / 6  # no ")" closing an argument
+    assert call_shape("calx(1)") == 3 / 6 and call_shape("look") == 4 / 8
+    assert call_shape("xcalc(1)") == 0.0 and call_shape("a c a l c") == 0.0  # in place, not anywhere
+    assert call_shape("calc(1) and more") == 1.0 and parse_call("calc(1) and more") is None  # shaped, not valid
+
+
+def test_tools_reward_is_the_answer_a_valid_call_and_the_calls_shape():
+    env = ToolsEnvironment(seed=0)
+    calc_task = next(t for t in env.tasks("train") if t.meta["tool"] == "calc")
+    assert sum(REWARD_WEIGHTS.values()) == pytest.approx(1.0)
+    call = f"calc({calc_task.messages[0]['content']})"
+    result, asked = _episode(env, calc_task, call, calc_task.answer)
+    assert result.parts == {"answer": 1.0, "valid_call": 1.0, "call_shape": 1.0} and result.reward == 1.0
+    assert (result.exact, result.turns, result.tool_calls, result.valid_tool_calls, result.tool_errors) == (
+        1.0, 2, 1, 1, 0,
+    )  # fmt: skip
+    assert asked[1]["messages"][-1] == {"role": "tool", "content": calc_task.answer, "tool_call_id": "call_0"}
+    result, _ = _episode(env, calc_task, call, "0")  # a valid call, a wrong answer
+    assert result.parts == {"answer": 0.0, "valid_call": 1.0, "call_shape": 1.0}
+    assert result.reward == pytest.approx(0.3) and result.exact == 0.0
+    result, _ = _episode(env, calc_task, "calc(")  # the shape of a call, not a call: it is the final answer
+    assert result.parts == {"answer": 0.0, "valid_call": 0.0, "call_shape": 5 / 6}
+    assert result.reward == pytest.approx(0.1 * 5 / 6) and (result.turns, result.tool_calls) == (1, 0)
+    result, _ = _episode(env, calc_task, calc_task.answer)  # guessed right without the tool: still the answer
+    assert result.reward == pytest.approx(0.7) and result.parts["valid_call"] == 0.0
+    result, _ = _episode(env, calc_task, "shell(ls)")  # a call of an unknown tool: counted, not valid
+    assert (result.tool_calls, result.valid_tool_calls, result.parts["valid_call"]) == (1, 0, 0.0)
+    result, _ = _episode(env, calc_task, "calc(abc)", "0")  # valid format, the tool cannot answer it
+    assert (result.valid_tool_calls, result.tool_errors, result.parts["valid_call"]) == (1, 1, 1.0)
 
 
 def test_prefix_score_gives_partial_credit_up_to_the_first_wrong_character():

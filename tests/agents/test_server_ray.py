@@ -122,6 +122,45 @@ def test_sixteen_concurrent_sessions_of_three_turns(stack) -> None:
     asyncio.run(main())
 
 
+def test_a_groups_sessions_open_and_end_in_one_call_each_over_the_workers_aiohttp_client(stack) -> None:
+    """As a rollout worker runs a group (trainer/agent_episodes.py): `open_sessions` opens them all or none,
+    the episodes run on the client a worker builds (the openai package's aiohttp transport), and `end_sessions`
+    returns the records in order and frees every binding."""
+    from trainer.agent_episodes import Serving, openai_client
+
+    ray, handles, srv, url = stack
+    sids = [f"grp-{k}" for k in range(4)]
+
+    def held(stats: dict) -> tuple[int, int]:
+        return stats["sessions"], sum(stats["sessions_per_engine"].values())
+
+    async def main() -> None:
+        before = held(await srv.stats.remote())
+        await srv.open_sessions.remote(sids)
+        with pytest.raises(ray.exceptions.RayTaskError, match="already exists"):
+            await srv.open_sessions.remote(["grp-new", "grp-2"])
+        client = openai_client(Serving(srv, url, KEY))
+        assert type(client._client).__name__ == "_InstalledAioHttpClient"
+
+        async def episode(sid: str) -> str:
+            msgs = [{"role": "user", "content": sid}]
+            answer = await client.chat.completions.create(
+                model="x", messages=msgs, max_tokens=3, extra_body={"session_id": sid}
+            )
+            return answer.choices[0].message.content
+
+        await asyncio.gather(*(episode(sid) for sid in sids))
+        records = await srv.end_sessions.remote(sids)
+        assert [r.session_id for r in records] == sids
+        assert all(r.kind == "internal" and r.state == "ended" and len(r.segments) == 1 for r in records)
+        assert held(await srv.stats.remote()) == before  # records and router bindings all freed
+        with pytest.raises(ray.exceptions.RayTaskError, match="grp-0"):
+            await srv.end_sessions.remote(sids)  # ended already; "grp-new" was never opened either
+        await client.close()
+
+    asyncio.run(main())
+
+
 def test_request_at_a_sealed_gate_is_admitted_at_reopen_under_the_new_version(stack) -> None:
     ray, handles, srv, url = stack
 
