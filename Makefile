@@ -41,9 +41,9 @@ lint: $(BIN)/.installed node_modules/.installed
 	DJANGO_DEBUG=1 DATABASE_URL=sqlite:///:memory: $(BIN)/python manage.py makemigrations --check --dry-run
 	node_modules/.bin/tsc --noEmit -p tsconfig.json
 
-# The Ray-outage acceptance (tests/execution/test_outage.py) mostly waits out a 3-minute outage of its own Ray
-# head: it runs beside the rest of the suite, in a second pytest with its own database and Redis db, and its
-# output follows the suite's. Either one failing fails `make test`.
+# The Ray-outage acceptance (tests/execution/test_outage.py) mostly waits out two 3-minute outages of its own Ray
+# head (a restart and a partition): it runs beside the rest of the suite, in a second pytest with its own
+# database and Redis db, and its output follows the suite's. Either one failing fails `make test`.
 TEST_OUTAGE_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/root
 TEST_OUTAGE_REDIS_URL ?= redis://127.0.0.1:6379/2
 

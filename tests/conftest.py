@@ -84,18 +84,32 @@ class RayCluster:
         return "\n".join(parts)
 
 
-def _wait_for_job_api(cluster: RayCluster, head: subprocess.Popen, log_path: Path) -> None:
+# What `ray start` says when a port it picked for one of its own components is one we chose for another: our
+# free_port() gives each port back before Ray binds it, so Ray's own random pick can land on it (seen once in a
+# few hundred starts). The head exits at once; a start on fresh ports is the cure.
+PORT_CLASH = "is trying to use a port number"
+
+
+def port_clashed(head: subprocess.Popen, log_path: Path) -> bool:
+    """Whether the head exited because of a port clash (PORT_CLASH)."""
+    return head.poll() is not None and log_path.exists() and PORT_CLASH in log_path.read_text(errors="replace")
+
+
+def _wait_for_job_api(cluster: RayCluster, head: subprocess.Popen, log_path: Path) -> bool:
+    """True once the job API answers; False when the head exited on a port clash; fails the test otherwise."""
     import requests
 
     # Generous: on a loaded two-core machine the dashboard has taken more than 90 s to answer.
     deadline = time.monotonic() + 240
     while time.monotonic() < deadline:
+        if port_clashed(head, log_path):
+            return False
         if head.poll() is not None:
             pytest.fail(f"Ray head exited: {log_path.read_text()[-2000:]}", pytrace=False)
         try:
             # 401: serving, with token authentication on (clients send the token: RAY_AUTH_MODE=token).
             if requests.get(f"{cluster.dashboard_url}/api/version", timeout=2).status_code in (200, 401):
-                return
+                return True
         except requests.RequestException:
             pass
         time.sleep(0.5)
@@ -198,8 +212,14 @@ def ray_cluster() -> Iterator[RayCluster]:
     global _head
     head = _head if _head is not None else _head_start()
     _head = None  # this fixture stops it now
+    for _ in range(3):
+        if _wait_for_job_api(head.cluster, head.proc, Path(head.cluster.temp_dir) / "head.log"):
+            break
+        _head_stop(head)  # a port clash: once more, on fresh ports
+        head = _head_start()
+    else:
+        pytest.fail("the shared Ray head hit a port clash at three starts in a row", pytrace=False)
     cluster = head.cluster
-    _wait_for_job_api(cluster, head.proc, Path(cluster.temp_dir) / "head.log")
     os.environ["RAY_ADDRESS_FOR_TESTS"] = cluster.address
     try:
         yield cluster
