@@ -1,0 +1,98 @@
+"""An audit row exists exactly when its change committed: a refused or rolled-back mutation writes none,
+concurrent mutations (threads, PostgreSQL) each write exactly one, and no row can be changed or deleted."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+from django.db import connection, transaction
+
+from runs.audit.models import AuditEntry, AuditImmutable
+from runs.audit.record import PLATFORM_ACTOR, Actor, audit_record
+from runs.core.lifecycle import run_cancel
+from runs.errors import InvalidInput, InvalidTransition, ServiceError
+from runs.execution.submit import run_submit
+from runs.models import Run, RunStatus
+from runs.scheduling.concurrency import settings_update
+from runs.scheduling.enqueue import run_resume
+from tests.runs.helpers import TEST_KIND
+
+
+def submit(owner, name: str = "r") -> Run:
+    return run_submit(owner=owner, name=name, origin="api", kind=TEST_KIND, config={"steps": 1})
+
+
+@pytest.mark.django_db
+def test_refused_and_rolled_back_mutations_write_no_row(user, staff, handoffs) -> None:
+    with pytest.raises(InvalidInput):
+        run_submit(owner=user, name="r", origin="api", kind=TEST_KIND, config={"nope": 1})
+    with pytest.raises(InvalidInput):
+        settings_update(changes={"max_total": -1}, partial=True, by=staff)
+    assert AuditEntry.objects.count() == 0
+    run = submit(user)
+    assert AuditEntry.objects.count() == 1
+    # The caller's transaction rolls back after the cancel: neither the cancel nor its row survive.
+    with pytest.raises(RuntimeError), transaction.atomic():
+        run_cancel(run=run, by=user)
+        assert AuditEntry.objects.filter(action="run.cancel").count() == 1
+        raise RuntimeError("caller fails after the cancel")
+    assert Run.objects.get(pk=run.pk).status != RunStatus.CANCELLED
+    assert AuditEntry.objects.filter(action="run.cancel").count() == 0
+    # A resume the state machine refuses writes nothing.
+    with pytest.raises(InvalidTransition):
+        run_resume(run=run, by=user, from_scratch=True)
+    assert list(AuditEntry.objects.values_list("action", flat=True)) == ["run.submit"]
+
+
+@pytest.mark.django_db
+def test_a_row_cannot_be_changed_or_deleted(user) -> None:
+    with transaction.atomic():
+        row = audit_record(Actor(user_id=user.pk, name="alice"), "run.cancel", target_type="run", target_id=1)
+    row.actor_name = "mallory"
+    with pytest.raises(AuditImmutable):
+        row.save()
+    with pytest.raises(AuditImmutable):
+        row.delete()
+    with pytest.raises(AuditImmutable):
+        AuditEntry.objects.filter(pk=row.pk).update(actor_name="mallory")
+    with pytest.raises(AuditImmutable):
+        AuditEntry.objects.all().delete()
+    assert AuditEntry.objects.get(pk=row.pk).actor_name == "alice"
+
+
+@pytest.mark.django_db(transaction=True)  # no test transaction around it: autocommit, as outside a writer
+def test_a_row_is_written_only_inside_a_transaction() -> None:
+    with pytest.raises(RuntimeError, match="inside the transaction"):
+        audit_record(PLATFORM_ACTOR, "run.preempt", target_type="run", target_id=1)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_concurrent_mutations_each_write_exactly_one_row(user, other_user, handoffs) -> None:
+    if connection.vendor != "postgresql":
+        pytest.skip("threads writing at once: PostgreSQL (SQLite serializes writers by its file lock)")
+    runs = [submit(user if i % 2 else other_user, f"r{i}") for i in range(12)]
+    contested = runs[0]
+    errors: list[Exception] = []
+
+    def act(job) -> None:
+        try:
+            job()
+        except ServiceError as exc:  # the losers of the contested cancel: the run is already cancelled
+            errors.append(exc)
+        finally:
+            connection.close()
+
+    jobs = [lambda r=r: run_cancel(run=r, by=r.owner) for r in runs[1:]]  # 11 different runs
+    jobs += [lambda: run_cancel(run=contested, by=contested.owner) for _ in range(6)]  # 6 on the same run
+    jobs += [lambda: submit(user, "late") for _ in range(5)]
+    threads = [threading.Thread(target=act, args=(job,)) for job in jobs]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    cancels = list(AuditEntry.objects.filter(action="run.cancel").values_list("target_id", flat=True))
+    assert sorted(cancels, key=int) == [str(r.pk) for r in runs]  # one row per run, the contested one once
+    assert AuditEntry.objects.filter(action="run.submit").count() == 12 + 5
+    # Each contested cancel that did not change the run wrote nothing: 409 (cancelled) or a stopping no-op.
+    assert len(errors) <= 5 and all(isinstance(e, InvalidTransition) for e in errors)
