@@ -22,6 +22,8 @@ class Action(models.TextChoices):
     RUN_SUBMIT = "run.submit"
     RUN_CANCEL = "run.cancel"
     RUN_RESUME = "run.resume"
+    # The platform put a starting or running run back in the queue (placement timeout, restart recovery).
+    RUN_REQUEUE = "run.requeue"
     # Reserved: no preemption exists yet; the writer that preempts a run records this action.
     RUN_PREEMPT = "run.preempt"
     GATE_RESET = "gate.reset"
@@ -33,7 +35,7 @@ class Action(models.TextChoices):
     TOKEN_REVOKE = "token.revoke"
 
 
-PLATFORM = "platform"  # the actor name of automatic actions (scheduler, auto-resume, restart recovery)
+PLATFORM = "platform"  # the actor name of automatic actions (scheduler, auto-resume, requeue, restart recovery)
 
 
 class AuditQuerySet(models.QuerySet):

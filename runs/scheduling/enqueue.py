@@ -13,7 +13,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from runs.audit.models import Action
-from runs.audit.record import actor_of, audit_record
+from runs.audit.record import PLATFORM_ACTOR, actor_of, audit_record
 from runs.core.checkpoints import run_checkpoint_step
 from runs.core.events import PLATFORM_SOURCE, STATUS, run_events_record
 from runs.core.lifecycle import grant_pass, run_status_change
@@ -81,7 +81,7 @@ def run_requeue(*, run: Run, reason: str, interrupted: bool = False, grant: bool
         locked = Run.objects.select_for_update().get(pk=run.pk)
         if locked.status not in allowed:
             return None
-        old_submission = locked.ray_submission_id
+        old_submission, before = locked.ray_submission_id, {"status": locked.status, "attempt": locked.attempt}
         locked.attempt += 1
         locked.pending_reason, locked.pending_detail = "", f"requeued: {reason}"[:300]
         fields = ["attempt", "pending_reason", "pending_detail"]
@@ -92,6 +92,10 @@ def run_requeue(*, run: Run, reason: str, interrupted: bool = False, grant: bool
         run_status_change(run=locked, status=RunStatus.QUEUED, error="", now=now)
         # Back to `waiting` with its original requested_at (the same queue position), placed nowhere.
         Slot.objects.filter(run_id=locked.pk).update(state=SlotState.WAITING, granted_at=None, placement=[])
+        after = {"status": RunStatus.QUEUED, "attempt": locked.attempt, "reason": reason[:300]}
+        audit_record(
+            PLATFORM_ACTOR, Action.RUN_REQUEUE, target_type="run", target_id=run.pk, before=before, after=after
+        )
         if grant:
             grant_pass(reason="requeue", now=now)
     logger.info("run %s: requeued at its old position (%s)", run.pk, reason)

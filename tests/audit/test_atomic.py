@@ -10,8 +10,10 @@ from django.db import connection, transaction
 
 from runs.audit.models import AuditEntry, AuditImmutable
 from runs.audit.record import PLATFORM_ACTOR, Actor, audit_record
-from runs.core.lifecycle import run_cancel
+from runs.core.lifecycle import run_cancel, run_finish
 from runs.errors import InvalidInput, InvalidTransition, ServiceError
+from runs.execution.followups import run_followups
+from runs.execution.restart import runs_interrupted
 from runs.execution.submit import run_submit
 from runs.models import Run, RunStatus
 from runs.scheduling.concurrency import settings_update
@@ -96,3 +98,22 @@ def test_concurrent_mutations_each_write_exactly_one_row(user, other_user, hando
     assert AuditEntry.objects.filter(action="run.submit").count() == 12 + 5
     # Each contested cancel that did not change the run wrote nothing: 409 (cancelled) or a stopping no-op.
     assert len(errors) <= 5 and all(isinstance(e, InvalidTransition) for e in errors)
+
+
+@pytest.mark.django_db
+def test_platform_actions_are_audited_as_the_platform(user, handoffs) -> None:
+    """Restart recovery (runs.execution.restart), auto-resume (runs.execution.followups) and the scheduler
+    act without a request: their rows name `platform`, no user id and no request id."""
+    starting = submit(user, "interrupted")
+    assert starting.status == RunStatus.STARTING
+    assert runs_interrupted(stopping=False, observed={}) == {starting.pk: "requeued"}
+    failing = run_submit(owner=user, name="f", origin="api", kind=TEST_KIND, config={"steps": 1}, auto_resume=True)
+    failed = run_finish(run=failing, status=RunStatus.FAILED, error="boom")
+    assert run_followups(run_id=failed.pk, finished_at=failed.finished_at) == "restarted"  # no checkpoint: step 0
+    rows = list(AuditEntry.objects.filter(actor_name="platform").order_by("id"))
+    assert [(r.action, r.target_id) for r in rows] == [
+        ("run.requeue", str(starting.pk)),
+        ("run.resume", str(failing.pk)),
+    ]
+    assert all(r.actor_user_id is None and r.request_id == "" and r.actor_token == "" for r in rows)
+    assert rows[0].before["status"] == "starting" and rows[0].after["status"] == "queued"
