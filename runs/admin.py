@@ -8,11 +8,15 @@ from typing import Any
 
 from django import forms
 from django.contrib import admin
+from django.db import transaction
+from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.utils import timezone
 
+from runs.audit.models import Action
+from runs.audit.record import actor_from_request
 from runs.errors import ServiceError
-from runs.execution.schedules import cron_next, cron_problem, schedule_check
+from runs.execution.schedules import cron_next, cron_problem, schedule_audited, schedule_check, schedule_fields
 from runs.models import ConcurrencySettings, Run, RunEvent, Schedule, Slot
 from runs.outbox.models import Effect
 
@@ -52,10 +56,25 @@ class ScheduleAdmin(admin.ModelAdmin):
     list_filter = ["enabled", "kind"]
     readonly_fields = ["next_run_at", "last_run", "created_at"]
 
+    # The admin writes schedules itself, so it writes their audit rows too, in the same transaction.
     def save_model(self, request, obj: Schedule, form, change: bool) -> None:
         if not change or {"cron", "enabled"} & set(form.changed_data):
             obj.next_run_at = cron_next(obj.cron, after=timezone.now())
-        super().save_model(request, obj, form, change)
+        with transaction.atomic():
+            before = schedule_fields(Schedule.objects.select_for_update().get(pk=obj.pk)) if change else None
+            super().save_model(request, obj, form, change)
+            action = Action.SCHEDULE_UPDATE if change else Action.SCHEDULE_CREATE
+            schedule_audited(actor_from_request(request), action, obj, before=before)
+
+    def delete_model(self, request, obj: Schedule) -> None:
+        with transaction.atomic():
+            schedule_audited(actor_from_request(request), Action.SCHEDULE_DELETE, obj, before=schedule_fields(obj))
+            super().delete_model(request, obj)
+
+    def delete_queryset(self, request, queryset: QuerySet[Schedule]) -> None:
+        with transaction.atomic():
+            for schedule in queryset:
+                self.delete_model(request, schedule)
 
 
 class ReadOnlyAdmin(admin.ModelAdmin):

@@ -100,16 +100,17 @@ def schedule_create(
     fields = schedule_check(owner=owner, fields=fields)
     with transaction.atomic():
         schedule = Schedule.objects.create(owner=owner, next_run_at=cron_next(cron, after=timezone.now()), **fields)
-        _audited(actor or actor_of(owner), Action.SCHEDULE_CREATE, schedule, before=None)
+        schedule_audited(actor or actor_of(owner), Action.SCHEDULE_CREATE, schedule, before=None)
     return schedule
 
 
-def _audited(actor: Actor, action: str, schedule: Schedule, *, before: dict[str, Any] | None) -> None:
-    after = None if action == Action.SCHEDULE_DELETE else _audit_fields(schedule)
+def schedule_audited(actor: Actor, action: str, schedule: Schedule, *, before: dict[str, Any] | None) -> None:
+    """The audit row of a schedule's change (the API's writes here, and the admin's: runs/admin.py)."""
+    after = None if action == Action.SCHEDULE_DELETE else schedule_fields(schedule)
     audit_record(actor, action, target_type="schedule", target_id=schedule.pk, before=before, after=after)
 
 
-def _audit_fields(schedule: Schedule) -> dict[str, Any]:
+def schedule_fields(schedule: Schedule) -> dict[str, Any]:
     return {"name": schedule.name, "cron": schedule.cron, "kind": schedule.kind, "enabled": schedule.enabled}
 
 
@@ -120,20 +121,20 @@ def schedule_update(*, schedule: Schedule, changes: dict[str, Any], actor: Actor
         fields["config"] = kind.validate_config(fields.get("config", schedule.config))
         if kind.authorize is not None:
             kind.authorize(fields["config"], schedule.owner)
-    before = _audit_fields(schedule)
+    before = schedule_fields(schedule)
     for key, value in fields.items():
         setattr(schedule, key, value)
     if "cron" in fields or ("enabled" in fields and schedule.enabled):
         schedule.next_run_at = cron_next(schedule.cron, after=timezone.now())
     with transaction.atomic():
         schedule.save()
-        _audited(actor, Action.SCHEDULE_UPDATE, schedule, before=before)
+        schedule_audited(actor, Action.SCHEDULE_UPDATE, schedule, before=before)
     return schedule
 
 
 def schedule_delete(*, schedule: Schedule, actor: Actor) -> None:
     with transaction.atomic():
-        _audited(actor, Action.SCHEDULE_DELETE, schedule, before=_audit_fields(schedule))
+        schedule_audited(actor, Action.SCHEDULE_DELETE, schedule, before=schedule_fields(schedule))
         schedule.delete()
 
 

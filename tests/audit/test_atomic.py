@@ -7,6 +7,7 @@ import threading
 
 import pytest
 from django.db import connection, transaction
+from django.test import Client
 
 from runs.audit.models import AuditEntry, AuditImmutable
 from runs.audit.record import PLATFORM_ACTOR, Actor, audit_record
@@ -15,7 +16,7 @@ from runs.errors import InvalidInput, InvalidTransition, ServiceError
 from runs.execution.followups import run_followups
 from runs.execution.restart import runs_interrupted
 from runs.execution.submit import run_submit
-from runs.models import Run, RunStatus
+from runs.models import Run, RunStatus, Schedule
 from runs.scheduling.concurrency import settings_update
 from runs.scheduling.enqueue import run_resume
 from tests.runs.helpers import TEST_KIND
@@ -117,3 +118,36 @@ def test_platform_actions_are_audited_as_the_platform(user, handoffs) -> None:
     ]
     assert all(r.actor_user_id is None and r.request_id == "" and r.actor_token == "" for r in rows)
     assert rows[0].before["status"] == "starting" and rows[0].after["status"] == "queued"
+
+
+@pytest.mark.django_db
+def test_the_admins_schedule_writes_are_audited(django_user_model, user) -> None:
+    """The Django admin writes schedules itself (runs/admin.py): add, change and delete each write one row,
+    as the staff user who did it; a form the admin refuses writes none."""
+    root = django_user_model.objects.create_superuser(username="root", password="pw-root-long-enough")
+    browser = Client()
+    browser.force_login(root)
+    form = {"name": "nightly", "cron": "0 3 * * *", "kind": TEST_KIND, "config": '{"steps": 1}', "owner": user.pk}
+    assert browser.post("/admin/runs/schedule/add/", form | {"cron": "never"}).status_code == 200  # refused
+    assert AuditEntry.objects.count() == 0
+    assert browser.post("/admin/runs/schedule/add/", form | {"enabled": "on"}).status_code == 302
+    schedule = Schedule.objects.get()
+    assert browser.post(f"/admin/runs/schedule/{schedule.pk}/change/", form).status_code == 302  # disabled
+    assert browser.post(f"/admin/runs/schedule/{schedule.pk}/delete/", {"post": "yes"}).status_code == 302
+    rows = list(AuditEntry.objects.order_by("id"))
+    assert [(r.actor_name, r.action, r.target_id) for r in rows] == [
+        ("root", "schedule.create", str(schedule.pk)),
+        ("root", "schedule.update", str(schedule.pk)),
+        ("root", "schedule.delete", str(schedule.pk)),
+    ]
+    assert (rows[1].before["enabled"], rows[1].after["enabled"]) == (True, False)
+    assert rows[2].before["name"] == "nightly" and rows[2].after is None
+    # The admin's bulk "delete selected" action: one row per schedule.
+    for name in ("a", "b"):
+        browser.post("/admin/runs/schedule/add/", form | {"name": name})
+    ids = [str(pk) for pk in Schedule.objects.values_list("pk", flat=True)]
+    bulk = {"action": "delete_selected", "_selected_action": ids, "post": "yes"}
+    assert browser.post("/admin/runs/schedule/", bulk).status_code == 302 and not Schedule.objects.exists()
+    assert sorted(AuditEntry.objects.filter(action="schedule.delete").values_list("target_id", flat=True)) == sorted(
+        [str(schedule.pk), *ids]
+    )
