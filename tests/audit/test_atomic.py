@@ -8,6 +8,7 @@ import threading
 import pytest
 from django.db import connection, transaction
 from django.test import Client
+from knox.models import AuthToken
 
 from runs.audit.models import AuditEntry, AuditImmutable
 from runs.audit.record import PLATFORM_ACTOR, Actor, audit_record
@@ -151,3 +152,23 @@ def test_the_admins_schedule_writes_are_audited(django_user_model, user) -> None
     assert sorted(AuditEntry.objects.filter(action="schedule.delete").values_list("target_id", flat=True)) == sorted(
         [str(schedule.pk), *ids]
     )
+
+
+@pytest.mark.django_db
+def test_the_admins_token_pages_are_audited(django_user_model, user) -> None:
+    """knox's admin pages create and delete tokens themselves: each writes one row, naming the token's prefix
+    (never the token) and whose it is."""
+    root = django_user_model.objects.create_superuser(username="root", password="pw-root-long-enough")
+    browser = Client()
+    browser.force_login(root)
+    assert browser.post("/admin/knox/authtoken/add/", {"user": user.pk}).status_code == 302
+    token = AuthToken.objects.get(user=user)
+    assert browser.post(f"/admin/knox/authtoken/{token.pk}/delete/", {"post": "yes"}).status_code == 302
+    assert not AuthToken.objects.filter(user=user).exists()
+    rows = list(AuditEntry.objects.order_by("id"))
+    prefix = token.token_key[:8]
+    assert [(r.actor_name, r.action, r.target_id) for r in rows] == [
+        ("root", "token.create", prefix),
+        ("root", "token.revoke", prefix),
+    ]
+    assert rows[0].after == {"user": "alice"} and rows[1].before == {"user": "alice", "tokens": [prefix]}
