@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from client.types import Event
 
 TERMINAL = frozenset({"succeeded", "failed", "cancelled"})
-FINAL_CLOSE = {4400, 4401, 4403, 4404}  # the server's refusals: reconnecting cannot help
+FINAL_CLOSE = {4400, 4401, 4403, 4404}  # the server's refusals: reconnecting cannot help (4404: older servers)
 RECONNECTS_MAX = 10  # consecutive failed connections before giving up
 MESSAGE_MAX = 16 * 2**20
 

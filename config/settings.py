@@ -148,11 +148,13 @@ INSTALLED_APPS = [
     "runs",
     "runs.outbox",  # after-commit effects of the run lifecycle (runs/outbox/)
     "runs.idempotency",  # Idempotency-Key: a retried submit, cancel or resume acts once (runs/idempotency/)
+    "runs.audit",  # append-only log of who changed what, written with each change (runs/audit/)
     "frontend",
 ]
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    "runs.audit.request_id.RequestIdMiddleware",  # X-Request-ID in, out, and on audit rows
     "csp.middleware.CSPMiddleware",  # Content-Security-Policy on every response (config/security.py)
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",

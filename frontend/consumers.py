@@ -21,7 +21,6 @@ from frontend import ws_guard
 from frontend.ws_guard import (
     CLOSE_BAD_REQUEST,
     CLOSE_FORBIDDEN,
-    CLOSE_NOT_FOUND,
     CLOSE_UNAUTHENTICATED,
     AuthenticatedConsumer,
 )
@@ -203,10 +202,10 @@ class StreamWatch:
 
 
 stream_watch = StreamWatch()
-# Another user's run closes exactly like a missing one (4404), as the REST API answers 404 for both: a socket
-# must not reveal which run ids exist. (A socket already streaming whose user loses the right gets 4403: it
-# knew the run.)
-REFUSAL_CODES = {"not_found": CLOSE_NOT_FOUND, "forbidden": CLOSE_NOT_FOUND, "after_beyond": CLOSE_BAD_REQUEST}
+# Any run the asker may not see closes 4403, whether it is another user's or missing (issue 27): one code for
+# both, so a socket still does not reveal which run ids exist. A socket already streaming whose user loses the
+# right gets 4403 too.
+REFUSAL_CODES = {"not_found": CLOSE_FORBIDDEN, "forbidden": CLOSE_FORBIDDEN, "after_beyond": CLOSE_BAD_REQUEST}
 
 
 class DashboardConsumer(AuthenticatedConsumer):

@@ -2,7 +2,7 @@
 
 from django.urls import path
 
-from frontend.views import auth, compare, dashboard, metrics, samples, settings
+from frontend.views import audit, auth, compare, dashboard, metrics, samples, settings
 
 urlpatterns: list = [
     path("", dashboard.board, name="board"),
@@ -13,5 +13,6 @@ urlpatterns: list = [
     path("login/", auth.login_view, name="login"),
     path("logout/", auth.logout_view, name="logout"),
     path("settings/", settings.concurrency_settings, name="settings"),
+    path("audit/", audit.audit_log, name="audit"),
     path("metrics", metrics.metrics, name="metrics"),
 ]

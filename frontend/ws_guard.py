@@ -35,7 +35,6 @@ logger = logging.getLogger(__name__)
 CLOSE_BAD_REQUEST = 4400
 CLOSE_UNAUTHENTICATED = 4401
 CLOSE_FORBIDDEN = 4403
-CLOSE_NOT_FOUND = 4404
 CLOSE_TOO_LARGE = 4413
 CLOSE_TOO_MANY = 4429
 PRESENCE_TTL = 90.0  # seconds an entry lives without a refresh (consumers refresh every PRESENCE_TTL / 3)

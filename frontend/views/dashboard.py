@@ -12,6 +12,7 @@ from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import render
 
 from runs import selectors
+from runs.audit.query import last_actors
 from runs.core.checkpoints import run_checkpoint_step
 from runs.errors import InvalidInput, RunNotFound
 from runs.execution.kinds import DEFAULT_KIND, kind_get
@@ -69,6 +70,7 @@ def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
             "config_json": json.dumps(run.config, indent=2, sort_keys=True),
             # What "Resume from checkpoint step N" names; None: only "Start over from step 0" is offered.
             "checkpoint_step": run_checkpoint_step(run),
+            "last_actors": last_actors([run.pk])[run.pk],  # who last cancelled / resumed it (the audit log)
             "nav": "run",
         },
     )

@@ -14,6 +14,7 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 
 from runs import selectors
+from runs.audit.record import actor_from_request
 from runs.errors import InvalidInput
 from runs.scheduling.concurrency import settings_update
 from runs.slots import store
@@ -89,7 +90,7 @@ def concurrency_settings(request: HttpRequest) -> HttpResponse:
         changes, values, errors = _parse(request.POST)
         if not errors:
             try:
-                settings_update(changes=changes, partial=False, by=request.user)
+                settings_update(changes=changes, partial=False, by=request.user, actor=actor_from_request(request))
             except InvalidInput as exc:
                 errors[_form_name(exc.field)] = exc.message if _form_name(exc.field) != "__all__" else str(exc)
         if not errors:

@@ -19,6 +19,7 @@ from rest_framework.throttling import BaseThrottle
 
 from runs.api import serializers as s
 from runs.api.views import ServiceView, _body
+from runs.audit.record import Actor, actor_from_request
 from runs.auth.auth_limit import signin_wait
 from runs.auth.tokens import token_issue, token_revoke
 from runs.errors import InvalidInput
@@ -89,7 +90,8 @@ class TokenView(ServiceView):
             raise InvalidInput("wrong username or password", field="password")
         # As knox's own login view does: last_login, and axes clears this (username, address)'s failures.
         user_logged_in.send(sender=user.__class__, request=request._request, user=user)
-        return Response({"token": token_issue(user)})
+        actor = Actor(user_id=user.pk, name=user.get_username(), request_id=getattr(request, "request_id", ""))
+        return Response({"token": token_issue(user, actor=actor)})
 
     @extend_schema(
         operation_id="auth_token_revoke",
@@ -103,5 +105,7 @@ class TokenView(ServiceView):
     def delete(self, request: Request) -> Response:
         user = request.user
         assert not isinstance(user, AnonymousUser)  # get_permissions: IsAuthenticated for everything but POST
-        token_revoke(user, request.auth)  # request.auth: the knox row for a token, None for a session
+        token_revoke(
+            user, request.auth, actor=actor_from_request(request)
+        )  # request.auth: the knox row for a token, None for a session
         return Response(status=http.HTTP_204_NO_CONTENT)

@@ -11,6 +11,7 @@ from rest_framework.response import Response
 from runs import selectors
 from runs.api import serializers as s
 from runs.api.views import ERRORS, RUN_ID, ServiceView, _body
+from runs.audit.record import actor_from_request
 from runs.execution.controls import run_gate_reset
 from runs.models import RunControl
 
@@ -47,5 +48,7 @@ class RunGateResetView(ServiceView):
     )
     def post(self, request: Request, run_id: int) -> Response:
         run = selectors.run_get(user=request.user, run_id=run_id)
-        control = run_gate_reset(run=run, by=request.user, reason=_body(request).get("reason"))
+        control = run_gate_reset(
+            run=run, by=request.user, reason=_body(request).get("reason"), actor=actor_from_request(request)
+        )
         return Response(RunControlSerializer(control).data, status=202)

@@ -12,6 +12,7 @@ from rest_framework.response import Response
 
 from runs.api.serializers import ErrorSerializer
 from runs.api.views import ServiceView, _body
+from runs.audit.record import actor_from_request
 from runs.errors import RunNotFound
 from runs.execution import kinds, schedules
 from runs.models import Schedule
@@ -59,7 +60,9 @@ class ScheduleListCreateView(ServiceView):
     def post(self, request: Request) -> Response:
         body = ScheduleCreateSerializer(data=_body(request))
         body.is_valid(raise_exception=True)
-        schedule = schedules.schedule_create(owner=request.user, **body.validated_data)
+        schedule = schedules.schedule_create(
+            owner=request.user, actor=actor_from_request(request), **body.validated_data
+        )
         return Response(ScheduleSerializer(schedule).data, status=http.HTTP_201_CREATED)
 
 
@@ -76,10 +79,12 @@ class ScheduleDetailView(ServiceView):
         responses={200: ScheduleSerializer, **ERRORS},
     )
     def patch(self, request: Request, schedule_id: int) -> Response:
-        schedule = schedules.schedule_update(schedule=_schedule(schedule_id), changes=_body(request))
+        schedule = schedules.schedule_update(
+            schedule=_schedule(schedule_id), changes=_body(request), actor=actor_from_request(request)
+        )
         return Response(ScheduleSerializer(schedule).data)
 
     @extend_schema(operation_id="schedules_destroy", responses={204: None, **ERRORS})
     def delete(self, request: Request, schedule_id: int) -> Response:
-        schedules.schedule_delete(schedule=_schedule(schedule_id))
+        schedules.schedule_delete(schedule=_schedule(schedule_id), actor=actor_from_request(request))
         return Response(status=http.HTTP_204_NO_CONTENT)

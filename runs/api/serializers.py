@@ -75,6 +75,8 @@ class RunSerializer(serializers.ModelSerializer):
     websockets use too."""
 
     owner = serializers.CharField(source="owner.username", read_only=True)
+    cancelled_by = serializers.CharField(allow_null=True, help_text="who last cancelled it (audit log), or null")
+    resumed_by = serializers.CharField(allow_null=True, help_text="who last resumed it (audit log), or null")
     queued_seconds = serializers.FloatField()
     position = PositionSerializer(allow_null=True)
     pending_reason = serializers.ChoiceField(choices=PENDING_REASONS + STARTING_REASONS, allow_null=True)
@@ -110,6 +112,8 @@ class RunSerializer(serializers.ModelSerializer):
             "kind",
             "status",
             "owner",
+            "cancelled_by",
+            "resumed_by",
             "config",
             "created_at",
             "granted_at",

@@ -5,6 +5,7 @@ from drf_spectacular.views import SpectacularAPIView
 from rest_framework.permissions import IsAuthenticated
 
 from runs.api import views
+from runs.api.audit import AuditListView
 from runs.api.auth import TokenView
 from runs.api.compare import RunCompareView
 from runs.api.controls import RunGateResetView
@@ -35,6 +36,7 @@ urlpatterns = [
     path("settings/concurrency/", views.ConcurrencySettingsView.as_view(), name="api-settings-concurrency"),
     path("schedules/", ScheduleListCreateView.as_view(), name="api-schedules"),
     path("schedules/<int:schedule_id>/", ScheduleDetailView.as_view(), name="api-schedule"),
+    path("audit/", AuditListView.as_view(), name="api-audit"),
     path("auth/token/", TokenView.as_view(), name="api-token"),
     path("ws-ticket/", WsTicketView.as_view(), name="api-ws-ticket"),
     path("schema/", SpectacularAPIView.as_view(permission_classes=[IsAuthenticated]), name="api-schema"),

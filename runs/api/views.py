@@ -23,6 +23,7 @@ from runs.api import serializers as s
 from runs.api.idempotent import IDEMPOTENCY_KEY, once
 from runs.api.run_json import runs_json
 from runs.api.throttles import HeavyReadThrottle, throttled_response
+from runs.audit.record import actor_from_request
 from runs.core.lifecycle import run_cancel
 from runs.errors import InvalidInput, ServiceError
 from runs.execution.kinds import DEFAULT_KIND
@@ -122,7 +123,7 @@ class RunListCreateView(ServiceView):
             is_staff=request.user.is_staff,
             via_session=isinstance(request.successful_authenticator, SessionAuthentication),
         )
-        submit = partial(run_submit, owner=request.user, **fields)
+        submit = partial(run_submit, owner=request.user, actor=actor_from_request(request), **fields)
         return once(request, "runs_create", raw, submit, http.HTTP_201_CREATED)
 
 
@@ -143,7 +144,7 @@ class RunCancelView(ServiceView):
     )
     def post(self, request: Request, run_id: int) -> Response:
         run = selectors.run_get(user=request.user, run_id=run_id)
-        cancel = partial(run_cancel, run=run, by=request.user)
+        cancel = partial(run_cancel, run=run, by=actor_from_request(request))
         return once(request, f"runs_cancel:{run.pk}", None, cancel, http.HTTP_200_OK)
 
 
@@ -168,7 +169,7 @@ class RunResumeView(ServiceView):
         if not isinstance(from_scratch, bool):
             raise InvalidInput("must be true or false", field="from_scratch")
         run = selectors.run_get(user=request.user, run_id=run_id)
-        resume = partial(run_resume, run=run, by=request.user, from_scratch=from_scratch)
+        resume = partial(run_resume, run=run, by=actor_from_request(request), from_scratch=from_scratch)
         return once(request, f"runs_resume:{run.pk}", {"from_scratch": from_scratch}, resume, http.HTTP_200_OK)
 
 
@@ -277,7 +278,7 @@ class ConcurrencySettingsView(ServiceView):
         responses={200: s.ConcurrencySettingsSerializer, 400: s.ErrorSerializer, 403: s.ErrorSerializer},
     )
     def patch(self, request: Request) -> Response:
-        settings_update(changes=_body(request), partial=True, by=request.user)
+        settings_update(changes=_body(request), partial=True, by=request.user, actor=actor_from_request(request))
         return self._effective()
 
     @extend_schema(
@@ -286,5 +287,5 @@ class ConcurrencySettingsView(ServiceView):
         responses={200: s.ConcurrencySettingsSerializer, 400: s.ErrorSerializer, 403: s.ErrorSerializer},
     )
     def put(self, request: Request) -> Response:
-        settings_update(changes=_body(request), partial=False, by=request.user)
+        settings_update(changes=_body(request), partial=False, by=request.user, actor=actor_from_request(request))
         return self._effective()

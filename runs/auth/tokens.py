@@ -14,6 +14,9 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
+from runs.audit.models import Action
+from runs.audit.record import TOKEN_PREFIX_LENGTH, Actor, actor_of, audit_record
+
 
 def token_expired(token: Any) -> bool:
     now = timezone.now()
@@ -21,9 +24,9 @@ def token_expired(token: Any) -> bool:
     return past_expiry or token.created + timedelta(seconds=settings.API_TOKEN_MAX_AGE_SECONDS) <= now
 
 
-def token_issue(user: Any) -> str:
+def token_issue(user: Any, actor: Actor | None = None) -> str:
     """A new token for `user` (its value: the only time it exists outside the client). The user's expired tokens,
-    and the oldest past API_TOKENS_PER_USER, are deleted."""
+    and the oldest past API_TOKENS_PER_USER, are deleted. Audited (target: the new token's prefix) as `actor`."""
     from knox.models import AuthToken  # late: needs the apps ready
 
     with transaction.atomic():
@@ -31,17 +34,27 @@ def token_issue(user: Any) -> str:
         stale = [t.digest for t in mine if token_expired(t)]
         keep = [t.digest for t in mine if t.digest not in stale][: max(settings.API_TOKENS_PER_USER - 1, 0)]
         AuthToken.objects.filter(user=user).exclude(digest__in=keep).delete()
-        _row, key = AuthToken.objects.create(user=user, expiry=timedelta(seconds=settings.API_TOKEN_MAX_AGE_SECONDS))
+        row, key = AuthToken.objects.create(user=user, expiry=timedelta(seconds=settings.API_TOKEN_MAX_AGE_SECONDS))
+        prefix = row.token_key[:TOKEN_PREFIX_LENGTH]
+        audit_record(actor or actor_of(user), Action.TOKEN_CREATE, target_type="token", target_id=prefix)
     return key
 
 
-def token_revoke(user: Any, token: Any = None) -> int:
+def token_revoke(user: Any, token: Any = None, actor: Actor | None = None) -> int:
     """Delete `token` (the one a request came with), or all of the user's tokens when none is given (a session's
-    DELETE). Returns how many were deleted."""
+    DELETE). Returns how many were deleted; audited (one row per call, naming the revoked prefixes) when any was."""
     from knox.models import AuthToken
 
-    rows = AuthToken.objects.filter(user=user)
-    if token is not None:
-        rows = rows.filter(digest=token.digest)
-    deleted, _ = rows.delete()
+    with transaction.atomic():
+        rows = AuthToken.objects.select_for_update().filter(user=user)
+        if token is not None:
+            rows = rows.filter(digest=token.digest)
+        prefixes = sorted(t.token_key[:TOKEN_PREFIX_LENGTH] for t in rows)
+        deleted, _ = rows.delete()
+        if prefixes:
+            target = prefixes[0] if len(prefixes) == 1 else f"user:{user.pk}"
+            before = {"tokens": prefixes}
+            audit_record(
+                actor or actor_of(user), Action.TOKEN_REVOKE, target_type="token", target_id=target, before=before
+            )
     return deleted

@@ -15,6 +15,8 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
+from runs.audit.models import Action
+from runs.audit.record import Actor, actor_of, audit_record
 from runs.core.events import PLATFORM_SOURCE, run_events_record
 from runs.core.stores import run_events_publish
 from runs.errors import InvalidInput, InvalidTransition, NotAllowed
@@ -28,8 +30,9 @@ REASON_MAX = 500
 PENDING_MAX = 4
 
 
-def run_gate_reset(*, run: Run, by: Any, reason: Any) -> RunControl:
-    """Staff ask the run's job to reset its poisoned gate; the job re-checks engine versions first."""
+def run_gate_reset(*, run: Run, by: Any, reason: Any, actor: Actor | None = None) -> RunControl:
+    """Staff ask the run's job to reset its poisoned gate; the job re-checks engine versions first. Audited as
+    `actor` (default `by`) with the command."""
     if not getattr(by, "is_staff", False):
         raise NotAllowed("only staff may reset a run's gate")
     if not isinstance(reason, str) or not reason.strip():
@@ -49,6 +52,8 @@ def run_gate_reset(*, run: Run, by: Any, reason: Any) -> RunControl:
         if RunControl.objects.filter(run=locked, acked_at__isnull=True).count() >= PENDING_MAX:
             raise InvalidTransition(f"run {run.pk} already has {PENDING_MAX} commands waiting for its job")
         control = RunControl.objects.create(run=locked, kind="gate_reset", reason=reason, requested_by=by)
+        after = {"control": control.pk, "reason": reason}
+        audit_record(actor or actor_of(by), Action.GATE_RESET, target_type="run", target_id=locked.pk, after=after)
         stored = run_events_record(
             run=locked,
             source=PLATFORM_SOURCE,

@@ -12,6 +12,7 @@ from datetime import datetime
 from django.conf import settings
 from django.db import transaction
 
+from runs.audit.record import PLATFORM_ACTOR
 from runs.core.checkpoints import run_checkpoint_step
 from runs.execution.kinds import DEFAULT_KIND, EVAL_KIND
 from runs.execution.submit import run_submit
@@ -31,6 +32,7 @@ def eval_run_submit(*, run: Run) -> Run | None:
             return None
         return run_submit(
             owner=run.owner,
+            actor=PLATFORM_ACTOR,
             name=f"eval of {run.name}"[:200],
             origin=Origin.SYSTEM,
             kind=EVAL_KIND,

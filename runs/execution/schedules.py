@@ -15,6 +15,8 @@ from croniter import CroniterError, croniter
 from django.db import transaction
 from django.utils import timezone
 
+from runs.audit.models import Action
+from runs.audit.record import PLATFORM_ACTOR, Actor, actor_of, audit_record
 from runs.errors import InvalidInput, ServiceError
 from runs.execution import kinds
 from runs.execution.submit import NAME_MAX, run_submit
@@ -92,29 +94,48 @@ def schedule_create(
     kind: str = kinds.DEFAULT_KIND,
     config: dict[str, Any] | None = None,
     enabled: bool = True,
+    actor: Actor | None = None,
 ) -> Schedule:
     fields = {"name": name, "cron": cron, "kind": kind, "config": config or {}, "enabled": enabled}
     fields = schedule_check(owner=owner, fields=fields)
-    return Schedule.objects.create(owner=owner, next_run_at=cron_next(cron, after=timezone.now()), **fields)
+    with transaction.atomic():
+        schedule = Schedule.objects.create(owner=owner, next_run_at=cron_next(cron, after=timezone.now()), **fields)
+        schedule_audited(actor or actor_of(owner), Action.SCHEDULE_CREATE, schedule, before=None)
+    return schedule
 
 
-def schedule_update(*, schedule: Schedule, changes: dict[str, Any]) -> Schedule:
+def schedule_audited(actor: Actor, action: str, schedule: Schedule, *, before: dict[str, Any] | None) -> None:
+    """The audit row of a schedule's change (the API's writes here, and the admin's: runs/admin.py)."""
+    after = None if action == Action.SCHEDULE_DELETE else schedule_fields(schedule)
+    audit_record(actor, action, target_type="schedule", target_id=schedule.pk, before=before, after=after)
+
+
+def schedule_fields(schedule: Schedule) -> dict[str, Any]:
+    return {"name": schedule.name, "cron": schedule.cron, "kind": schedule.kind, "enabled": schedule.enabled}
+
+
+def schedule_update(*, schedule: Schedule, changes: dict[str, Any], actor: Actor) -> Schedule:
     fields = _validated(dict(changes))
     kind = kinds.kind_get(fields.get("kind", schedule.kind))
     if "config" in fields or "kind" in fields:
         fields["config"] = kind.validate_config(fields.get("config", schedule.config))
         if kind.authorize is not None:
             kind.authorize(fields["config"], schedule.owner)
+    before = schedule_fields(schedule)
     for key, value in fields.items():
         setattr(schedule, key, value)
     if "cron" in fields or ("enabled" in fields and schedule.enabled):
         schedule.next_run_at = cron_next(schedule.cron, after=timezone.now())
-    schedule.save()
+    with transaction.atomic():
+        schedule.save()
+        schedule_audited(actor, Action.SCHEDULE_UPDATE, schedule, before=before)
     return schedule
 
 
-def schedule_delete(*, schedule: Schedule) -> None:
-    schedule.delete()
+def schedule_delete(*, schedule: Schedule, actor: Actor) -> None:
+    with transaction.atomic():
+        schedule_audited(actor, Action.SCHEDULE_DELETE, schedule, before=schedule_fields(schedule))
+        schedule.delete()
 
 
 def schedules_submit_due(*, now: datetime | None = None) -> list[int]:
@@ -145,6 +166,7 @@ def schedules_submit_due(*, now: datetime | None = None) -> list[int]:
                     origin=Origin.SCHEDULE,
                     kind=schedule.kind,
                     config=schedule.config,
+                    actor=PLATFORM_ACTOR,
                 )
             except ServiceError as exc:  # e.g. a kind since removed: keep the schedule moving, say why
                 logger.warning("schedule %s could not submit: %s", schedule.pk, exc)

@@ -9,6 +9,8 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
+from runs.audit.models import Action
+from runs.audit.record import Actor, actor_of, audit_record
 from runs.errors import InvalidInput
 from runs.execution.kinds import RunKind, kind_get
 from runs.models import ORIGIN_TO_CLASS, Origin, Run, RunStatus
@@ -35,12 +37,14 @@ def run_submit(
     parent: Run | None = None,
     auto_resume: bool = False,
     user_caps: bool = True,
+    actor: Actor | None = None,
 ) -> Run:
     """Validate, create the run with a waiting slot, and grant in the same transaction. `auto_resume`: when the
     run fails, the platform resumes it from its last checkpoint (at most RUN_AUTO_RESUME_MAX times).
     `origin` is trusted here (the API derives it: runs.scheduling.limits.origin_for_request). Every run gets a finite
     time limit (the staff default when none is given; above the staff maximum is a 400). `user_caps`: refuse with
-    LimitExceeded (429) when the owner is at a per-user cap; only automatic evaluation runs pass False."""
+    LimitExceeded (429) when the owner is at a per-user cap; only automatic evaluation runs pass False. `actor`: who
+    submits, for the audit row (default: the owner; the platform for scheduled and follow-up runs)."""
     if origin not in Origin.values:
         raise InvalidInput(f"unknown origin {origin!r}; expected one of {', '.join(Origin.values)}", field="origin")
     if not isinstance(name, str) or not name.strip() or len(name) > NAME_MAX:
@@ -77,6 +81,8 @@ def run_submit(
             auto_resume=auto_resume,
         )
         run_enqueue(run=run, now=timezone.now())
+        after = {"status": run.status, "name": run.name, "origin": origin, "kind": run.kind}
+        audit_record(actor or actor_of(owner), Action.RUN_SUBMIT, target_type="run", target_id=run.pk, after=after)
     run.refresh_from_db()
     return run
 

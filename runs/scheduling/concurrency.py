@@ -8,6 +8,8 @@ from typing import Any
 from django.conf import settings
 from django.db import transaction
 
+from runs.audit.models import Action
+from runs.audit.record import Actor, actor_of, audit_record
 from runs.core.lifecycle import grant_pass
 from runs.core.publish import dashboard_publish
 from runs.errors import InvalidInput
@@ -16,9 +18,10 @@ from runs.slots import store
 from runs.slots.policy import PolicyError, policy_check_merged, policy_merge, policy_validate
 
 
-def settings_update(*, changes: Any, partial: bool, by: Any) -> dict[str, Any]:
+def settings_update(*, changes: Any, partial: bool, by: Any, actor: Actor | None = None) -> dict[str, Any]:
     """Validate and store concurrency settings (partial merges, full replaces), then grant under new limits.
-    Returns the new stored raw settings. Raises InvalidInput naming the field."""
+    Returns the new stored raw settings. Raises InvalidInput naming the field. Audited (before/after: the stored
+    settings) as `actor`, default `by`."""
     try:
         policy_validate(changes)
     except PolicyError as exc:
@@ -26,7 +29,8 @@ def settings_update(*, changes: Any, partial: bool, by: Any) -> dict[str, Any]:
     with transaction.atomic():
         store.slots_lock()
         row = ConcurrencySettings.objects.select_for_update().order_by("pk").first()
-        raw = policy_merge(row.raw if row else {}, changes, partial=partial)
+        old = row.raw if row else {}
+        raw = policy_merge(old, changes, partial=partial)
         try:
             policy_check_merged(raw, default_max_total=settings.SLOTS_DEFAULT_MAX_TOTAL, changes=changes)
         except PolicyError as exc:
@@ -36,6 +40,15 @@ def settings_update(*, changes: Any, partial: bool, by: Any) -> dict[str, Any]:
         else:
             row.raw, row.updated_by = raw, (by if getattr(by, "pk", None) else None)
         row.save()
+        before = {"raw": old}
+        audit_record(
+            actor or actor_of(by),
+            Action.SETTINGS_CONCURRENCY,
+            target_type="settings",
+            target_id="concurrency",
+            before=before,
+            after={"raw": raw},
+        )
         store.policy_forget()
         dashboard_publish({"kind": "settings"})
         grant_pass(reason="settings")

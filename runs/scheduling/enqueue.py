@@ -12,6 +12,8 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
+from runs.audit.models import Action
+from runs.audit.record import PLATFORM_ACTOR, actor_of, audit_record
 from runs.core.checkpoints import run_checkpoint_step
 from runs.core.events import PLATFORM_SOURCE, STATUS, run_events_record
 from runs.core.lifecycle import grant_pass, run_status_change
@@ -79,7 +81,7 @@ def run_requeue(*, run: Run, reason: str, interrupted: bool = False, grant: bool
         locked = Run.objects.select_for_update().get(pk=run.pk)
         if locked.status not in allowed:
             return None
-        old_submission = locked.ray_submission_id
+        old_submission, before = locked.ray_submission_id, {"status": locked.status, "attempt": locked.attempt}
         locked.attempt += 1
         locked.pending_reason, locked.pending_detail = "", f"requeued: {reason}"[:300]
         fields = ["attempt", "pending_reason", "pending_detail"]
@@ -90,6 +92,10 @@ def run_requeue(*, run: Run, reason: str, interrupted: bool = False, grant: bool
         run_status_change(run=locked, status=RunStatus.QUEUED, error="", now=now)
         # Back to `waiting` with its original requested_at (the same queue position), placed nowhere.
         Slot.objects.filter(run_id=locked.pk).update(state=SlotState.WAITING, granted_at=None, placement=[])
+        after = {"status": RunStatus.QUEUED, "attempt": locked.attempt, "reason": reason[:300]}
+        audit_record(
+            PLATFORM_ACTOR, Action.RUN_REQUEUE, target_type="run", target_id=run.pk, before=before, after=after
+        )
         if grant:
             grant_pass(reason="requeue", now=now)
     logger.info("run %s: requeued at its old position (%s)", run.pk, reason)
@@ -101,7 +107,9 @@ def run_resume(*, run: Run, by: Any, user_caps: bool = True, from_scratch: bool 
     checkpoint (`resume_requested`: the launcher adds `--resume`); a run without one is refused (409,
     code `no_checkpoint`, runs/core/checkpoints.py) unless `from_scratch`, which starts it over from step 0 (no
     `--resume`, whatever checkpoint it has). A resume adds a queued run, so the owner's per-user caps apply
-    (`user_caps=False` only for the platform's automatic resume of a run that just failed)."""
+    (`user_caps=False` only for the platform's automatic resume of a run that just failed). `by`: an Actor, a
+    user, or anything else for the platform (audited with the move)."""
+    actor = actor_of(by)
     with transaction.atomic():
         slot_store.slots_lock()
         locked = Run.objects.select_for_update().get(pk=run.pk)
@@ -115,6 +123,7 @@ def run_resume(*, run: Run, by: Any, user_caps: bool = True, from_scratch: bool 
             )
         if user_caps:
             limits.user_caps_check(owner=locked.owner_id, limits=limits.limits_load())
+        before = {"status": locked.status, "attempt": locked.attempt}
         locked.resume_requested = not from_scratch
         # A new attempt: a new Ray submission id (the old job's id is taken) and a new event source.
         locked.attempt += 1
@@ -127,7 +136,9 @@ def run_resume(*, run: Run, by: Any, user_caps: bool = True, from_scratch: bool 
             resources=locked.resources,
             time_limit_seconds=locked.time_limit_seconds,
         )
+        after = {"status": RunStatus.QUEUED, "attempt": locked.attempt, "from_scratch": from_scratch}
+        audit_record(actor, Action.RUN_RESUME, target_type="run", target_id=locked.pk, before=before, after=after)
         grant_pass(reason="resume")
-    logger.info("run %s resumed by %s%s", run.pk, by, " from step 0 (from_scratch)" if from_scratch else "")
+    logger.info("run %s resumed by %s%s", run.pk, actor.name, " from step 0 (from_scratch)" if from_scratch else "")
     locked.refresh_from_db()
     return locked

@@ -17,6 +17,8 @@ RUN_FIELDS = {
     "kind",
     "status",
     "owner",
+    "cancelled_by",  # REST only (the audit log); websocket frames do not carry it
+    "resumed_by",
     "config",
     "created_at",
     "granted_at",

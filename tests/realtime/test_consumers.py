@@ -50,9 +50,9 @@ def test_authentication_and_permission_close_codes():
     assert run_async(close_code, f"/ws/runs/{run.pk}/", None) == 4401
     assert run_async(close_code, "/ws/dashboard/", None) == 4401
     # Another user's run and a missing run close alike: the code does not reveal which ids exist.
-    assert run_async(close_code, f"/ws/runs/{run.pk}/", other) == 4404
-    assert run_async(close_code, f"/ws/runs/{run.pk + 1000}/", other) == 4404
-    assert run_async(close_code, "/ws/runs/999999/", staff) == 4404
+    assert run_async(close_code, f"/ws/runs/{run.pk}/", other) == 4403
+    assert run_async(close_code, f"/ws/runs/{run.pk + 1000}/", other) == 4403
+    assert run_async(close_code, "/ws/runs/999999/", staff) == 4403
     assert run_async(close_code, f"/ws/runs/{run.pk}/?after=abc", owner) == 4400
     assert run_async(close_code, f"/ws/runs/{run.pk}/?after=5", owner) == 4400  # beyond the stream
 

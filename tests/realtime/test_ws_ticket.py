@@ -62,7 +62,11 @@ def test_visibility_and_refusals_are_a_sessions():
     owner, other = user_make("o"), user_make("x")
     run = run_make(owner)
     theirs = ticket_for(token_issue(other))
-    assert run_async(first_message, f"/ws/runs/{run.pk}/?ticket={theirs}") == {"type": "websocket.close", "code": 4404}
+    assert run_async(first_message, f"/ws/runs/{run.pk}/?ticket={theirs}") == {"type": "websocket.close", "code": 4403}
+    # Issue 27: a token client opening a missing run gets the same 4403 as for another user's run (no id leaks).
+    missing = ticket_for(token_issue(other))
+    closed = run_async(first_message, f"/ws/runs/{run.pk + 1000}/?ticket={missing}")
+    assert closed == {"type": "websocket.close", "code": 4403}
     for bad in ("", "nope", "x" * 500):
         assert run_async(first_message, f"/ws/runs/{run.pk}/?ticket={bad}") == {"type": "websocket.close", "code": 4401}
 

@@ -109,10 +109,10 @@ def test_losing_staff_closes_streams_of_other_peoples_runs() -> None:
         assert await close_code_soon(board, timeout=10) == 4403
         await run_sock.disconnect()
         await board.disconnect()
-        # Reconnecting: the run is refused like a missing one (4404), the board comes back with the rights the
+        # Reconnecting: the run is refused like a missing one (4403), the board comes back with the rights the
         # user has now.
         state, refused, code = await opened(f"/ws/runs/{run.pk}/", boss)
-        assert (state, code) == ("closed", 4404)
+        assert (state, code) == ("closed", 4403)
         state, board, snap = await opened("/ws/dashboard/", boss)
         assert state == "open" and snap["active"] == []
         await refused.disconnect()
@@ -135,7 +135,7 @@ def test_another_users_run_and_a_missing_run_close_alike() -> None:
                 state, comm, code = await opened(f"/ws/runs/{run_id}/{query}", mallory)
                 answers.append((state, code))
                 await comm.disconnect()
-        assert answers == [("closed", 4404)] * 4, answers
+        assert answers == [("closed", 4403)] * 4, answers
 
     run_async(scenario)
 

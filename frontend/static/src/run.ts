@@ -242,7 +242,7 @@ const socket = new LiveSocket<RunSnapshotMsg | EventsMsg | TruncatedMsg>({
   onClose: (code) => {
     if (code === 4400) lastSeq = 0; // our seq is ahead of the server's (database reset): start over
     if (code === 4401) { location.href = `/login/?next=${encodeURIComponent(location.pathname)}`; return false; }
-    return code !== 4403 && code !== 4404;
+    return code !== 4403; // a run this user may not see (another user's or missing): stop
   },
 });
 Object.assign(window, { __run: { socket, lastSeq: () => lastSeq, timeline, heatmap, perf } }); // for tests
