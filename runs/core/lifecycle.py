@@ -31,6 +31,7 @@ from runs.outbox.effects import Dispatch, FollowUps, RunEffect, StopJob
 from runs.outbox.store import effects_kick, effects_store
 from runs.slots import store as slot_store
 from runs.slots.grant import Snapshot
+from runs.webhooks.emit import finish_webhooks, status_emit
 
 STATES: tuple[str, ...] = tuple(RunStatus.values)
 # Allowed moves; anything else is a bug in the caller and raises InvalidTransition.
@@ -93,7 +94,7 @@ def finish_effects(run: Run, status: str, now: datetime, *, stop_job: bool) -> l
         status == RunStatus.FAILED and run.auto_resume and run.attempt < settings.RUN_AUTO_RESUME_MAX
     ):
         effects.append(FollowUps(run_id=run.pk, at=now))
-    return effects
+    return [*effects, *finish_webhooks(run, now)]  # told to its webhooks (runs/webhooks/emit.py)
 
 
 def run_status_change(*, run: Run, status: str, error: str | None = None, now: datetime | None = None) -> Run:
@@ -103,6 +104,7 @@ def run_status_change(*, run: Run, status: str, error: str | None = None, now: d
         raise InvalidTransition(f"cannot move run {run.pk} from {run.status} to {status}", field="status")
     now = now or timezone.now()
     moved = status_write(run=run, status=status, error=error, now=now, columns=stamp(status, now))
+    status_emit(run=run, status=status, previous=moved.previous, error=run.error, at=now)  # its webhooks
     moved_publish(moved, ts=now.timestamp())
     return run
 
