@@ -2,7 +2,7 @@
 
 from django.urls import path
 
-from frontend.views import auth, compare, dashboard, metrics, samples, settings
+from frontend.views import auth, compare, dashboard, metrics, samples, settings, webhooks
 
 urlpatterns: list = [
     path("", dashboard.board, name="board"),
@@ -13,5 +13,7 @@ urlpatterns: list = [
     path("login/", auth.login_view, name="login"),
     path("logout/", auth.logout_view, name="logout"),
     path("settings/", settings.concurrency_settings, name="settings"),
+    path("webhooks/", webhooks.webhooks_page, name="webhooks"),
+    path("webhooks/<int:webhook_id>/test/", webhooks.webhook_send_test, name="webhook-send-test"),
     path("metrics", metrics.metrics, name="metrics"),
 ]
