@@ -31,7 +31,7 @@ from runs.outbox.effects import Dispatch, FollowUps, RunEffect, StopJob
 from runs.outbox.store import effects_kick, effects_store
 from runs.slots import store as slot_store
 from runs.slots.grant import Snapshot
-from runs.webhooks.emit import finish_webhooks, status_emit
+from runs.webhooks.emit import finish_webhooks, grant_webhooks, status_emit
 
 STATES: tuple[str, ...] = tuple(RunStatus.values)
 # Allowed moves; anything else is a bug in the caller and raises InvalidTransition.
@@ -81,8 +81,8 @@ def stamp(status: str, now: datetime) -> dict[str, Any]:
 
 
 def granted_effects(run_ids: list[int], now: datetime) -> list[RunEffect]:
-    """A grant at `now` implies its run's launch."""
-    return [Dispatch(run_id=run_id, at=now) for run_id in run_ids]
+    """A grant at `now` implies its run's launch, and telling it to the webhooks subscribed to it."""
+    return [*(Dispatch(run_id=run_id, at=now) for run_id in run_ids), *grant_webhooks(run_ids, now)]
 
 
 def finish_effects(run: Run, status: str, now: datetime, *, stop_job: bool) -> list[RunEffect]:

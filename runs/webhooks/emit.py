@@ -3,9 +3,9 @@ effect (runs/outbox/effects.py `Webhook`) per subscription, in the transaction t
 event is told exactly when it is committed; the drainer sends each effect to the delivery task after the commit.
 
 Callers: ingest (runs/telemetry/ingest.py: the job's events and the metric rules, under the run's row lock),
-runs.core.lifecycle (status moves: `run_status_change` here at once; a finish, which PostgreSQL may write in one
-statement of its own, through a `WebhookStatus` effect stored with the move: `status_fanout` runs it in the
-drainer's transaction) and the API's "send test"."""
+runs.core.lifecycle (status moves: `run_status_change` here at once; a grant or a finish, which PostgreSQL may
+write in one statement of its own, through a `WebhookStatus` effect stored with the move: `status_fanout` runs
+it in the drainer's transaction) and the API's "send test"."""
 
 from __future__ import annotations
 
@@ -94,9 +94,22 @@ def finish_webhooks(run: Run, now: datetime) -> list[WebhookStatus]:
     return [WebhookStatus(run_id=run.pk, at=now)] if any(_told(s, EventKind.STATUS) for s in subs) else []
 
 
+def grant_webhooks(run_ids: list[int], now: datetime) -> list[WebhookStatus]:
+    """The effects that tell a grant pass's moves to `starting` (stored with them), when any subscription that
+    covers one of the runs is told of moves (one query; `status_fanout` then finds each run's own)."""
+    if not run_ids:
+        return []
+    owners = Run.objects.filter(pk__in=run_ids).values("owner_id")
+    scope = Q(run_id__in=run_ids) | Q(run__isnull=True, owner_id__in=owners) | Q(run__isnull=True, all_runs=True)
+    events = Subscription.objects.filter(scope, active=True).values_list("events", flat=True)
+    if not any(EventKind.STATUS in told for told in events):
+        return []
+    return [WebhookStatus(run_id=run_id, at=now) for run_id in run_ids]
+
+
 def status_fanout(run_id: int, at: str) -> str:
-    """The `WebhookStatus` effect's body, in the drainer's transaction: the finish's deliveries, from the run's
-    row as the move left it (its status now may be a later one: the move's own is in its `status` event)."""
+    """The `WebhookStatus` effect's body, in the drainer's transaction: the move's deliveries, from its `status`
+    event (the run's status now may be a later one), or the run's row if that event is gone."""
     moment = datetime.fromisoformat(at)
     run = Run.objects.filter(pk=run_id).first()
     if run is None:

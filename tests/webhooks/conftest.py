@@ -8,8 +8,17 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.runs.helpers import _fast_password_hashing, other_user, staff, user  # noqa: F401
+from tests.runs.helpers import (  # noqa: F401
+    _fast_password_hashing,
+    handoffs,
+    other_user,
+    register_test_kind,
+    staff,
+    user,
+)
 from tests.webhooks.receiver import Receiver
+
+register_test_kind()
 
 
 @pytest.fixture

@@ -11,11 +11,13 @@ from django.utils import timezone
 from rest_framework.test import APIClient
 
 from runs.core.lifecycle import run_finish, run_status_change
+from runs.execution.submit import run_submit
 from runs.models import Run, RunStatus
 from runs.outbox.models import Effect
 from runs.webhooks.models import Delivery, DeliveryState, MetricRule, Subscription
 from runs.webhooks.rules import rule_step
 from runs.webhooks.tasks import deliver_once
+from tests.runs.helpers import TEST_JOB_KIND
 from tests.webhooks.receiver import Receiver, payload, signature_valid
 
 pytestmark = pytest.mark.django_db
@@ -106,6 +108,18 @@ def test_job_events_are_told_in_their_transaction_to_the_covered_scopes(
     )
     assert Effect.objects.filter(kind="webhook").count() == 4 and len(handed) == 4
     assert sorted(handed) == sorted(str(d.pk) for d in told)
+
+
+@pytest.mark.django_db(transaction=True)  # grants and finishes on PostgreSQL commit on their own
+def test_a_grant_is_told_through_its_stored_effect(user, other_user, receiver, private_ok, handed, handoffs, settings):
+    settings.RUN_ARTIFACTS_DIR = "/tmp"
+    sub = subscribe(user, receiver.url, ["run.status"])
+    subscribe(other_user, receiver.url, ["run.status"])  # not told of alice's run
+    run = run_submit(owner=user, name="r", origin="api", kind=TEST_JOB_KIND, config={})
+    assert Run.objects.get(pk=run.pk).status == RunStatus.STARTING and handoffs.dispatched == [run.pk]
+    told = [(d.subscription_id, d.data["status"], d.data["previous"]) for d in Delivery.objects.all()]
+    assert told == [(sub.pk, "starting", "queued")] and len(handed) == 1
+    assert Effect.objects.filter(kind="hookstatus", state="done").count() == 1
 
 
 @pytest.mark.django_db(transaction=True)  # a finish on PostgreSQL commits on its own: real commits here
