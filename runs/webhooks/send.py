@@ -1,6 +1,7 @@
 """One POST of a delivery: the signed body and headers, sent to the address the SSRF check passed
-(runs/webhooks/targets.py), with short timeouts, no redirect followed and at most RESPONSE_READ_MAX bytes of the
-answer read. Pure of Django: the task (runs/webhooks/tasks.py) records what it returns.
+(runs/webhooks/targets.py), with short timeouts (to connect, per read, and for the whole attempt), no redirect
+followed and at most RESPONSE_READ_MAX bytes of the answer read. Pure of Django: the task
+(runs/webhooks/tasks.py) records what it returns.
 
 Signature: `X-RLCP-Signature: sha256=<hex>`, HMAC-SHA256 keyed with the subscription's secret over
 `f"{timestamp}.{body}"`, where timestamp is `X-RLCP-Timestamp` (unix seconds) and body the raw request body."""
@@ -13,6 +14,7 @@ import http.client
 import json
 import socket
 import ssl
+import threading
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -20,7 +22,8 @@ from typing import Any
 from runs.webhooks.targets import Target
 
 CONNECT_TIMEOUT_S = 3.0
-READ_TIMEOUT_S = 5.0
+READ_TIMEOUT_S = 5.0  # per read: a receiver answering a byte at a time would renew it
+TOTAL_TIMEOUT_S = 10.0  # the whole attempt: the connection is shut once it has passed
 RESPONSE_READ_MAX = 1024
 USER_AGENT = "rlcp-webhooks/1"
 
@@ -82,6 +85,9 @@ def post(target: Target, *, secret: str, delivery_id: str, body: bytes) -> Answe
     cls = _PinnedHTTPS if target.scheme == "https" else _PinnedHTTP
     conn = cls(target, timeout=READ_TIMEOUT_S)
     started = time.monotonic()
+    deadline = threading.Timer(TOTAL_TIMEOUT_S, _shut, [conn])
+    deadline.daemon = True
+    deadline.start()
     try:
         conn.request("POST", target.path, body=body, headers=headers)
         response = conn.getresponse()
@@ -90,4 +96,15 @@ def post(target: Target, *, secret: str, delivery_id: str, body: bytes) -> Answe
     except (OSError, http.client.HTTPException) as exc:
         return Answer(None, f"{type(exc).__name__}: {exc}"[:300], (time.monotonic() - started) * 1000)
     finally:
+        deadline.cancel()
         conn.close()
+
+
+def _shut(conn: http.client.HTTPConnection) -> None:
+    """End an attempt past TOTAL_TIMEOUT_S: its blocked read returns (an error: retried like any other)."""
+    sock = conn.sock
+    if sock is not None:
+        try:
+            sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass

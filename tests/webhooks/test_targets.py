@@ -90,3 +90,40 @@ def test_a_delivery_checks_its_target_again(user, staff, receiver, settings, han
     assert Delivery.objects.get(pk=refused.pk).state == DeliveryState.FAILED
     assert deliver_once(str(sent.pk)) == ("delivered", 1)
     assert len(receiver.accepted()) == 1
+
+
+def test_a_receiver_that_trickles_its_answer_is_cut_off(user, private_ok, monkeypatch):
+    """A hostile receiver sending its answer a byte at a time (each read within the read timeout) cannot hold a
+    worker past the attempt's total timeout, nor is a redirect followed."""
+    import socket
+    import threading
+    import time
+
+    from runs.webhooks import send
+
+    monkeypatch.setattr(send, "TOTAL_TIMEOUT_S", 1.0)
+    server = socket.create_server(("127.0.0.1", 0))
+    stop = threading.Event()
+
+    def trickle() -> None:
+        conn, _ = server.accept()
+        conn.recv(65536)
+        for byte in b"HTTP/1.1 302 Found\r\nLocation: http://169.254.169.254/\r\n" * 100:
+            if stop.is_set():
+                break
+            try:
+                conn.send(bytes([byte]))
+            except OSError:
+                break
+            time.sleep(0.05)
+        conn.close()
+
+    thread = threading.Thread(target=trickle, daemon=True)
+    thread.start()
+    target = target_resolve(f"http://127.0.0.1:{server.getsockname()[1]}/", allow_private=True)
+    started = time.monotonic()
+    answer = send.post(target, secret="s", delivery_id="d", body=b"{}")
+    stop.set()
+    server.close()
+    assert time.monotonic() - started < 3
+    assert not answer.accepted and answer.status_code in (None, 302)  # cut off mid-headers; the 302 not followed
