@@ -111,8 +111,10 @@ def test_job_events_are_told_in_their_transaction_to_the_covered_scopes(
 
 
 @pytest.mark.django_db(transaction=True)  # grants and finishes on PostgreSQL commit on their own
-def test_a_grant_is_told_through_its_stored_effect(user, other_user, receiver, private_ok, handed, handoffs, settings):
-    settings.RUN_ARTIFACTS_DIR = "/tmp"
+def test_a_grant_is_told_through_its_stored_effect(
+    user, other_user, receiver, private_ok, handed, handoffs, settings, tmp_path
+):
+    settings.RUN_ARTIFACTS_DIR = str(tmp_path)
     sub = subscribe(user, receiver.url, ["run.status"])
     subscribe(other_user, receiver.url, ["run.status"])  # not told of alice's run
     run = run_submit(owner=user, name="r", origin="api", kind=TEST_JOB_KIND, config={})
