@@ -30,8 +30,9 @@ def url_check(url: Any, *, allow_private: bool) -> str:
     return str(url)
 
 
-def events_check(events: Any) -> list[str]:
-    if not isinstance(events, list) or not events or not all(isinstance(e, str) for e in events):
+def events_check(events: Any, *, has_rules: bool = False) -> list[str]:
+    """The subscribed event kinds; empty only for a subscription with rules (told only of its alerts)."""
+    if not isinstance(events, list) or not (events or has_rules) or not all(isinstance(e, str) for e in events):
         raise InvalidInput(f"must be a non-empty list of: {', '.join(SUBSCRIBABLE)}", field="events")
     unknown = sorted(set(events) - set(SUBSCRIBABLE))
     if unknown:
@@ -81,8 +82,8 @@ def subscription_create(*, user: Any, body: dict[str, Any]) -> Subscription:
         raise NotAllowed("only staff may set it", field=staff_only[0])
     allow_private = bool(body.get("allow_private"))
     url = url_check(body.get("url"), allow_private=allow_private)
-    events = events_check(body.get("events"))
     rules = rules_check(body.get("rules", []))
+    events = events_check(body.get("events"), has_rules=bool(rules))
     run_id = _run_check(user, body.get("run"))
     if run_id is not None and body.get("all_runs"):
         raise InvalidInput("a subscription is for one run or for all runs", field="all_runs")
@@ -111,7 +112,8 @@ def subscription_update(*, sub: Subscription, body: dict[str, Any]) -> Subscript
         if "url" in body:
             sub.url = url_check(body["url"], allow_private=sub.allow_private and sub.owner.is_staff)
         if "events" in body:
-            sub.events = events_check(body["events"])
+            has_rules = bool(body["rules"]) if "rules" in body else sub.rules.exists()
+            sub.events = events_check(body["events"], has_rules=has_rules)
         if "active" in body:
             if not isinstance(body["active"], bool):
                 raise InvalidInput("must be true or false", field="active")

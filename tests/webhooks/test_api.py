@@ -124,6 +124,16 @@ def test_bad_input_is_a_400_naming_the_field(user, receiver, private_ok, body, f
     assert answer.json()["field"] == field
 
 
+def test_a_subscription_with_rules_may_take_no_events(user, receiver, private_ok):
+    api = client_for(user)
+    rule = {"metric": "reward_mean", "op": "drop", "threshold": 0.3, "window": 5}
+    made = api.post("/api/webhooks/", {"url": receiver.url, "events": [], "rules": [rule]}, format="json")
+    assert made.status_code == 201, made.content
+    assert made.json()["events"] == [] and made.json()["rules"] == [rule | {"threshold": 0.3}]
+    no_rules = api.patch(f"/api/webhooks/{made.json()['id']}/", {"events": [], "rules": []}, format="json")
+    assert no_rules.status_code == 400 and no_rules.json()["field"] == "events"
+
+
 def test_the_count_per_user_is_capped(user, receiver, private_ok, settings):
     settings.WEBHOOKS_MAX_PER_USER = 2
     api = client_for(user)
