@@ -149,6 +149,7 @@ INSTALLED_APPS = [
     "runs.outbox",  # after-commit effects of the run lifecycle (runs/outbox/)
     "runs.idempotency",  # Idempotency-Key: a retried submit, cancel or resume acts once (runs/idempotency/)
     "runs.audit",  # append-only log of who changed what, written with each change (runs/audit/)
+    "runs.webhooks",  # signed webhooks and metric alerts (runs/webhooks/, docs/api.md "Webhooks")
     "frontend",
 ]
 
@@ -228,12 +229,20 @@ REST_FRAMEWORK = {
 REST_KNOX = {"AUTH_HEADER_PREFIX": "Token", "AUTO_REFRESH": False}
 # Per-user rates of the heavy reads (runs/api/throttles.py, which holds the defaults): THROTTLE_RATE_TRACE,
 # THROTTLE_RATE_COMPARE, THROTTLE_RATE_DRY_RUN, THROTTLE_RATE_SAMPLES, THROTTLE_RATE_AGENTS (requests through the
-# proxy to runs' session servers), THROTTLE_RATE_WS_TICKET (websocket tickets), each "<requests>/<sec|min|hour|day>".
+# proxy to runs' session servers), THROTTLE_RATE_WS_TICKET (websocket tickets), THROTTLE_RATE_WEBHOOKS (the
+# webhook API), each "<requests>/<sec|min|hour|day>".
 HEAVY_READ_THROTTLE_RATES = {
     scope: rate
-    for scope in ("trace", "compare", "dry_run", "samples", "agents", "ws_ticket")
+    for scope in ("trace", "compare", "dry_run", "samples", "agents", "ws_ticket", "webhooks")
     if (rate := env_throttle_rate(f"THROTTLE_RATE_{scope.upper()}"))
 }
+# Webhooks (runs/webhooks/): private/loopback targets only when staff allow them here (or per subscription), the
+# deliveries' attempts (retried after 1, 2, 4 ... s, capped), and how many subscriptions a user may hold.
+WEBHOOKS_ALLOW_PRIVATE_TARGETS = env_bool("WEBHOOKS_ALLOW_PRIVATE_TARGETS", False)
+WEBHOOKS_MAX_ATTEMPTS = env_int("WEBHOOKS_MAX_ATTEMPTS", 10)
+WEBHOOKS_RETRY_BASE_MS = env_int("WEBHOOKS_RETRY_BASE_MS", 1000)
+WEBHOOKS_RETRY_MAX_S = env_int("WEBHOOKS_RETRY_MAX_S", 600)
+WEBHOOKS_MAX_PER_USER = env_int("WEBHOOKS_MAX_PER_USER", 20)
 SPECTACULAR_SETTINGS = {
     "TITLE": "RL control plane API",
     "DESCRIPTION": "Submit reinforcement-learning training runs, watch slots and queues, tune concurrency.",

@@ -2,7 +2,7 @@
 
 from django.urls import path
 
-from frontend.views import audit, auth, compare, dashboard, metrics, samples, settings
+from frontend.views import audit, auth, compare, dashboard, metrics, samples, settings, webhooks
 
 urlpatterns: list = [
     path("", dashboard.board, name="board"),
@@ -14,5 +14,7 @@ urlpatterns: list = [
     path("logout/", auth.logout_view, name="logout"),
     path("settings/", settings.concurrency_settings, name="settings"),
     path("audit/", audit.audit_log, name="audit"),
+    path("webhooks/", webhooks.webhooks_page, name="webhooks"),
+    path("webhooks/<int:webhook_id>/test/", webhooks.webhook_send_test, name="webhook-send-test"),
     path("metrics", metrics.metrics, name="metrics"),
 ]

@@ -42,6 +42,7 @@ BENCHES: dict[str, dict] = {
     "rollout": {"ray": True},
     "samples": {"scratch_db": "--database-url"},
     "slots": {},
+    "webhooks": {"scratch_db": "BENCH_DATABASE_URL"},
 }
 MARKS = {"dashboard": [pytest.mark.browser]}
 

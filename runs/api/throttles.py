@@ -23,6 +23,7 @@ DEFAULT_RATES: dict[str, str] = {
     "samples": "300/min",  # the inspector pages and filters; each answer is one bounded page
     "agents": "600/min",  # requests through the proxy to a run's session server (runs/api/proxy.py)
     "ws_ticket": "120/min",  # websocket tickets (runs/api/ws_ticket.py): one per connection a script opens
+    "webhooks": "120/min",  # the webhook API (runs/api/webhooks.py): each "send test" POSTs to the user's URL
 }
 
 

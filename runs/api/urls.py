@@ -14,6 +14,7 @@ from runs.api.proxy import run_proxy
 from runs.api.samples import RunSampleDetailView, RunSamplesView
 from runs.api.schedules import ScheduleDetailView, ScheduleListCreateView
 from runs.api.trace import RunTraceView
+from runs.api.webhooks import WebhookDeliveriesView, WebhookDetailView, WebhookListCreateView, WebhookTestView
 from runs.api.ws_ticket import WsTicketView
 
 urlpatterns = [
@@ -37,6 +38,10 @@ urlpatterns = [
     path("schedules/", ScheduleListCreateView.as_view(), name="api-schedules"),
     path("schedules/<int:schedule_id>/", ScheduleDetailView.as_view(), name="api-schedule"),
     path("audit/", AuditListView.as_view(), name="api-audit"),
+    path("webhooks/", WebhookListCreateView.as_view(), name="api-webhooks"),
+    path("webhooks/<int:webhook_id>/", WebhookDetailView.as_view(), name="api-webhook"),
+    path("webhooks/<int:webhook_id>/test/", WebhookTestView.as_view(), name="api-webhook-test"),
+    path("webhooks/<int:webhook_id>/deliveries/", WebhookDeliveriesView.as_view(), name="api-webhook-deliveries"),
     path("auth/token/", TokenView.as_view(), name="api-token"),
     path("ws-ticket/", WsTicketView.as_view(), name="api-ws-ticket"),
     path("schema/", SpectacularAPIView.as_view(permission_classes=[IsAuthenticated]), name="api-schema"),

@@ -33,6 +33,7 @@ from runs.outbox.effects import Dispatch, FollowUps, RunEffect, StopJob
 from runs.outbox.store import effects_kick, effects_store
 from runs.slots import store as slot_store
 from runs.slots.grant import Snapshot
+from runs.webhooks.emit import finish_webhooks, grant_webhooks, status_emit
 
 STATES: tuple[str, ...] = tuple(RunStatus.values)
 # Allowed moves; anything else is a bug in the caller and raises InvalidTransition.
@@ -82,8 +83,8 @@ def stamp(status: str, now: datetime) -> dict[str, Any]:
 
 
 def granted_effects(run_ids: list[int], now: datetime) -> list[RunEffect]:
-    """A grant at `now` implies its run's launch."""
-    return [Dispatch(run_id=run_id, at=now) for run_id in run_ids]
+    """A grant at `now` implies its run's launch, and telling it to the webhooks subscribed to it."""
+    return [*(Dispatch(run_id=run_id, at=now) for run_id in run_ids), *grant_webhooks(run_ids, now)]
 
 
 def finish_effects(run: Run, status: str, now: datetime, *, stop_job: bool) -> list[RunEffect]:
@@ -95,7 +96,7 @@ def finish_effects(run: Run, status: str, now: datetime, *, stop_job: bool) -> l
         status == RunStatus.FAILED and run.auto_resume and run.attempt < settings.RUN_AUTO_RESUME_MAX
     ):
         effects.append(FollowUps(run_id=run.pk, at=now))
-    return effects
+    return [*effects, *finish_webhooks(run, now)]  # told to its webhooks (runs/webhooks/emit.py)
 
 
 def run_status_change(*, run: Run, status: str, error: str | None = None, now: datetime | None = None) -> Run:
@@ -105,6 +106,7 @@ def run_status_change(*, run: Run, status: str, error: str | None = None, now: d
         raise InvalidTransition(f"cannot move run {run.pk} from {run.status} to {status}", field="status")
     now = now or timezone.now()
     moved = status_write(run=run, status=status, error=error, now=now, columns=stamp(status, now))
+    status_emit(run=run, status=status, previous=moved.previous, error=run.error, at=now)  # its webhooks
     moved_publish(moved, ts=now.timestamp())
     return run
 

@@ -38,6 +38,7 @@ from runs.telemetry.ingest_validate import ingest_batch_validate
 from runs.telemetry.prometheus.run_hist import hist_fold
 from runs.telemetry.retention import events_keep
 from runs.telemetry.samples import samples_record
+from runs.webhooks.emit import ingest_emit
 from trainer.events import ControlCommand, IngestReply
 
 # Run.pending_reason of a `starting` run whose job waits for its placement group (its `resources` event
@@ -133,6 +134,7 @@ def run_events_ingest(*, run: Run, payload: Any) -> IngestResult:
         kept, dropped = events_keep(stored=count, items=items)
         stored = run_events_record(run=run, source=source, events=kept)
         new_samples = samples_record(run=run, source=source, items=samples)
+        ingest_emit(run=run, stored=stored)  # webhook events and metric rules, committed with the batch
         run_events_publish(stored)
         locked = Run.objects.select_for_update().only("summary", "status", "last_seq").get(pk=run.pk)
         fields: dict[str, Any] = {"heartbeat_at": now}

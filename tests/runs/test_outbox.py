@@ -166,11 +166,11 @@ def test_a_row_whose_drainer_died_is_taken_back_once_its_lease_has_passed(user, 
 
 
 def test_a_kind_this_code_does_not_know_waits_and_a_malformed_payload_is_given_up(handoffs):
-    Effect.objects.create(kind="webhook", key="webhook:1", payload={}, next_attempt_at=T0, created_at=T0)
+    Effect.objects.create(kind="future", key="future:1", payload={}, next_attempt_at=T0, created_at=T0)
     Effect.objects.create(kind="dispatch", key="dispatch:x", payload={"run": "1"}, next_attempt_at=T0, created_at=T0)
     assert effects_drain(now=T0) == ["dispatch:x"]
     states = dict(Effect.objects.values_list("key", "state"))
-    assert states == {"webhook:1": EffectState.PENDING, "dispatch:x": EffectState.FAILED}
+    assert states == {"future:1": EffectState.PENDING, "dispatch:x": EffectState.FAILED}
     assert "cannot be done" in Effect.objects.get(key="dispatch:x").last_error and handoffs.dispatched == []
 
 
