@@ -24,7 +24,7 @@ from runs.api.idempotent import IDEMPOTENCY_KEY, once
 from runs.api.run_json import runs_json
 from runs.api.throttles import HeavyReadThrottle, throttled_response
 from runs.audit.record import actor_from_request
-from runs.core.lifecycle import run_cancel
+from runs.core.cancel import run_cancel
 from runs.errors import InvalidInput, ServiceError
 from runs.execution.kinds import DEFAULT_KIND
 from runs.execution.submit import run_demand, run_resources, run_submit

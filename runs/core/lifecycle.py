@@ -22,15 +22,13 @@ from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
 
-from runs.audit.models import Action
-from runs.audit.record import actor_of, audit_record
 from runs.core.moves import Moved, moved_publish, status_write
 from runs.core.stores import RunStore, run_store
 from runs.errors import InvalidInput, InvalidTransition
 from runs.metrics.hooks import grants_record
 from runs.models import FINISHED_STATUSES, Run, RunStatus
 from runs.outbox.effects import Dispatch, FollowUps, RunEffect, StopJob
-from runs.outbox.store import effects_kick, effects_store
+from runs.outbox.store import effects_kick
 from runs.slots import store as slot_store
 from runs.slots.grant import Snapshot
 from runs.webhooks.emit import finish_webhooks, grant_webhooks, status_emit
@@ -277,26 +275,3 @@ def _refused(run: Run, status: str) -> Run:
     if current.status in FINISHED_STATUSES:
         return current
     raise InvalidTransition(f"cannot move run {run.pk} from {current.status} to {status}", field="status")
-
-
-def run_cancel(*, run: Run, by: Any) -> Run:
-    """Queued: cancelled at once and its slot removed. Active: `stopping`; the launcher ends the job. `by`: an
-    Actor, a user or the platform, audited with the move (a repeated cancel of a stopping run writes nothing)."""
-    actor = actor_of(by)
-    with transaction.atomic():
-        slot_store.slots_lock()
-        locked = Run.objects.select_for_update().get(pk=run.pk)
-        before = {"status": locked.status}
-        if locked.status == RunStatus.QUEUED:
-            locked = run_finish(run=locked, status=RunStatus.CANCELLED, error=f"cancelled by {actor.name}")
-        elif locked.status in (RunStatus.STARTING, RunStatus.RUNNING):
-            now = timezone.now()
-            run_status_change(run=locked, status=RunStatus.STOPPING, error=f"cancel requested by {actor.name}", now=now)
-            effects_store(stop := [StopJob(run_id=locked.pk, at=now, job=locked.ray_submission_id)], now=now)
-            effects_kick(stop)
-        elif locked.status != RunStatus.STOPPING:
-            raise InvalidTransition(f"run {run.pk} is already {locked.status}", field="status")
-        if locked.status != before["status"]:
-            after = {"status": locked.status}
-            audit_record(actor, Action.RUN_CANCEL, target_type="run", target_id=locked.pk, before=before, after=after)
-        return locked

@@ -12,7 +12,8 @@ from knox.models import AuthToken
 
 from runs.audit.models import AuditEntry, AuditImmutable
 from runs.audit.record import PLATFORM_ACTOR, Actor, audit_record
-from runs.core.lifecycle import run_cancel, run_finish
+from runs.core.cancel import run_cancel
+from runs.core.lifecycle import run_finish
 from runs.errors import InvalidInput, InvalidTransition, ServiceError
 from runs.execution.followups import run_followups
 from runs.execution.restart import runs_interrupted

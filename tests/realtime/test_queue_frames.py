@@ -15,7 +15,7 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from runs.core import publish
-from runs.core.lifecycle import run_cancel
+from runs.core.cancel import run_cancel
 from runs.execution.submit import run_submit
 from runs.models import Run, RunStatus, Slot
 from runs.scheduling.concurrency import settings_update

@@ -52,7 +52,8 @@ from django.contrib.auth import get_user_model  # noqa: E402
 from django.db import transaction  # noqa: E402
 from django.utils import timezone  # noqa: E402
 
-from runs.core.lifecycle import run_cancel, run_finish, run_transition  # noqa: E402
+from runs.core.cancel import run_cancel  # noqa: E402
+from runs.core.lifecycle import run_finish, run_transition  # noqa: E402
 from runs.errors import InvalidInput, InvalidTransition  # noqa: E402
 from runs.execution.submit import run_submit  # noqa: E402
 from runs.execution.sweeps import runs_reclaim_stale  # noqa: E402

@@ -13,7 +13,8 @@ from django.test import Client
 from django.utils import timezone
 
 from runs import tasks
-from runs.core.lifecycle import run_cancel, run_transition
+from runs.core.cancel import run_cancel
+from runs.core.lifecycle import run_transition
 from runs.execution import liveness, ray
 from runs.execution.submit import run_submit
 from runs.execution.sweeps import runs_enforce_time_limits, runs_reclaim_stale

@@ -8,7 +8,8 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from runs.core.lifecycle import run_cancel, run_finish, run_transition
+from runs.core.cancel import run_cancel
+from runs.core.lifecycle import run_finish, run_transition
 from runs.errors import InvalidInput, InvalidTransition
 from runs.execution.submit import run_submit
 from runs.execution.sweeps import runs_enforce_time_limits, runs_reclaim_stale

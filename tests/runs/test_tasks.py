@@ -13,7 +13,8 @@ from django.utils import timezone
 
 from runs import tasks
 from runs.core import lifecycle
-from runs.core.lifecycle import run_cancel, run_transition
+from runs.core.cancel import run_cancel
+from runs.core.lifecycle import run_transition
 from runs.execution import capacity, ray, reconcile
 from runs.execution.submit import run_submit
 from runs.models import Run, RunStatus, Slot
