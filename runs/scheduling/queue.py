@@ -2,8 +2,10 @@
 ETA; and the dry-run (would a run of this origin and demand be granted now?). Re-exported by runs.selectors.
 
 Reasons, checked in this order: the class rules (`class_limit_reached`, `reserve_protected`,
-`global_limit_reached`, `gpu_limit_reached`), then `insufficient_resources` (the run's bundles do not fit the
-nodes' free resources now; detail: what it needs and what is free), else `higher_priority_waiting`.
+`global_limit_reached`), the class's per-user limit (`user_limit_reached`), `gpu_limit_reached`, then
+`insufficient_resources` (the run's bundles do not fit the nodes' free resources now; detail: what it needs and
+what is free), else `higher_priority_waiting`. Positions follow the seed order (class priority, FIFO): with fair
+share, aging or max wait on, a position is not the grant order (docs/slots.md).
 
 ETA: the queued run at overall position p starts when the p-th slot frees, the held runs freeing theirs at
 their predicted finishes (runs/scheduling/finishes.py, runs/scheduling/progress.py: queue_starts); with no finish known,
@@ -29,12 +31,14 @@ from runs.slots.grant import (
     GPU_LIMIT_REACHED,
     HIGHER_PRIORITY_WAITING,
     INSUFFICIENT_RESOURCES,
+    USER_LIMIT_REACHED,
     Snapshot,
     WaitingSlot,
     blocking_reason,
     gpu_blocked,
     plan,
     shadow_time,
+    user_blocked,
 )
 from runs.slots.policy import CLASSES, Policy
 from runs.slots.resources import Res, pack
@@ -114,13 +118,24 @@ def _demand(resources: Any) -> tuple[tuple[Res, ...], str]:
 
 
 def wait_reason(
-    snapshot: Snapshot, run_class: str, demand: tuple[Res, ...], strategy: str, *, held: dict[str, int] | None = None
+    snapshot: Snapshot,
+    run_class: str,
+    demand: tuple[Res, ...],
+    strategy: str,
+    *,
+    held: dict[str, int] | None = None,
+    owner: int | None = None,
 ) -> tuple[str, dict[str, Any] | None]:
-    """Why a run of this class and demand waits on this snapshot (the class rules first, then resources)."""
+    """Why a run of this class and demand (and owner) waits on this snapshot: the class rules first, then the
+    class's per-user limit, then resources."""
     policy = snapshot.policy
     reason = blocking_reason(policy, held if held is not None else snapshot.held, run_class)
     if reason is not None:
         return reason, None
+    rules = policy.fairness.of(run_class)
+    if owner is not None and user_blocked(rules, snapshot.held_by_owner(), run_class, owner):
+        mine = snapshot.held_by_owner().get((run_class, owner), 0)
+        return USER_LIMIT_REACHED, {"max_running_per_user": rules.max_running_per_user, "held": mine}
     if gpu_blocked(policy, snapshot.held_gpus(), run_class, demand):
         limit = policy.classes[run_class].gpu_limit
         return GPU_LIMIT_REACHED, {"gpu_limit": limit, "held_gpus": snapshot.held_gpus()[run_class] / 1000}
@@ -171,7 +186,7 @@ def runs_queue_info(*, runs: list[Run]) -> dict[int, QueueInfo]:
             continue
         in_class, overall = positions[run.pk]
         demand, strategy = _demand(run.__dict__.get("resources"))
-        reason, detail = wait_reason(snapshot, run.run_class, demand, strategy)
+        reason, detail = wait_reason(snapshot, run.run_class, demand, strategy, owner=run.owner_id)
         start = starts[overall - 1]
         eta = round(start - now.timestamp(), 1) if start is not None else (round(overall / rate, 1) if rate else None)
         if reason == INSUFFICIENT_RESOURCES:

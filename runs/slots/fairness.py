@@ -16,13 +16,14 @@ times given to it. Pure: no Django imports.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeGuard, TypeVar
 
 from runs.slots.resources import Res
 
+T = TypeVar("T")
 HALF_LIFE_DEFAULT = 3600
 HALF_LIFE_MIN, HALF_LIFE_MAX = 1, 10**8
 WEIGHT_MIN, WEIGHT_MAX = 1, 1000
@@ -48,6 +49,11 @@ class ClassFairness:
     def to_dict(self) -> dict[str, Any]:
         return {k: getattr(self, k) for k in FAIR_CLASS_KEYS}
 
+    @property
+    def per_owner(self) -> bool:
+        """The class's order is not FIFO across owners: loaders fetch each owner's FIFO prefix (`owner_prefix`)."""
+        return self.fair_share or self.max_running_per_user is not None
+
 
 @dataclass(frozen=True)
 class Fairness:
@@ -65,7 +71,7 @@ class Fairness:
 NEUTRAL = ClassFairness()
 
 
-def _int_in(value: Any, low: int, high: int) -> bool:
+def _int_in(value: Any, low: int, high: int) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool) and low <= value <= high
 
 
@@ -74,10 +80,11 @@ def fairness_effective(raw: Any, classes: Iterable[str]) -> Fairness:
     raw = raw if isinstance(raw, dict) else {}
     half = raw.get("fair_share_half_life_seconds")
     weights = raw.get("user_weights")
-    stored = raw.get("classes") if isinstance(raw.get("classes"), dict) else {}
+    stored: dict[str, Any] = raw.get("classes") if isinstance(raw.get("classes"), dict) else {}
     out: dict[str, ClassFairness] = {}
     for name in classes:
-        item = stored.get(name) if isinstance(stored.get(name), dict) else {}
+        item = stored.get(name)
+        item = item if isinstance(item, dict) else {}
         limit, wait = item.get("max_running_per_user"), item.get("max_wait_seconds")
         rate, cap = item.get("aging_per_hour"), item.get("aging_cap")
         out[name] = ClassFairness(
@@ -169,6 +176,19 @@ def dominant_shares(
             if caps[name] > 0
         ]
         out[owner] = max(shares, default=0.0) / fairness.weight(owner)
+    return out
+
+
+def owner_prefix(rows: Iterable[T], size: int, owner_of: Callable[[T], int]) -> list[T]:
+    """Of FIFO-ordered rows, each owner's first `size`: every run a pass could take or pass over when the class
+    is ordered per owner (a pass takes at most `size` runs of the class, each the next of its owner)."""
+    seen: dict[int, int] = {}
+    out = []
+    for row in rows:
+        owner = owner_of(row)
+        seen[owner] = seen.get(owner, 0) + 1
+        if seen[owner] <= size:
+            out.append(row)
     return out
 
 
