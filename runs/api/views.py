@@ -242,7 +242,10 @@ class SlotDryRunView(ServiceView):
             raise InvalidInput("must be a positive integer number of seconds", field="time_limit_seconds")
         if limit is None and resources is not None:
             limit = limits.limits_load().default_time_limit_seconds
-        return Response(slot_dry_run(origin=body.get("origin"), resources=resources, time_limit_seconds=limit))
+        dry = slot_dry_run(
+            origin=body.get("origin"), resources=resources, time_limit_seconds=limit, owner=request.user.pk or 0
+        )
+        return Response(dry)
 
 
 class RunResourcesView(ServiceView):

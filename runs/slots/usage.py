@@ -33,8 +33,6 @@ _cached: tuple[float, Fairness, dict[int, float]] | None = None
 
 def spans_load(*, now: datetime, half_life: int) -> list[tuple[int, datetime, datetime | None, Res]]:
     """(owner, granted_at, finished_at, granted resources) of every run granted that ran within the horizon."""
-    from runs.slots.store import demand_of
-
     since = now - timedelta(seconds=half_life * HORIZON_HALF_LIVES)
     rows = (
         Run.objects.filter(granted_at__isnull=False)
@@ -46,7 +44,19 @@ def spans_load(*, now: datetime, half_life: int) -> list[tuple[int, datetime, da
         if start is None:
             continue  # excluded by the filter; kept for the type
         bundles = resources.get("bundles") if isinstance(resources, dict) else None
-        out.append((owner, start, end, total(demand_of(bundles))))
+        out.append((owner, start, end, granted(bundles)))
+    return out
+
+
+def granted(bundles: object) -> Res:
+    """The total of a run's stored bundles (Run.resources["bundles"]); a damaged bundle counts as nothing, as
+    in the grant's loaders."""
+    out = Res()
+    for bundle in bundles if isinstance(bundles, list) else []:
+        try:
+            out = out + Res.from_json(bundle if isinstance(bundle, dict) else {})
+        except ValueError:
+            continue
     return out
 
 

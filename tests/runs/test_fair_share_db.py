@@ -67,5 +67,9 @@ def test_user_limit_keeps_one_owner_queued_with_its_reason(heavy_light, handoffs
     info = queue.runs_queue_info(runs=[second])[second.pk]
     assert info.pending_reason == "user_limit_reached"
     assert info.pending_detail == {"max_running_per_user": 1, "held": 1}
+    heavy_dry = queue.slot_dry_run(origin="api", owner=heavy.pk)
+    assert heavy_dry["granted"] is False and heavy_dry["pending_reason"] == "user_limit_reached"
+    assert queue.slot_dry_run(origin="api", owner=light.pk)["pending_reason"] == "user_limit_reached"
+    assert queue.slot_dry_run(origin="api", owner=light.pk + heavy.pk + 1)["granted"] is True
     run_finish(run=first, status=RunStatus.SUCCEEDED)
     assert status(second) == RunStatus.STARTING

@@ -200,3 +200,28 @@ def test_fairness_settings_merge_and_null_turns_off():
     fair = policy_effective(raw, default_max_total=4).fairness
     assert fair.half_life_seconds == 3600 and fair.of("app").max_wait_seconds is None and fair.of("app").fair_share
     assert policy_effective({}, default_max_total=4).fairness == Fairness()  # defaults: every option off
+
+
+def test_queue_order_is_the_seed_order_with_options_off_and_the_grant_order_with_them_on():
+    import random
+
+    from runs.slots.order import queue_order
+
+    rng = random.Random(5)
+    waiting: dict[str, list[WaitingSlot]] = {k: [] for k in CLASSES}
+    for run_id in range(1, 400):
+        waiting[rng.choice(CLASSES)].append(w(run_id, rng.randint(1, 6), rng.randint(0, 7200)))
+    for q in waiting.values():
+        q.sort(key=lambda x: (x.requested_at, x.run_id))
+    usage = {o: rng.random() for o in range(1, 7)}
+    off = pol(1000)
+    seed = sorted(
+        ((k, x) for k, q in waiting.items() for x in q),
+        key=lambda e: (-off.classes[e[0]].priority, e[1].requested_at, e[1].run_id),
+    )
+    assert queue_order(off, waiting, usage, NOW) == seed
+    rules = {"fair_share": True, "aging_per_hour": 30, "aging_cap": 25, "max_wait_seconds": 6000}
+    on = pol(1000, **{k: rules for k in CLASSES})
+    order = [x.run_id for _k, x in queue_order(on, waiting, usage, NOW)]
+    assert order == granted(on, waiting, usage=usage)  # resources and limits never bind: the grant's order
+    assert order != [x.run_id for _k, x in seed]
