@@ -57,10 +57,13 @@ heads AS (SELECT w.* FROM budget CROSS JOIN LATERAL (
           UNION ALL
           SELECT f.run_class, f.run_id, f.requested_at, f.demand, f.strategy, f.time_limit_seconds, f.owner_id
           FROM budget CROSS JOIN LATERAL (
-            SELECT s.*, r.owner_id, row_number() OVER (PARTITION BY r.owner_id ORDER BY s.requested_at, s.run_id) k
-            FROM runs_slot s JOIN runs_run r ON r.id = s.run_id
-            WHERE s.state = 'waiting' AND s.run_class = budget.run_class AND s.run_id <> %(excluded)s
-              AND budget.per_owner AND budget.b > 0) f
+            SELECT o.*, row_number() OVER (PARTITION BY o.owner_id ORDER BY o.requested_at, o.run_id) k FROM (
+              SELECT s.run_class, s.run_id, s.requested_at, s.demand, s.strategy, s.time_limit_seconds,
+                     (SELECT r.owner_id FROM runs_run r WHERE r.id = s.run_id) AS owner_id
+              FROM runs_slot s
+              WHERE s.state = 'waiting' AND s.run_class = budget.run_class AND s.run_id <> %(excluded)s
+                AND budget.per_owner AND budget.b > 0
+              ORDER BY s.requested_at, s.run_id) o) f
           WHERE f.k <= budget.b + %(window)s)
 SELECT 0, run_id, run_class::text, granted_at, time_limit_seconds, demand::text, placement::text, owner_id
 FROM held_rows

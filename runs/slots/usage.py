@@ -4,7 +4,8 @@ Usage is each run's granted resources (its bundles' total) times the time it ran
 `finished_at` (still running: up to now), decayed with the staff half-life and turned into DRF's dominant share
 over the alive cluster's capacity (runs/slots/fairness.py). Runs that ended more than `HORIZON_HALF_LIVES`
 half-lives ago count for less than 2^-20 and are not read. Loaded only when some class has fair share on, and
-cached per process for `CACHE_SECONDS` (usage moves slowly; the decay itself is exact at the time it is read).
+cached per process for `CACHE_SECONDS` (usage moves slowly next to a half-life of minutes to hours; the decay
+itself is exact at the time it is read).
 """
 
 from __future__ import annotations
@@ -25,26 +26,37 @@ from runs.slots.policy import CLASSES
 from runs.slots.resources import Res, total
 
 HORIZON_HALF_LIVES = 20
-CACHE_SECONDS = 2.0
+CACHE_SECONDS = 10.0
 
 _lock = threading.Lock()
 _cached: tuple[float, Fairness, dict[int, float]] | None = None
 
 
 def spans_load(*, now: datetime, half_life: int) -> list[tuple[int, datetime, datetime | None, Res]]:
-    """(owner, granted_at, finished_at, granted resources) of every run granted that ran within the horizon."""
+    """(owner, granted_at, finished_at, granted resources) of every run granted that ran within the horizon. The
+    resources are the demand's stored total (`Run.resources["total"]`, read as three numbers: no per-run JSON
+    parse); a run stored without one is summed from its bundles."""
     since = now - timedelta(seconds=half_life * HORIZON_HALF_LIVES)
-    rows = (
-        Run.objects.filter(granted_at__isnull=False)
-        .filter(Q(finished_at__isnull=True) | Q(finished_at__gte=since))
-        .values_list("owner_id", "granted_at", "finished_at", "resources")
-    )
+    runs = Run.objects.filter(granted_at__isnull=False).filter(Q(finished_at__isnull=True) | Q(finished_at__gte=since))
+    totals = ("resources__total__CPU", "resources__total__GPU", "resources__total__memory")
     out = []
-    for owner, start, end, resources in rows:
+    missing: dict[int, tuple[int, datetime, datetime | None]] = {}
+    for run_id, owner, start, end, cpu, gpu, memory in runs.values_list(
+        "id", "owner_id", "granted_at", "finished_at", *totals
+    ):
         if start is None:
             continue  # excluded by the filter; kept for the type
-        bundles = resources.get("bundles") if isinstance(resources, dict) else None
-        out.append((owner, start, end, granted(bundles)))
+        try:
+            if cpu is None and gpu is None and memory is None:
+                raise ValueError("no stored total")
+            out.append((owner, start, end, Res.from_json({"CPU": cpu, "GPU": gpu, "memory": memory})))
+        except ValueError:  # no total, or a damaged one: sum the bundles
+            missing[run_id] = (owner, start, end)
+    ids = list(missing)
+    for chunk in (ids[i : i + 500] for i in range(0, len(ids), 500)):  # SQLite's bound on parameters
+        for run_id, resources in Run.objects.filter(id__in=chunk).values_list("id", "resources"):
+            bundles = resources.get("bundles") if isinstance(resources, dict) else None
+            out.append((*missing[run_id], granted(bundles)))
     return out
 
 

@@ -73,3 +73,25 @@ def test_user_limit_keeps_one_owner_queued_with_its_reason(heavy_light, handoffs
     assert queue.slot_dry_run(origin="api", owner=light.pk + heavy.pk + 1)["granted"] is True
     run_finish(run=first, status=RunStatus.SUCCEEDED)
     assert status(second) == RunStatus.STARTING
+
+
+@pytest.mark.django_db
+def test_usage_reads_stored_totals_and_falls_back_to_bundles(heavy_light, handoffs):
+    from runs.slots.resources import Res
+    from runs.slots.usage import spans_load
+
+    heavy, light = heavy_light
+    nodes(a=(8, 0))
+    now = timezone.now()
+    a = submit(heavy, name="with-total", cpus=2.0)
+    b = submit(light, name="bundles-only", cpus=1.5, bundles=2)
+    old = submit(light, name="long-ago", cpus=1.0)
+    Run.objects.filter(pk=b.pk).update(resources={"bundles": b.resources["bundles"]})  # no stored total
+    Run.objects.filter(pk__in=[a.pk, b.pk]).update(granted_at=now - timedelta(minutes=5))
+    Run.objects.filter(pk=old.pk).update(
+        granted_at=now - timedelta(days=30), finished_at=now - timedelta(days=29), status=RunStatus.SUCCEEDED
+    )
+    spans = {owner: res for owner, _start, _end, res in spans_load(now=now, half_life=3600)}
+    assert spans[heavy.pk] == Res(cpu=2000, gpu=0, memory=1 << 20)
+    assert spans[light.pk] == Res(cpu=3000, gpu=0, memory=2 << 20)  # the bundles' sum; the old run is past the horizon
+    assert len(spans_load(now=now, half_life=3600)) == 2
