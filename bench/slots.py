@@ -91,9 +91,9 @@ def fill_queue(*, owner_id: int, count: int, classes: tuple[str, ...]) -> None:
                   INSERT INTO runs_run ({", ".join(cols)}, run_class, origin, status)
                   SELECT {", ".join(cols)}, {class_sql}, {origin_sql}, 'queued'
                   FROM runs_run, generate_series(1, %s) g WHERE runs_run.id = %s
-                  RETURNING id, run_class)
-                INSERT INTO runs_slot (run_id, run_class, state, requested_at, demand, strategy, placement)
-                SELECT id, run_class, 'waiting', clock_timestamp(), %s::jsonb, %s, '[]'::jsonb FROM new""",
+                  RETURNING id, run_class, owner_id)
+                INSERT INTO runs_slot (run_id, run_class, state, requested_at, demand, strategy, placement, owner_id)
+                SELECT id, run_class, 'waiting', clock_timestamp(), %s::jsonb, %s, '[]'::jsonb, owner_id FROM new""",
             [count, template.pk, json.dumps(slot["demand"]), slot["strategy"]],
         )
     with connection.cursor() as cur:

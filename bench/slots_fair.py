@@ -22,12 +22,13 @@ def spread_owners(owner_ids: list[int]) -> None:
             "UPDATE runs_run SET owner_id = (%s::int[])[1 + id %% %s] WHERE status IN ('queued', 'succeeded')",
             [owner_ids, len(owner_ids)],
         )
+        cur.execute("UPDATE runs_slot s SET owner_id = r.owner_id FROM runs_run r WHERE r.id = s.run_id")
         cur.execute(  # the history: each finished run ran 10 minutes, ending within the last two hours
             "UPDATE runs_run SET granted_at = now() - (id %% 7200) * interval '1 second' - interval '10 minutes', "
             "finished_at = now() - (id %% 7200) * interval '1 second' WHERE status = 'succeeded'",
             [],
         )
-        cur.execute("ANALYZE runs_run")
+        cur.execute("ANALYZE runs_run; ANALYZE runs_slot")
 
 
 def fair_settings(on: bool) -> None:

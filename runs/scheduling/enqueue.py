@@ -34,6 +34,7 @@ def run_enqueue(*, run: Run, now: datetime) -> None:
         now=now,
         resources=run.resources,
         time_limit_seconds=run.time_limit_seconds,
+        owner=run.owner_id,
     )
     run_events_publish(
         run_events_record(
@@ -126,6 +127,7 @@ def run_resume(*, run: Run, by: Any, user_caps: bool = True, from_scratch: bool 
             now=timezone.now(),
             resources=locked.resources,
             time_limit_seconds=locked.time_limit_seconds,
+            owner=locked.owner_id,
         )
         grant_pass(reason="resume")
     logger.info("run %s resumed by %s%s", run.pk, by, " from step 0 (from_scratch)" if from_scratch else "")

@@ -23,11 +23,11 @@ def waiting_load() -> dict[str, list[WaitingSlot]]:
     rows = (
         Slot.objects.filter(state=SlotState.WAITING)
         .order_by("requested_at", "run_id")
-        .values_list("run_class", "run_id", "requested_at", "run__owner_id")
+        .values_list("run_class", "run_id", "requested_at", "owner_id")
     )
     out: dict[str, list[WaitingSlot]] = {k: [] for k in CLASSES}
     for run_class, run_id, at, owner in rows:
-        out.setdefault(run_class, []).append(WaitingSlot(run_id, at, owner=owner))
+        out.setdefault(run_class, []).append(WaitingSlot(run_id, at, owner=owner or 0))
     return out
 
 

@@ -34,37 +34,46 @@ VERSION_SQL = (
     "ORDER BY id LIMIT 1)"
 )
 
-# Parts (first column): 0 a held slot, 1 a waiting head, 2 an alive node, 3 the settings version. Held slots
-# and counts exclude %(excluded)s (0: none): the snapshot as it would be once that run is released. LIMIT mirrors
-# Snapshot.head_budget (min(free slots, class headroom)) plus %(window)s later runs for backfill.
-SNAPSHOT_SQL = f"""WITH
-held_rows AS (SELECT s.run_id, s.run_class, s.granted_at, s.time_limit_seconds, s.demand, s.placement, r.owner_id
-              FROM runs_slot s JOIN runs_run r ON r.id = s.run_id
-              WHERE s.state = 'held' AND s.run_id <> %(excluded)s),
+# Parts (first column): 0 a held slot, 1 a waiting head, 2 an alive node, 3 the settings version; the last column
+# is the owner. Held slots and counts exclude %(excluded)s (0: none): the snapshot as it would be once that run is
+# released. LIMIT mirrors Snapshot.head_budget (min(free slots, class headroom)) plus %(window)s later runs for
+# backfill: per class, or per owner in the classes ordered per owner (fair share, per-user limit), whose owners
+# come from a skip scan of slot_owner_idx (`owners`: one index seek per owner; none for classes without a budget).
+SNAPSHOT_SQL = f"""WITH RECURSIVE
+held_rows AS (SELECT run_id, run_class, granted_at, time_limit_seconds, demand, placement, owner_id FROM runs_slot
+              WHERE state = 'held' AND run_id <> %(excluded)s),
 held AS (SELECT run_class, count(*)::int AS n FROM held_rows GROUP BY run_class),
 budget AS (SELECT c.run_class, c.per_owner,
                   GREATEST(0, LEAST(%(max_total)s::int - (SELECT coalesce(sum(n), 0) FROM held)::int,
                                     c.lim - coalesce(h.n, 0)))::int AS b
            FROM unnest(%(classes)s::text[], %(limits)s::int[], %(per_owner)s::bool[]) AS c(run_class, lim, per_owner)
            LEFT JOIN held h ON h.run_class = c.run_class),
+fair AS (SELECT ARRAY(SELECT run_class FROM budget WHERE per_owner AND b > 0) AS cs),
+owners AS (SELECT * FROM (SELECT s.run_class, s.owner_id FROM runs_slot s
+                          WHERE s.state = 'waiting' AND s.run_class = ANY((SELECT cs FROM fair)::text[])
+                          ORDER BY s.state, s.run_class, s.owner_id LIMIT 1) first
+           UNION ALL
+           SELECT n.run_class, n.owner_id FROM owners o CROSS JOIN LATERAL (
+             SELECT s.run_class, s.owner_id FROM runs_slot s
+             WHERE s.state = 'waiting' AND s.run_class = ANY((SELECT cs FROM fair)::text[])
+               AND (s.run_class, s.owner_id) > (o.run_class, o.owner_id)
+             ORDER BY s.state, s.run_class, s.owner_id LIMIT 1) n),
 heads AS (SELECT w.* FROM budget CROSS JOIN LATERAL (
-            SELECT s.run_class, s.run_id, s.requested_at, s.demand, s.strategy, s.time_limit_seconds, r.owner_id
-            FROM runs_slot s JOIN runs_run r ON r.id = s.run_id
+            SELECT s.run_class, s.run_id, s.requested_at, s.demand, s.strategy, s.time_limit_seconds, s.owner_id
+            FROM runs_slot s
             WHERE s.state = 'waiting' AND s.run_class = budget.run_class AND s.run_id <> %(excluded)s
               AND NOT budget.per_owner
             ORDER BY s.requested_at, s.run_id
             LIMIT CASE WHEN budget.b > 0 THEN budget.b + %(window)s ELSE 0 END) w
           UNION ALL
-          SELECT f.run_class, f.run_id, f.requested_at, f.demand, f.strategy, f.time_limit_seconds, f.owner_id
-          FROM budget CROSS JOIN LATERAL (
-            SELECT o.*, row_number() OVER (PARTITION BY o.owner_id ORDER BY o.requested_at, o.run_id) k FROM (
-              SELECT s.run_class, s.run_id, s.requested_at, s.demand, s.strategy, s.time_limit_seconds,
-                     (SELECT r.owner_id FROM runs_run r WHERE r.id = s.run_id) AS owner_id
-              FROM runs_slot s
-              WHERE s.state = 'waiting' AND s.run_class = budget.run_class AND s.run_id <> %(excluded)s
-                AND budget.per_owner AND budget.b > 0
-              ORDER BY s.requested_at, s.run_id) o) f
-          WHERE f.k <= budget.b + %(window)s)
+          SELECT f.* FROM owners o JOIN budget ON budget.run_class = o.run_class AND budget.b > 0
+          CROSS JOIN LATERAL (
+            SELECT s.run_class, s.run_id, s.requested_at, s.demand, s.strategy, s.time_limit_seconds, s.owner_id
+            FROM runs_slot s
+            WHERE s.state = 'waiting' AND s.run_class = o.run_class AND s.owner_id = o.owner_id
+              AND s.run_id <> %(excluded)s
+            ORDER BY s.requested_at, s.run_id
+            LIMIT budget.b + %(window)s) f)
 SELECT 0, run_id, run_class::text, granted_at, time_limit_seconds, demand::text, placement::text, owner_id
 FROM held_rows
 UNION ALL SELECT 1, run_id, run_class, requested_at, time_limit_seconds, demand::text, strategy, owner_id FROM heads
@@ -77,7 +86,8 @@ def policy_params(policy: Policy, *, window: int) -> dict[str, Any]:
         "max_total": policy.max_total,
         "classes": list(CLASSES),
         "limits": [policy.classes[c].limit for c in CLASSES],
-        "per_owner": [policy.fairness.of(c).per_owner for c in CLASSES],  # fair classes: each owner's FIFO prefix
+        # Classes ordered per owner load each owner's FIFO prefix: owners found by a skip scan of slot_owner_idx.
+        "per_owner": [policy.fairness.of(c).per_owner for c in CLASSES],
         "window": window,
     }
 

@@ -159,15 +159,13 @@ def placement_of(placement: Any) -> tuple[str, ...]:
     return tuple(p if isinstance(p, str) else "" for p in (placement if isinstance(placement, list) else []))
 
 
-def held_slot(
-    run_id: int, run_class: str, at: Any, limit: int | None, demand: Any, placement: Any, owner: int
-) -> HeldSlot:
+def held_slot(run_id: int, run_class: str, at: Any, limit: int | None, demand: Any, placement: Any, owner) -> HeldSlot:
     """A held slot from its stored columns (the ORM loader; pg_snapshot.py parses the same columns the same way)."""
-    return HeldSlot(run_id, run_class, at, limit, demand_of(demand), placement_of(placement), owner)
+    return HeldSlot(run_id, run_class, at, limit, demand_of(demand), placement_of(placement), owner or 0)
 
 
-def waiting_slot(run_id: int, at: datetime, demand: Any, strategy: str, limit: int | None, owner: int) -> WaitingSlot:
-    return WaitingSlot(run_id, at, demand_of(demand), strategy or "PACK", limit, owner)
+def waiting_slot(run_id: int, at: datetime, demand: Any, strategy: str, limit: int | None, owner: Any) -> WaitingSlot:
+    return WaitingSlot(run_id, at, demand_of(demand), strategy or "PACK", limit, owner or 0)
 
 
 def node_total_of(node_total: Any) -> Res:
@@ -193,7 +191,7 @@ def held_load() -> tuple[HeldSlot, ...]:
     rows = (
         Slot.objects.filter(state=SlotState.HELD)
         .order_by("run_id")
-        .values_list("run_id", "run_class", "granted_at", "time_limit_seconds", "demand", "placement", "run__owner_id")
+        .values_list("run_id", "run_class", "granted_at", "time_limit_seconds", "demand", "placement", "owner_id")
     )
     return tuple(held_slot(*row) for row in rows)
 
@@ -208,7 +206,7 @@ def snapshot_load(policy: Policy) -> Snapshot:
     capacity = capacity_load()
     probe = Snapshot(policy=policy, held=held)
     waiting: dict[str, list[WaitingSlot]] = {}
-    columns = ("run_class", "run_id", "requested_at", "demand", "strategy", "time_limit_seconds", "run__owner_id")
+    columns = ("run_class", "run_id", "requested_at", "demand", "strategy", "time_limit_seconds", "owner_id")
     fifo = Slot.objects.filter(state=SlotState.WAITING).order_by("requested_at", "run_id").values_list(*columns)
     windows = {k: w for k in CLASSES if (w := probe.head_window(k)) > 0}
     per_owner = [k for k in windows if policy.fairness.of(k).per_owner]  # each owner's FIFO prefix
@@ -256,8 +254,9 @@ def slot_enqueue(
     now: datetime,
     resources: Any = None,
     time_limit_seconds: int | None = None,
+    owner: int | None = None,
 ) -> None:
-    """A waiting slot for the run, carrying its demand (`resources`: Run.resources), strategy and time limit."""
+    """A waiting slot for the run, carrying its demand (`resources`: Run.resources), strategy, time limit, owner."""
     Slot.objects.update_or_create(
         run_id=run_id,
         defaults={
@@ -266,7 +265,7 @@ def slot_enqueue(
             "requested_at": now,
             "granted_at": None,
             "placement": [],
-            "time_limit_seconds": time_limit_seconds,
+            **{"time_limit_seconds": time_limit_seconds, "owner_id": owner or 0},
             **slot_demand(resources),
         },
     )
