@@ -1,6 +1,6 @@
 """GET /api/runs/<id>/priority/: why a queued run is where it is in the queue (class priority, aging, max wait,
 fair-share usage and rank, the per-user limit) and the order key they combine into (runs/slots/order.py).
-Visible like the run: its owner or staff, else 404."""
+Visible like the run: its owner or staff, else 404; throttled per user as a heavy read (it ranks the whole queue)."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from rest_framework.response import Response
 
 from runs import selectors
 from runs.api import serializers as s
+from runs.api.throttles import HeavyReadThrottle, throttled_response
 from runs.api.views import RUN_ID, ServiceView
 from runs.scheduling.priority import run_priority
 
@@ -61,10 +62,13 @@ class RunPrioritySerializer(serializers.Serializer):
 
 
 class RunPriorityView(ServiceView):
+    throttle_classes = [HeavyReadThrottle]
+    throttle_scope = "priority"
+
     @extend_schema(
         operation_id="runs_priority",
         parameters=[RUN_ID],
-        responses={200: RunPrioritySerializer, 404: s.ErrorSerializer},
+        responses={200: RunPrioritySerializer, 404: s.ErrorSerializer, **throttled_response()},
     )
     def get(self, request: Request, run_id: int) -> Response:
         return Response(run_priority(run=selectors.run_get(user=request.user, run_id=run_id)))

@@ -1,4 +1,4 @@
-"""Per-user throttles of the heavy reads: trace, compare, slot dry-run and samples (DRF's ScopedRateThrottle),
+"""Per-user throttles of the heavy reads: trace, compare, slot dry-run, priority and samples (DRF's ScopedRateThrottle),
 and of the requests through the proxy to runs' session servers (scope `agents`, runs/api/proxy.py).
 
 Each view names its scope (`throttle_scope`); the rate is `settings.HEAVY_READ_THROTTLE_RATES[scope]` (DRF's
@@ -23,6 +23,7 @@ DEFAULT_RATES: dict[str, str] = {
     "samples": "300/min",  # the inspector pages and filters; each answer is one bounded page
     "agents": "600/min",  # requests through the proxy to a run's session server (runs/api/proxy.py)
     "ws_ticket": "120/min",  # websocket tickets (runs/api/ws_ticket.py): one per connection a script opens
+    "priority": "120/min",  # a queued run's priority factors: ranks the whole queue (the board asks on hover)
 }
 
 
