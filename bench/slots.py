@@ -24,6 +24,7 @@ import time
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
+from slots_fair import measure_fair
 from slots_procs import BENCH_KIND, ROOT, django_setup, finish_one, finisher_proc, poller_proc
 
 DB_NAME = f"bench_slots_{os.getpid()}"  # per invocation: two benches never share (or drop) one database
@@ -34,6 +35,8 @@ SIZES = {
     "quick": (4.0, 100, (100, 10_000, 100_000), (1, 4, 16), 4),
     "smoke": (1.0, 5, (100,), (1, 2), 2),
 }
+# Fair share on vs off (bench/slots_fair.py): waiting runs, owners, alternating rounds, timed cycles per round.
+FAIR_SIZES = {"full": (10_000, 50, 5, 200), "quick": (10_000, 50, 3, 100), "smoke": (100, 5, 1, 5)}
 
 
 def bench_url(base: str) -> str:
@@ -88,9 +91,9 @@ def fill_queue(*, owner_id: int, count: int, classes: tuple[str, ...]) -> None:
                   INSERT INTO runs_run ({", ".join(cols)}, run_class, origin, status)
                   SELECT {", ".join(cols)}, {class_sql}, {origin_sql}, 'queued'
                   FROM runs_run, generate_series(1, %s) g WHERE runs_run.id = %s
-                  RETURNING id, run_class)
-                INSERT INTO runs_slot (run_id, run_class, state, requested_at, demand, strategy, placement)
-                SELECT id, run_class, 'waiting', clock_timestamp(), %s::jsonb, %s, '[]'::jsonb FROM new""",
+                  RETURNING id, run_class, owner_id)
+                INSERT INTO runs_slot (run_id, run_class, state, requested_at, demand, strategy, placement, owner_id)
+                SELECT id, run_class, 'waiting', clock_timestamp(), %s::jsonb, %s, '[]'::jsonb, owner_id FROM new""",
             [count, template.pk, json.dumps(slot["demand"]), slot["strategy"]],
         )
     with connection.cursor() as cur:
@@ -166,6 +169,7 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="short phases (under 2 minutes)")
     parser.add_argument("--smoke", action="store_true", help="1 s phases, small sizes (needs --out)")
     parser.add_argument("--out", type=Path, default=OUT)
+    parser.add_argument("--fair-only", action="store_true", help="only the fair-share phase; updates its key")
     args = parser.parse_args()
     if args.smoke and args.out.resolve().is_relative_to(OUT.parent):
         parser.error("--smoke needs an --out outside bench/results/ (those files hold real measurements)")
@@ -174,7 +178,11 @@ def main() -> None:
         sys.exit("bench/slots.py needs PostgreSQL (DATABASE_URL=postgres://...)")
     recreate_database(base)
     try:
-        measure(base, size="smoke" if args.smoke else "quick" if args.quick else "full", out=args.out)
+        size = "smoke" if args.smoke else "quick" if args.quick else "full"
+        if args.fair_only:
+            measure_fair_only(base, size=size, out=args.out)
+        else:
+            measure(base, size=size, out=args.out)
     finally:
         drop_database(base)  # WITH (FORCE): the bench's own connections are ended with it
 
@@ -194,6 +202,7 @@ def measure(base: str, *, size: str, out: Path) -> None:
     cluster_node()
     classes = ("interactive", "app", "schedule", "system")
     result: dict = {"finishers": {}, "latency_ms": {}, "depth_ms_per_grant": {}}
+    result["fair_share"] = measure_fair(owner.pk, fill_queue, set_policy, *FAIR_SIZES[size])
 
     # Per-grant cost against queue depth: one process, 16 held, release+grant cycles timed one by one.
     filled = 0
@@ -239,6 +248,22 @@ def measure(base: str, *, size: str, out: Path) -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2) + "\n")
     print(json.dumps(result, indent=2))
+
+
+def measure_fair_only(base: str, *, size: str, out: Path) -> None:
+    """Only the fair-share phase, on a fresh database; its key replaces the one in `out`, the others stay."""
+    django_setup(bench_url(base))
+    from django.contrib.auth import get_user_model
+    from django.core.management import call_command
+
+    call_command("migrate", verbosity=0)
+    owner = get_user_model().objects.create_user("bench")
+    cluster_node()
+    result = json.loads(out.read_text()) if out.exists() else {}
+    result["fair_share"] = measure_fair(owner.pk, fill_queue, set_policy, *FAIR_SIZES[size])
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=2) + "\n")
+    print(json.dumps(result["fair_share"], indent=2))
 
 
 if __name__ == "__main__":

@@ -230,10 +230,10 @@ REST_KNOX = {"AUTH_HEADER_PREFIX": "Token", "AUTO_REFRESH": False}
 # Per-user rates of the heavy reads (runs/api/throttles.py, which holds the defaults): THROTTLE_RATE_TRACE,
 # THROTTLE_RATE_COMPARE, THROTTLE_RATE_DRY_RUN, THROTTLE_RATE_SAMPLES, THROTTLE_RATE_AGENTS (requests through the
 # proxy to runs' session servers), THROTTLE_RATE_WS_TICKET (websocket tickets), THROTTLE_RATE_WEBHOOKS (the
-# webhook API), each "<requests>/<sec|min|hour|day>".
+# webhook API), THROTTLE_RATE_PRIORITY (a run's priority factors), each "<requests>/<sec|min|hour|day>".
 HEAVY_READ_THROTTLE_RATES = {
     scope: rate
-    for scope in ("trace", "compare", "dry_run", "samples", "agents", "ws_ticket", "webhooks")
+    for scope in ("trace", "compare", "dry_run", "samples", "agents", "ws_ticket", "webhooks", "priority")
     if (rate := env_throttle_rate(f"THROTTLE_RATE_{scope.upper()}"))
 }
 # Webhooks (runs/webhooks/): private/loopback targets only when staff allow them here (or per subscription), the

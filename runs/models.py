@@ -187,27 +187,28 @@ class SlotState(models.TextChoices):
 
 
 class Slot(models.Model):
-    """A run's place in the slot queue: `waiting` until granted, `held` while it runs; deleted on release.
-
-    Kept apart from Run so that grant queries touch a narrow, well-indexed table whatever the run history.
-    """
+    """A run's place in the slot queue: `waiting` until granted, `held` while it runs; deleted on release. Kept
+    apart from Run so that grant queries touch a narrow, well-indexed table whatever the run history."""
 
     run = models.OneToOneField(Run, on_delete=models.CASCADE, primary_key=True, related_name="slot")
     run_class = models.CharField(max_length=16, choices=RunClass.choices)
     state = models.CharField(max_length=8, choices=SlotState.choices, default=SlotState.WAITING)
     requested_at = models.DateTimeField()
     granted_at = models.DateTimeField(null=True, blank=True)
-    # The run's bundles as resource vectors (Ray JSON: {"CPU", "GPU", "memory"}), copied from Run.resources at
-    # enqueue so grants read one narrow table; `placement` is the node id of each bundle once held (the grant's
-    # packing, replaced by where Ray really placed it when the job reports it).
+    # The run's bundles (Ray JSON), copied from Run.resources at enqueue so grants read one narrow table; `placement`
+    # is each bundle's node once held (the grant's packing, then where Ray really placed it when the job reports it).
     demand = models.JSONField(default=list)
     strategy = models.CharField(max_length=16, default="PACK")
     placement = models.JSONField(default=list)
-    # The run's time limit (backfill: a held run's latest end is granted_at + this).
-    time_limit_seconds = models.PositiveIntegerField(null=True, blank=True)
+    time_limit_seconds = models.PositiveIntegerField(null=True, blank=True)  # backfill: latest end = granted_at + this
+    # The run's owner (copied at enqueue; 0: none given): fair share seeks each owner's heads (docs/slots.md).
+    owner_id = models.IntegerField(default=0)
 
     class Meta:
-        indexes = [models.Index(fields=["state", "run_class", "requested_at", "run"], name="slot_queue_idx")]
+        indexes = [
+            models.Index(fields=["state", "run_class", "requested_at", "run"], name="slot_queue_idx"),
+            models.Index(fields=["state", "run_class", "owner_id", "requested_at", "run"], name="slot_owner_idx"),
+        ]
 
 
 class ClusterNode(models.Model):

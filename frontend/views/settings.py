@@ -28,7 +28,10 @@ from runs.slots.policy import (
     policy_effective,
 )
 
-TOP_FIELDS = ("max_total", "interactive_reserve", *LIMIT_KEYS)
+TOP_FIELDS = ("max_total", "interactive_reserve", *LIMIT_KEYS, "fair_share_half_life_seconds")
+# Per class, the fair-share and bounded-waiting options (docs/slots.md): numbers, and fair_share as a checkbox.
+FAIR_NUMBERS = ("max_running_per_user", "aging_per_hour", "aging_cap", "max_wait_seconds")
+NUMBER_KEYS = tuple(k for k in CLASS_KEYS if k != "fair_share")
 LIMIT_LABELS = {
     "max_queued_per_user": ("Queued runs per user", "A submit past it is refused (429)."),
     "max_running_per_user": ("Active runs per user", "Starting, running or stopping; checked when a run is submitted."),
@@ -50,9 +53,11 @@ def _form_name(field: str | None) -> str:
 def _initial(raw: dict[str, Any]) -> dict[str, str]:
     values = {k: str(raw[k]) for k in TOP_FIELDS if isinstance(raw.get(k), int)}
     for name, item in (raw.get("classes") or {}).items():
-        for key in CLASS_KEYS:
-            if isinstance(item, dict) and isinstance(item.get(key), int):
+        for key in NUMBER_KEYS:
+            if isinstance(item, dict) and isinstance(item.get(key), int) and not isinstance(item.get(key), bool):
                 values[f"{name}_{key}"] = str(item[key])
+        if isinstance(item, dict) and item.get("fair_share") is True:
+            values[f"{name}_fair_share"] = "on"
     return values
 
 
@@ -61,7 +66,11 @@ def _parse(post: Any) -> tuple[dict[str, Any], dict[str, str], dict[str, str]]:
     changes: dict[str, Any] = {"classes": {}}
     values: dict[str, str] = {}
     errors: dict[str, str] = {}
-    class_fields = {f"{c}_{k}": (c, k) for c in CLASSES for k in CLASS_KEYS}
+    class_fields = {f"{c}_{k}": (c, k) for c in CLASSES for k in NUMBER_KEYS}
+    for c in CLASSES:  # a checkbox: sent only when ticked
+        if post.get(f"{c}_fair_share") == "on":
+            values[f"{c}_fair_share"] = "on"
+            changes["classes"].setdefault(c, {})["fair_share"] = True
     for name in [*TOP_FIELDS, *class_fields]:
         text = (post.get(name) or "").strip()
         values[name] = text
@@ -88,6 +97,9 @@ def concurrency_settings(request: HttpRequest) -> HttpResponse:
     errors: dict[str, str] = {}
     if request.method == "POST":
         changes, values, errors = _parse(request.POST)
+        weights = store.policy_stored_raw().get("user_weights")
+        if isinstance(weights, dict):
+            changes["user_weights"] = weights  # set through the API only: a save of this form keeps them
         if not errors:
             try:
                 settings_update(changes=changes, partial=False, by=request.user, actor=actor_from_request(request))
@@ -124,6 +136,12 @@ def concurrency_settings(request: HttpRequest) -> HttpResponse:
             .limit,
             "default_priority": defaults.classes[c].priority,
             "usage": snapshot["classes"][c],
+            "fair_share": values.get(f"{c}_fair_share") == "on",
+            "fair": [
+                {"key": k, "field": f"{c}_{k}", "value": values.get(f"{c}_{k}", ""), "error": errors.get(f"{c}_{k}")}
+                for k in FAIR_NUMBERS
+            ],
+            "fair_effective": effective.fairness.of(c),
         }
         for c in CLASSES
     ]
@@ -152,5 +170,6 @@ def concurrency_settings(request: HttpRequest) -> HttpResponse:
         "default_max_total": django_settings.SLOTS_DEFAULT_MAX_TOTAL,
         "default_reserve": max(1, effective.max_total // 4),
         "total": snapshot["total"],
+        "fairness": effective.fairness,
     }
     return render(request, "frontend/settings.html", context, status=status)

@@ -13,7 +13,7 @@ from runs.models import Origin, Run
 from runs.scheduling.queue import QueueInfo
 from runs.selectors import run_json
 from runs.slots.grant import PENDING_REASONS
-from runs.slots.policy import CLASSES, LIMIT_RULES
+from runs.slots.policy import CLASSES
 
 
 @extend_schema_field(OpenApiTypes.BOOL)
@@ -165,7 +165,7 @@ class ClassPolicySerializer(serializers.Serializer):
     gpu_limit = serializers.IntegerField(allow_null=True, help_text="GPUs the class may hold at once; null: no limit")
 
 
-def _per_class(child: serializers.Serializer) -> serializers.Serializer:
+def per_class(child: serializers.Serializer) -> serializers.Serializer:
     return type(
         "PerClass" + child.__class__.__name__, (serializers.Serializer,), {k: child.__class__() for k in CLASSES}
     )()
@@ -176,52 +176,7 @@ class PolicySerializer(serializers.Serializer):
 
     max_total = serializers.IntegerField()
     interactive_reserve = serializers.IntegerField()
-    classes = _per_class(ClassPolicySerializer())
-
-
-LIMIT_HELP = {
-    "max_queued_per_user": "queued runs one user may have; a submit past it is a 429",
-    "max_running_per_user": "active (starting/running/stopping) runs one user may have when submitting; past "
-    "it a submit is a 429",
-    "default_time_limit_seconds": "time limit of a run submitted without one (at most max_time_limit_seconds)",
-    "max_time_limit_seconds": "largest time_limit_seconds a submit may ask for",
-}
-
-
-class ConcurrencySettingsSerializer(PolicySerializer):
-    """Effective concurrency settings: the slot policy plus the per-user caps and run time limits."""
-
-    max_queued_per_user = serializers.IntegerField(help_text=LIMIT_HELP["max_queued_per_user"])
-    max_running_per_user = serializers.IntegerField(help_text=LIMIT_HELP["max_running_per_user"])
-    default_time_limit_seconds = serializers.IntegerField(help_text=LIMIT_HELP["default_time_limit_seconds"])
-    max_time_limit_seconds = serializers.IntegerField(help_text=LIMIT_HELP["max_time_limit_seconds"])
-
-
-def _limit_input(key: str) -> serializers.IntegerField:
-    low, high, default = LIMIT_RULES[key]
-    return serializers.IntegerField(
-        required=False,
-        allow_null=True,
-        min_value=low,
-        max_value=high,
-        help_text=f"{LIMIT_HELP[key]}; default {default}; null resets to the default",
-    )
-
-
-class ConcurrencySettingsInputSerializer(serializers.Serializer):
-    """Documentation of the accepted body; validation is done by the services so messages name the field."""
-
-    max_total = serializers.IntegerField(required=False, min_value=1, max_value=1000)
-    interactive_reserve = serializers.IntegerField(required=False, allow_null=True, min_value=0, max_value=1000)
-    classes = serializers.DictField(
-        child=serializers.DictField(child=serializers.IntegerField(allow_null=True)),
-        required=False,
-        help_text="per class: limit (1..1000), priority (0..100), gpu_limit (0..1000 or null: no GPU limit)",
-    )
-    max_queued_per_user = _limit_input("max_queued_per_user")
-    max_running_per_user = _limit_input("max_running_per_user")
-    default_time_limit_seconds = _limit_input("default_time_limit_seconds")
-    max_time_limit_seconds = _limit_input("max_time_limit_seconds")
+    classes = per_class(ClassPolicySerializer())
 
 
 class ClassUsageSerializer(serializers.Serializer):
@@ -241,7 +196,7 @@ class TotalUsageSerializer(serializers.Serializer):
 class SlotsSnapshotSerializer(serializers.Serializer):
     policy = PolicySerializer()
     borrowable = serializers.IntegerField()
-    classes = _per_class(ClassUsageSerializer())
+    classes = per_class(ClassUsageSerializer())
     total = TotalUsageSerializer()
 
 

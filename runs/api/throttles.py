@@ -1,4 +1,4 @@
-"""Per-user throttles of the heavy reads: trace, compare, slot dry-run and samples (DRF's ScopedRateThrottle),
+"""Per-user throttles of the heavy reads: trace, compare, slot dry-run, priority and samples (DRF's ScopedRateThrottle),
 and of the requests through the proxy to runs' session servers (scope `agents`, runs/api/proxy.py).
 
 Each view names its scope (`throttle_scope`); the rate is `settings.HEAVY_READ_THROTTLE_RATES[scope]` (DRF's
@@ -24,6 +24,7 @@ DEFAULT_RATES: dict[str, str] = {
     "agents": "600/min",  # requests through the proxy to a run's session server (runs/api/proxy.py)
     "ws_ticket": "120/min",  # websocket tickets (runs/api/ws_ticket.py): one per connection a script opens
     "webhooks": "120/min",  # the webhook API (runs/api/webhooks.py): each "send test" POSTs to the user's URL
+    "priority": "120/min",  # a queued run's priority factors: ranks the whole queue (the board asks on hover)
 }
 
 

@@ -10,6 +10,7 @@ from runs.api.auth import TokenView
 from runs.api.compare import RunCompareView
 from runs.api.controls import RunGateResetView
 from runs.api.ingest import RunIngestView
+from runs.api.priority import RunPriorityView
 from runs.api.proxy import run_proxy
 from runs.api.samples import RunSampleDetailView, RunSamplesView
 from runs.api.schedules import ScheduleDetailView, ScheduleListCreateView
@@ -32,6 +33,7 @@ urlpatterns = [
     path("runs/<int:run_id>/samples/", RunSamplesView.as_view(), name="api-run-samples"),
     path("runs/<int:run_id>/samples/<int:sample_id>/", RunSampleDetailView.as_view(), name="api-run-sample"),
     path("runs/<int:run_id>/trace/", RunTraceView.as_view(), name="api-run-trace"),
+    path("runs/<int:run_id>/priority/", RunPriorityView.as_view(), name="api-run-priority"),
     path("slots/", views.SlotsView.as_view(), name="api-slots"),
     path("slots/dry-run/", views.SlotDryRunView.as_view(), name="api-slots-dry-run"),
     path("settings/concurrency/", views.ConcurrencySettingsView.as_view(), name="api-settings-concurrency"),

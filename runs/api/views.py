@@ -20,6 +20,7 @@ from rest_framework.views import APIView
 
 from runs import selectors
 from runs.api import serializers as s
+from runs.api import serializers_settings as ss
 from runs.api.idempotent import IDEMPOTENCY_KEY, once
 from runs.api.run_json import runs_json
 from runs.api.throttles import HeavyReadThrottle, throttled_response
@@ -242,7 +243,10 @@ class SlotDryRunView(ServiceView):
             raise InvalidInput("must be a positive integer number of seconds", field="time_limit_seconds")
         if limit is None and resources is not None:
             limit = limits.limits_load().default_time_limit_seconds
-        return Response(slot_dry_run(origin=body.get("origin"), resources=resources, time_limit_seconds=limit))
+        dry = slot_dry_run(
+            origin=body.get("origin"), resources=resources, time_limit_seconds=limit, owner=request.user.pk or 0
+        )
+        return Response(dry)
 
 
 class RunResourcesView(ServiceView):
@@ -263,19 +267,25 @@ class ConcurrencySettingsView(ServiceView):
     permission_classes = [IsAdminUser]
 
     def _effective(self) -> Response:
-        return Response({**store.policy_load(fresh=True).to_dict(), **limits.limits_load().to_dict()})
+        policy = store.policy_load(fresh=True)
+        out: dict[str, Any] = {**policy.to_dict(), **limits.limits_load().to_dict()}
+        for name, item in out["classes"].items():
+            item.update(policy.fairness.of(name).to_dict())
+        out["fair_share_half_life_seconds"] = policy.fairness.half_life_seconds
+        out["user_weights"] = {str(k): v for k, v in policy.fairness.user_weights.items()}
+        return Response(out)
 
     @extend_schema(
         operation_id="settings_concurrency_retrieve",
-        responses={200: s.ConcurrencySettingsSerializer, 403: s.ErrorSerializer},
+        responses={200: ss.ConcurrencySettingsSerializer, 403: s.ErrorSerializer},
     )
     def get(self, request: Request) -> Response:
         return self._effective()
 
     @extend_schema(
         operation_id="settings_concurrency_partial_update",
-        request=s.ConcurrencySettingsInputSerializer,
-        responses={200: s.ConcurrencySettingsSerializer, 400: s.ErrorSerializer, 403: s.ErrorSerializer},
+        request=ss.ConcurrencySettingsInputSerializer,
+        responses={200: ss.ConcurrencySettingsSerializer, 400: s.ErrorSerializer, 403: s.ErrorSerializer},
     )
     def patch(self, request: Request) -> Response:
         settings_update(changes=_body(request), partial=True, by=request.user, actor=actor_from_request(request))
@@ -283,8 +293,8 @@ class ConcurrencySettingsView(ServiceView):
 
     @extend_schema(
         operation_id="settings_concurrency_update",
-        request=s.ConcurrencySettingsInputSerializer,
-        responses={200: s.ConcurrencySettingsSerializer, 400: s.ErrorSerializer, 403: s.ErrorSerializer},
+        request=ss.ConcurrencySettingsInputSerializer,
+        responses={200: ss.ConcurrencySettingsSerializer, 400: s.ErrorSerializer, 403: s.ErrorSerializer},
     )
     def put(self, request: Request) -> Response:
         settings_update(changes=_body(request), partial=False, by=request.user, actor=actor_from_request(request))

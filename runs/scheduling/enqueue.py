@@ -36,6 +36,7 @@ def run_enqueue(*, run: Run, now: datetime) -> None:
         now=now,
         resources=run.resources,
         time_limit_seconds=run.time_limit_seconds,
+        owner=run.owner_id,
     )
     run_events_publish(
         run_events_record(
@@ -135,6 +136,7 @@ def run_resume(*, run: Run, by: Any, user_caps: bool = True, from_scratch: bool 
             now=timezone.now(),
             resources=locked.resources,
             time_limit_seconds=locked.time_limit_seconds,
+            owner=locked.owner_id,
         )
         after = {"status": RunStatus.QUEUED, "attempt": locked.attempt, "from_scratch": from_scratch}
         audit_record(actor, Action.RUN_RESUME, target_type="run", target_id=locked.pk, before=before, after=after)

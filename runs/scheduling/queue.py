@@ -2,8 +2,10 @@
 ETA; and the dry-run (would a run of this origin and demand be granted now?). Re-exported by runs.selectors.
 
 Reasons, checked in this order: the class rules (`class_limit_reached`, `reserve_protected`,
-`global_limit_reached`, `gpu_limit_reached`), then `insufficient_resources` (the run's bundles do not fit the
-nodes' free resources now; detail: what it needs and what is free), else `higher_priority_waiting`.
+`global_limit_reached`), the class's per-user limit (`user_limit_reached`), `gpu_limit_reached`, then
+`insufficient_resources` (the run's bundles do not fit the nodes' free resources now; detail: what it needs and
+what is free), else `higher_priority_waiting`. Positions are grant order: the seed's (class priority, FIFO) by
+index counts or one scan; with a fairness option on, the whole queue ranked (runs/scheduling/priority.py).
 
 ETA: the queued run at overall position p starts when the p-th slot frees, the held runs freeing theirs at
 their predicted finishes (runs/scheduling/finishes.py, runs/scheduling/progress.py: queue_starts); with no finish known,
@@ -12,7 +14,7 @@ the position over the recent grant rate; for `insufficient_resources`, no earlie
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -22,19 +24,23 @@ from django.utils import timezone
 from runs.errors import InvalidInput
 from runs.models import ORIGIN_TO_CLASS, Origin, Run, RunStatus, Slot, SlotState
 from runs.scheduling.finishes import active_finishes, typical_run_seconds
+from runs.scheduling.priority import positions_ranked
 from runs.scheduling.progress import queue_starts
 from runs.slots import store
+from runs.slots.fairness import Fairness
 from runs.slots.fit import fit_detail
 from runs.slots.grant import (
     GPU_LIMIT_REACHED,
     HIGHER_PRIORITY_WAITING,
     INSUFFICIENT_RESOURCES,
+    USER_LIMIT_REACHED,
     Snapshot,
     WaitingSlot,
     blocking_reason,
     gpu_blocked,
     plan,
     shadow_time,
+    user_blocked,
 )
 from runs.slots.policy import CLASSES, Policy
 from runs.slots.resources import Res, pack
@@ -114,13 +120,24 @@ def _demand(resources: Any) -> tuple[tuple[Res, ...], str]:
 
 
 def wait_reason(
-    snapshot: Snapshot, run_class: str, demand: tuple[Res, ...], strategy: str, *, held: dict[str, int] | None = None
+    snapshot: Snapshot,
+    run_class: str,
+    demand: tuple[Res, ...],
+    strategy: str,
+    *,
+    held: dict[str, int] | None = None,
+    owner: int | None = None,
 ) -> tuple[str, dict[str, Any] | None]:
-    """Why a run of this class and demand waits on this snapshot (the class rules first, then resources)."""
+    """Why a run of this class and demand (and owner) waits on this snapshot: the class rules first, then the
+    class's per-user limit, then resources."""
     policy = snapshot.policy
     reason = blocking_reason(policy, held if held is not None else snapshot.held, run_class)
     if reason is not None:
         return reason, None
+    rules = policy.fairness.of(run_class)
+    if owner is not None and user_blocked(rules, snapshot.held_by_owner(), run_class, owner):
+        mine = snapshot.held_by_owner().get((run_class, owner), 0)
+        return USER_LIMIT_REACHED, {"max_running_per_user": rules.max_running_per_user, "held": mine}
     if gpu_blocked(policy, snapshot.held_gpus(), run_class, demand):
         limit = policy.classes[run_class].gpu_limit
         return GPU_LIMIT_REACHED, {"gpu_limit": limit, "held_gpus": snapshot.held_gpus()[run_class] / 1000}
@@ -156,9 +173,11 @@ def runs_queue_info(*, runs: list[Run]) -> dict[int, QueueInfo]:
     snapshot = Snapshot(policy=policy, held=held, capacity=store.capacity_load(), running=running)
     now = timezone.now()
     rate = grant_rate_per_second(now=now)
-    locate = _positions_by_scan if len(queued) > SCAN_THRESHOLD else _positions_by_count
     out: dict[int, QueueInfo] = {}
-    positions = locate(policy, queued)
+    if policy.fairness != Fairness():  # the order is not the seed's: rank the whole queue as grants take it
+        positions = positions_ranked(policy, {r.pk for r in queued}, timezone.now())
+    else:
+        positions = (_positions_by_scan if len(queued) > SCAN_THRESHOLD else _positions_by_count)(policy, queued)
     finishes = active_finishes(now=now)
     starts = queue_starts(
         finishes=sorted(finishes.values()),
@@ -171,7 +190,7 @@ def runs_queue_info(*, runs: list[Run]) -> dict[int, QueueInfo]:
             continue
         in_class, overall = positions[run.pk]
         demand, strategy = _demand(run.__dict__.get("resources"))
-        reason, detail = wait_reason(snapshot, run.run_class, demand, strategy)
+        reason, detail = wait_reason(snapshot, run.run_class, demand, strategy, owner=run.owner_id)
         start = starts[overall - 1]
         eta = round(start - now.timestamp(), 1) if start is not None else (round(overall / rate, 1) if rate else None)
         if reason == INSUFFICIENT_RESOURCES:
@@ -187,9 +206,11 @@ def runs_queue_info(*, runs: list[Run]) -> dict[int, QueueInfo]:
     return out
 
 
-def slot_dry_run(*, origin: Any, resources: Any = None, time_limit_seconds: int | None = None) -> dict[str, Any]:
+def slot_dry_run(
+    *, origin: Any, resources: Any = None, time_limit_seconds: int | None = None, owner: int = 0
+) -> dict[str, Any]:
     """Would a run of this origin (and demand: `resources`, the demand JSON; none: it needs nothing) be granted
-    if submitted now? If not, the reason it would wait (and its detail)."""
+    if `owner` submitted it now (fair share and per-user limits count that owner)? If not, why it would wait."""
     if origin not in Origin.values:
         raise InvalidInput(f"unknown origin {origin!r}; expected one of {', '.join(Origin.values)}", field="origin")
     run_class = ORIGIN_TO_CLASS[origin]
@@ -203,12 +224,11 @@ def slot_dry_run(*, origin: Any, resources: Any = None, time_limit_seconds: int 
         demand=demand,
         strategy=strategy,
         time_limit_seconds=time_limit_seconds,
+        owner=owner,
     )
     waiting = {k: list(v) for k, v in snapshot.waiting.items()}
     waiting.setdefault(run_class, []).append(phantom)
-    trial = Snapshot(
-        policy=policy, held=snapshot.held, waiting=waiting, capacity=snapshot.capacity, running=snapshot.running
-    )
+    trial = replace(snapshot, waiting=waiting)
     result = plan(trial, now)
     granted = any(d.run_id == -1 for d in result.decisions)
     reason, detail = None, None
@@ -216,7 +236,7 @@ def slot_dry_run(*, origin: Any, resources: Any = None, time_limit_seconds: int 
         after = dict(snapshot.held)
         for d in result.decisions:
             after[d.run_class] = after.get(d.run_class, 0) + 1
-        reason, detail = wait_reason(trial, run_class, demand, strategy, held=after)
+        reason, detail = wait_reason(trial, run_class, demand, strategy, held=after, owner=owner)
     return {
         "origin": origin,
         "run_class": run_class,

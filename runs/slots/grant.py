@@ -12,6 +12,12 @@ at their latest ends (granted_at + time limit), in order. Later candidates are t
 now and their own latest end (now + time limit) is not after the shadow time, so they are gone before the head
 could start and never delay it. A head that could not fit even the whole (alive) cluster is not reserved: it
 is skipped, so a lost node cannot freeze the queue behind a run that no longer fits anywhere.
+
+Fair share and bounded waiting (runs/slots/fairness.py; all off by default, then the order is the seed's):
+within a class with `fair_share`, waiting runs go by their owner's usage (`Snapshot.usage`, computed outside),
+then FIFO, so one owner's runs stay FIFO; a run whose owner holds `max_running_per_user` runs of its class is
+skipped (it stays queued: `user_limit_reached`); across classes a head's key is (not overdue past
+`max_wait_seconds`, -(priority + aging), request time, id): an overdue run goes first whatever its priority.
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
+from runs.slots.fairness import ClassFairness, effective_priority, overdue
 from runs.slots.policy import CLASSES, Policy
 from runs.slots.resources import MILLI, Res, free_after, pack, total
 
@@ -34,6 +41,7 @@ RESERVE_PROTECTED = "reserve_protected"
 GPU_LIMIT_REACHED = "gpu_limit_reached"
 INSUFFICIENT_RESOURCES = "insufficient_resources"
 HIGHER_PRIORITY_WAITING = "higher_priority_waiting"
+USER_LIMIT_REACHED = "user_limit_reached"
 PENDING_REASONS = (
     CLASS_LIMIT_REACHED,
     GLOBAL_LIMIT_REACHED,
@@ -41,6 +49,7 @@ PENDING_REASONS = (
     GPU_LIMIT_REACHED,
     INSUFFICIENT_RESOURCES,
     HIGHER_PRIORITY_WAITING,
+    USER_LIMIT_REACHED,
 )
 
 
@@ -51,6 +60,7 @@ class WaitingSlot:
     demand: tuple[Res, ...] = ()
     strategy: str = "PACK"
     time_limit_seconds: int | None = None
+    owner: int = 0  # the run's owner (user id): fair share and max_running_per_user
 
 
 @dataclass(frozen=True)
@@ -63,6 +73,7 @@ class HeldSlot:
     time_limit_seconds: int | None
     demand: tuple[Res, ...] = ()
     placement: tuple[str, ...] = ()
+    owner: int = 0
 
     @property
     def latest_end(self) -> datetime | None:
@@ -85,6 +96,7 @@ class Snapshot:
     waiting: dict[str, list[WaitingSlot]] = field(default_factory=dict)
     capacity: dict[str, Res] = field(default_factory=dict)
     running: tuple[HeldSlot, ...] = ()
+    usage: Mapping[int, float] = field(default_factory=dict)  # owner -> weighted decayed dominant share
 
     def head_budget(self, run_class: str) -> int:
         """How many heads of a class a grant pass could take at most (class rules only)."""
@@ -108,6 +120,34 @@ class Snapshot:
         for h in self.running:
             out[h.run_class] = out.get(h.run_class, 0) + total(h.demand).gpu
         return out
+
+    def held_by_owner(self) -> dict[tuple[str, int], int]:
+        """Held runs per (class, owner): what `max_running_per_user` counts."""
+        out: dict[tuple[str, int], int] = {}
+        for h in self.running:
+            out[(h.run_class, h.owner)] = out.get((h.run_class, h.owner), 0) + 1
+        return out
+
+
+def class_order(queue: list[WaitingSlot], rules: ClassFairness, usage: Mapping[int, float]) -> list[WaitingSlot]:
+    """A class's waiting runs in the order the class takes them: FIFO, or with fair share by owner usage (an
+    owner without recent usage first), then FIFO, so one owner's runs keep their own order."""
+    if not rules.fair_share:
+        return queue
+    return sorted(queue, key=lambda w: (usage.get(w.owner, 0.0), w.requested_at, w.run_id))
+
+
+def user_blocked(rules: ClassFairness, held: Mapping[tuple[str, int], int], run_class: str, owner: int) -> bool:
+    limit = rules.max_running_per_user
+    return limit is not None and held.get((run_class, owner), 0) >= limit
+
+
+def order_key(policy: Policy, run_class: str, run: WaitingSlot, now: datetime) -> tuple[bool, float, datetime, int]:
+    """The head's place across classes (smaller first): overdue runs first, then effective priority, FIFO."""
+    rules = policy.fairness.of(run_class)
+    waited = (now - run.requested_at).total_seconds()
+    priority = effective_priority(policy.classes[run_class].priority, rules, waited)
+    return (not overdue(rules, waited), -priority, run.requested_at, run.run_id)
 
 
 @dataclass(frozen=True)
@@ -181,21 +221,30 @@ def plan(snapshot: Snapshot, now: datetime) -> Plan:
     free = snapshot.free
     endings: list[Ending] = [(h.latest_end, h.demand, h.placement) for h in snapshot.running]
     cursor = {k: 0 for k in CLASSES}
-    queues = {k: snapshot.waiting.get(k, []) for k in CLASSES}
+    fair = policy.fairness
+    queues = {k: class_order(snapshot.waiting.get(k, []), fair.of(k), snapshot.usage) for k in CLASSES}
+    by_owner = snapshot.held_by_owner()
     reserved: tuple[int, datetime | None] | None = None
     decisions: list[Decision] = []
     passed_over = 0
     while sum(held.values()) < policy.max_total:
-        best: tuple[int, datetime, int] | None = None
+        best: tuple[bool, float, datetime, int] | None = None
         best_class = ""
         for run_class in CLASSES:
             queue = queues[run_class]
             if cursor[run_class] >= len(queue) or blocking_reason(policy, held, run_class) is not None:
                 continue  # empty, or skipped whole: a class at its limit never blocks the others
+            while cursor[run_class] < len(queue) and user_blocked(
+                fair.of(run_class), by_owner, run_class, queue[cursor[run_class]].owner
+            ):
+                cursor[run_class] += 1  # its owner is at the class's per-user limit: it stays queued
+                passed_over += 1
+            if cursor[run_class] >= len(queue):
+                continue
             head = queue[cursor[run_class]]
             if gpu_blocked(policy, gpus, run_class, head.demand):
                 continue  # the class's GPU limit: a class rule, skipped whole like the others
-            key = (-policy.classes[run_class].priority, head.requested_at, head.run_id)
+            key = order_key(policy, run_class, head, now)
             if best is None or key < best:
                 best, best_class = key, run_class
         if best is None:
@@ -216,6 +265,7 @@ def plan(snapshot: Snapshot, now: datetime) -> Plan:
         for bundle, node in zip(run.demand, placement):
             free[node] = free[node] - bundle
         held[best_class] += 1
+        by_owner[(best_class, run.owner)] = by_owner.get((best_class, run.owner), 0) + 1
         gpus[best_class] = gpus.get(best_class, 0) + total(run.demand).gpu
         endings.append((end, run.demand, placement))
         decisions.append(

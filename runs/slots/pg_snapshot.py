@@ -19,7 +19,7 @@ from typing import Any
 from django.conf import settings
 from django.db import connection
 
-from runs.slots import prepared, store
+from runs.slots import prepared, store, usage
 from runs.slots.grant import HeldSlot, Snapshot, WaitingSlot
 from runs.slots.policy import CLASSES, Policy, policy_effective
 from runs.slots.resources import Res
@@ -34,27 +34,51 @@ VERSION_SQL = (
     "ORDER BY id LIMIT 1)"
 )
 
-# Parts (first column): 0 a held slot, 1 a waiting head, 2 an alive node, 3 the settings version. Held slots
-# and counts exclude %(excluded)s (0: none): the snapshot as it would be once that run is released. LIMIT mirrors
-# Snapshot.head_budget (min(free slots, class headroom)) plus %(window)s later runs for backfill.
-SNAPSHOT_SQL = f"""WITH
-held_rows AS (SELECT run_id, run_class, granted_at, time_limit_seconds, demand, placement FROM runs_slot
+# Parts (first column): 0 a held slot, 1 a waiting head, 2 an alive node, 3 the settings version; the last column
+# is the owner. Held slots and counts exclude %(excluded)s (0: none): the snapshot as it would be once that run is
+# released. LIMIT mirrors Snapshot.head_budget (min(free slots, class headroom)) plus %(window)s later runs for
+# backfill: per class, or per owner in the classes ordered per owner (fair share, per-user limit), whose owners
+# come from a skip scan of slot_owner_idx (`owners`: one index seek per owner; none for classes without a budget).
+SNAPSHOT_SQL = f"""WITH RECURSIVE
+held_rows AS (SELECT run_id, run_class, granted_at, time_limit_seconds, demand, placement, owner_id FROM runs_slot
               WHERE state = 'held' AND run_id <> %(excluded)s),
 held AS (SELECT run_class, count(*)::int AS n FROM held_rows GROUP BY run_class),
-budget AS (SELECT c.run_class,
+budget AS (SELECT c.run_class, c.per_owner,
                   GREATEST(0, LEAST(%(max_total)s::int - (SELECT coalesce(sum(n), 0) FROM held)::int,
                                     c.lim - coalesce(h.n, 0)))::int AS b
-           FROM unnest(%(classes)s::text[], %(limits)s::int[]) AS c(run_class, lim)
+           FROM unnest(%(classes)s::text[], %(limits)s::int[], %(per_owner)s::bool[]) AS c(run_class, lim, per_owner)
            LEFT JOIN held h ON h.run_class = c.run_class),
+fair AS (SELECT ARRAY(SELECT run_class FROM budget WHERE per_owner AND b > 0) AS cs),
+owners AS (SELECT * FROM (SELECT s.run_class, s.owner_id FROM runs_slot s
+                          WHERE s.state = 'waiting' AND s.run_class = ANY((SELECT cs FROM fair)::text[])
+                          ORDER BY s.state, s.run_class, s.owner_id LIMIT 1) first
+           UNION ALL
+           SELECT n.run_class, n.owner_id FROM owners o CROSS JOIN LATERAL (
+             SELECT s.run_class, s.owner_id FROM runs_slot s
+             WHERE s.state = 'waiting' AND s.run_class = ANY((SELECT cs FROM fair)::text[])
+               AND (s.run_class, s.owner_id) > (o.run_class, o.owner_id)
+             ORDER BY s.state, s.run_class, s.owner_id LIMIT 1) n),
 heads AS (SELECT w.* FROM budget CROSS JOIN LATERAL (
-            SELECT s.run_class, s.run_id, s.requested_at, s.demand, s.strategy, s.time_limit_seconds FROM runs_slot s
+            SELECT s.run_class, s.run_id, s.requested_at, s.demand, s.strategy, s.time_limit_seconds, s.owner_id
+            FROM runs_slot s
             WHERE s.state = 'waiting' AND s.run_class = budget.run_class AND s.run_id <> %(excluded)s
+              AND NOT budget.per_owner
             ORDER BY s.requested_at, s.run_id
-            LIMIT CASE WHEN budget.b > 0 THEN budget.b + %(window)s ELSE 0 END) w)
-SELECT 0, run_id, run_class::text, granted_at, time_limit_seconds, demand::text, placement::text FROM held_rows
-UNION ALL SELECT 1, run_id, run_class, requested_at, time_limit_seconds, demand::text, strategy FROM heads
-UNION ALL SELECT 2, NULL, node_id, NULL, NULL, total::text, NULL FROM runs_clusternode WHERE alive
-UNION ALL SELECT 3, NULL, {VERSION_SQL}, NULL, NULL, NULL, NULL"""
+            LIMIT CASE WHEN budget.b > 0 THEN budget.b + %(window)s ELSE 0 END) w
+          UNION ALL
+          SELECT f.* FROM owners o JOIN budget ON budget.run_class = o.run_class AND budget.b > 0
+          CROSS JOIN LATERAL (
+            SELECT s.run_class, s.run_id, s.requested_at, s.demand, s.strategy, s.time_limit_seconds, s.owner_id
+            FROM runs_slot s
+            WHERE s.state = 'waiting' AND s.run_class = o.run_class AND s.owner_id = o.owner_id
+              AND s.run_id <> %(excluded)s
+            ORDER BY s.requested_at, s.run_id
+            LIMIT budget.b + %(window)s) f)
+SELECT 0, run_id, run_class::text, granted_at, time_limit_seconds, demand::text, placement::text, owner_id
+FROM held_rows
+UNION ALL SELECT 1, run_id, run_class, requested_at, time_limit_seconds, demand::text, strategy, owner_id FROM heads
+UNION ALL SELECT 2, NULL, node_id, NULL, NULL, total::text, NULL, NULL FROM runs_clusternode WHERE alive
+UNION ALL SELECT 3, NULL, {VERSION_SQL}, NULL, NULL, NULL, NULL, NULL"""
 
 
 def policy_params(policy: Policy, *, window: int) -> dict[str, Any]:
@@ -62,6 +86,8 @@ def policy_params(policy: Policy, *, window: int) -> dict[str, Any]:
         "max_total": policy.max_total,
         "classes": list(CLASSES),
         "limits": [policy.classes[c].limit for c in CLASSES],
+        # Classes ordered per owner load each owner's FIFO prefix: owners found by a skip scan of slot_owner_idx.
+        "per_owner": [policy.fairness.of(c).per_owner for c in CLASSES],
         "window": window,
     }
 
@@ -112,12 +138,12 @@ def _snapshot_from(rows: list[tuple], policy: Policy) -> tuple[Snapshot, str | N
     heads: list[tuple] = []
     capacity: dict[str, Res] = {}
     version = None
-    for part, run_id, name, at, limit, demand, extra in rows:
+    for part, run_id, name, at, limit, demand, extra, owner in rows:
         if part == 0:
             held[name] = held.get(name, 0) + 1
-            running.append(HeldSlot(run_id, name, at, limit, _bundles(demand), _nodes(extra)))
+            running.append(HeldSlot(run_id, name, at, limit, _bundles(demand), _nodes(extra), owner))
         elif part == 1:
-            heads.append((at, run_id, name, demand, extra, limit))
+            heads.append((at, run_id, name, demand, extra, limit, owner))
         elif part == 2:
             capacity[name] = _node_total(demand)
         else:
@@ -125,8 +151,9 @@ def _snapshot_from(rows: list[tuple], policy: Policy) -> tuple[Snapshot, str | N
     running.sort(key=lambda h: h.run_id)
     heads.sort(key=lambda h: (h[0], h[1]))
     waiting: dict[str, list[WaitingSlot]] = {}
-    for at, run_id, name, demand, strategy, limit in heads:
-        waiting.setdefault(name, []).append(WaitingSlot(run_id, at, _bundles(demand), strategy or "PACK", limit))
+    for at, run_id, name, demand, strategy, limit, owner in heads:
+        slot = WaitingSlot(run_id, at, _bundles(demand), strategy or "PACK", limit, owner)
+        waiting.setdefault(name, []).append(slot)
     capacity = dict(sorted(capacity.items()))
     return Snapshot(policy=policy, held=held, waiting=waiting, capacity=capacity, running=tuple(running)), version
 
@@ -140,7 +167,7 @@ def query(*, exclude_run: int = 0, window: int) -> tuple[str, dict[str, Any], Ca
 
     def parse(rows: list[tuple]) -> Snapshot | None:
         snapshot, seen = _snapshot_from(rows, policy)
-        return snapshot if seen == version else None
+        return usage.with_usage(snapshot) if seen == version else None
 
     return prepared.statement(SNAPSHOT_SQL).sql(), params, parse
 

@@ -10,6 +10,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeGuard
 
+from runs.slots.fairness import (
+    FAIR_CLASS_KEYS,
+    FAIR_TOP_KEYS,
+    Fairness,
+    fairness_check,
+    fairness_effective,
+)
+
 if TYPE_CHECKING:
     from runs.messages import SlotPolicy
 
@@ -27,8 +35,8 @@ LIMIT_RULES: dict[str, tuple[int, int, int]] = {
     "max_time_limit_seconds": (1, TIME_LIMIT_CEILING, 7 * 24 * 3600),
 }
 LIMIT_KEYS = tuple(LIMIT_RULES)
-TOP_KEYS = ("max_total", "interactive_reserve", "classes", *LIMIT_KEYS)
-CLASS_KEYS = ("limit", "priority", "gpu_limit")
+TOP_KEYS = ("max_total", "interactive_reserve", "classes", *LIMIT_KEYS, *FAIR_TOP_KEYS)
+CLASS_KEYS = ("limit", "priority", "gpu_limit", *FAIR_CLASS_KEYS)
 GPU_LIMIT_MIN, GPU_LIMIT_MAX = 0, 1000
 
 
@@ -55,6 +63,7 @@ class Policy:
     max_total: int
     interactive_reserve: int
     classes: dict[str, ClassPolicy] = field(default_factory=dict)
+    fairness: Fairness = field(default_factory=Fairness)  # fair share and bounded waiting (all off by default)
 
     @property
     def borrowable(self) -> int:
@@ -139,7 +148,12 @@ def policy_effective(raw: Any, *, default_max_total: int, default_reserve: int |
             priority=priority if _in_range(priority, PRIORITY_MIN, PRIORITY_MAX) else base.classes[name].priority,
             gpu_limit=gpu_limit if _in_range(gpu_limit, GPU_LIMIT_MIN, GPU_LIMIT_MAX) else None,
         )
-    return Policy(max_total=base.max_total, interactive_reserve=base.interactive_reserve, classes=classes)
+    return Policy(
+        max_total=base.max_total,
+        interactive_reserve=base.interactive_reserve,
+        classes=classes,
+        fairness=fairness_effective(raw, CLASSES),
+    )
 
 
 def limits_effective(raw: Any) -> UserLimits:
@@ -174,6 +188,9 @@ def policy_validate(changes: Any) -> None:
     for key, (low, high, _default) in LIMIT_RULES.items():
         if changes.get(key) is not None:  # null resets to the default
             _check_int(key, changes[key], low, high)
+    for key in FAIR_TOP_KEYS:
+        if changes.get(key) is not None and (problem := fairness_check(key, changes[key])):
+            raise PolicyError(key, problem)
     classes = changes.get("classes", {})
     if not isinstance(classes, dict):
         raise PolicyError("classes", "must be an object keyed by class name")
@@ -181,10 +198,13 @@ def policy_validate(changes: Any) -> None:
         if name not in CLASSES:
             raise PolicyError(f"classes.{name}", f"unknown class; expected one of {', '.join(CLASSES)}")
         if not isinstance(item, dict):
-            raise PolicyError(f"classes.{name}", "must be an object with limit, priority and/or gpu_limit")
+            raise PolicyError(f"classes.{name}", f"must be an object with some of {', '.join(CLASS_KEYS)}")
         for key in item:
             if key not in CLASS_KEYS:
-                raise PolicyError(f"classes.{name}.{key}", "unknown field; expected limit, priority or gpu_limit")
+                raise PolicyError(f"classes.{name}.{key}", f"unknown field; expected one of {', '.join(CLASS_KEYS)}")
+            if key in FAIR_CLASS_KEYS and item[key] is not None:  # null: off (no limit)
+                if problem := fairness_check(key, item[key]):
+                    raise PolicyError(f"classes.{name}.{key}", problem)
         if "limit" in item:
             _check_int(f"classes.{name}.limit", item["limit"], LIMIT_MIN, LIMIT_MAX)
         if "priority" in item:
@@ -199,7 +219,7 @@ def policy_merge(stored: Any, changes: dict[str, Any], *, partial: bool) -> dict
     Only explicitly given values are stored, so unset class limits keep following max_total and the reserve.
     """
     base = stored if (partial and isinstance(stored, dict)) else {}
-    scalars = ("max_total", "interactive_reserve", *LIMIT_KEYS)
+    scalars = ("max_total", "interactive_reserve", *LIMIT_KEYS, *FAIR_TOP_KEYS)
     out: dict[str, Any] = {k: base[k] for k in scalars if k in base}
     for key in scalars:
         if key in changes:
@@ -214,8 +234,9 @@ def policy_merge(stored: Any, changes: dict[str, Any], *, partial: bool) -> dict
     for name, item in changes.get("classes", {}).items():
         merged = classes.setdefault(name, {})
         merged.update(item)
-        if merged.get("gpu_limit", 0) is None:
-            del merged["gpu_limit"]  # null: no GPU limit
+        for key in ("gpu_limit", *FAIR_CLASS_KEYS):
+            if key in merged and merged[key] is None:
+                del merged[key]  # null: no GPU limit, the option off
     out["classes"] = classes
     return out
 

@@ -20,9 +20,11 @@ from django.db import connection, transaction
 from django.db.models import Count
 
 from runs.models import ClusterNode, ConcurrencySettings, Slot, SlotState
+from runs.slots.fairness import owner_prefix
 from runs.slots.grant import Decision, HeldSlot, Snapshot, WaitingSlot, grant
 from runs.slots.policy import CLASSES, Policy, policy_effective
 from runs.slots.resources import Res
+from runs.slots.usage import with_usage
 
 # Key of the transaction-scoped advisory lock that serializes grants on PostgreSQL ("RLslots").
 GRANT_LOCK_KEY = 0x524C736C6F7473
@@ -157,13 +159,13 @@ def placement_of(placement: Any) -> tuple[str, ...]:
     return tuple(p if isinstance(p, str) else "" for p in (placement if isinstance(placement, list) else []))
 
 
-def held_slot(run_id: int, run_class: str, granted_at: Any, limit: int | None, demand: Any, placement: Any) -> HeldSlot:
+def held_slot(run_id: int, run_class: str, at: Any, limit: int | None, demand: Any, placement: Any, owner) -> HeldSlot:
     """A held slot from its stored columns (the ORM loader; pg_snapshot.py parses the same columns the same way)."""
-    return HeldSlot(run_id, run_class, granted_at, limit, demand_of(demand), placement_of(placement))
+    return HeldSlot(run_id, run_class, at, limit, demand_of(demand), placement_of(placement), owner or 0)
 
 
-def waiting_slot(run_id: int, requested_at: datetime, demand: Any, strategy: str, limit: int | None) -> WaitingSlot:
-    return WaitingSlot(run_id, requested_at, demand_of(demand), strategy or "PACK", limit)
+def waiting_slot(run_id: int, at: datetime, demand: Any, strategy: str, limit: int | None, owner: Any) -> WaitingSlot:
+    return WaitingSlot(run_id, at, demand_of(demand), strategy or "PACK", limit, owner or 0)
 
 
 def node_total_of(node_total: Any) -> Res:
@@ -189,7 +191,7 @@ def held_load() -> tuple[HeldSlot, ...]:
     rows = (
         Slot.objects.filter(state=SlotState.HELD)
         .order_by("run_id")
-        .values_list("run_id", "run_class", "granted_at", "time_limit_seconds", "demand", "placement")
+        .values_list("run_id", "run_class", "granted_at", "time_limit_seconds", "demand", "placement", "owner_id")
     )
     return tuple(held_slot(*row) for row in rows)
 
@@ -204,22 +206,20 @@ def snapshot_load(policy: Policy) -> Snapshot:
     capacity = capacity_load()
     probe = Snapshot(policy=policy, held=held)
     waiting: dict[str, list[WaitingSlot]] = {}
-    columns = ("run_class", "run_id", "requested_at", "demand", "strategy", "time_limit_seconds")
-    heads = [
-        Slot.objects.filter(state=SlotState.WAITING, run_class=run_class)
-        .order_by("requested_at", "run_id")
-        .values_list(*columns)[:window]
-        for run_class in CLASSES
-        if (window := probe.head_window(run_class)) > 0
-    ]
+    columns = ("run_class", "run_id", "requested_at", "demand", "strategy", "time_limit_seconds", "owner_id")
+    fifo = Slot.objects.filter(state=SlotState.WAITING).order_by("requested_at", "run_id").values_list(*columns)
+    windows = {k: w for k in CLASSES if (w := probe.head_window(k)) > 0}
+    per_owner = [k for k in windows if policy.fairness.of(k).per_owner]  # each owner's FIFO prefix
+    heads = [fifo.filter(run_class=k)[:w] for k, w in windows.items() if k not in per_owner]
     if connection.features.supports_slicing_ordering_in_compound and len(heads) > 1:
         rows = list(heads[0].union(*heads[1:], all=True))  # one round trip: each part is an index seek
     else:
         rows = [row for part in heads for row in part]
+    rows += [r for k in per_owner for r in owner_prefix(fifo.filter(run_class=k), windows[k], lambda r: r[-1])]
     rows.sort(key=lambda r: (r[2], r[1]))
-    for run_class, run_id, requested_at, demand, strategy, limit in rows:
-        waiting.setdefault(run_class, []).append(waiting_slot(run_id, requested_at, demand, strategy, limit))
-    return Snapshot(policy=policy, held=held, waiting=waiting, capacity=capacity, running=running)
+    for run_class, run_id, *rest in rows:
+        waiting.setdefault(run_class, []).append(waiting_slot(run_id, *rest))
+    return with_usage(Snapshot(policy=policy, held=held, waiting=waiting, capacity=capacity, running=running))
 
 
 def slots_grant_locked(*, now: datetime) -> list[Decision]:
@@ -254,8 +254,9 @@ def slot_enqueue(
     now: datetime,
     resources: Any = None,
     time_limit_seconds: int | None = None,
+    owner: int | None = None,
 ) -> None:
-    """A waiting slot for the run, carrying its demand (`resources`: Run.resources), strategy and time limit."""
+    """A waiting slot for the run, carrying its demand (`resources`: Run.resources), strategy, time limit, owner."""
     Slot.objects.update_or_create(
         run_id=run_id,
         defaults={
@@ -264,7 +265,7 @@ def slot_enqueue(
             "requested_at": now,
             "granted_at": None,
             "placement": [],
-            "time_limit_seconds": time_limit_seconds,
+            **{"time_limit_seconds": time_limit_seconds, "owner_id": owner or 0},
             **slot_demand(resources),
         },
     )

@@ -38,20 +38,30 @@ def test_settings_are_staff_only(user, staff):
     patched = admin.patch(
         "/api/settings/concurrency/", {"max_total": 8, "classes": {"system": {"limit": 2}}}, format="json"
     ).json()
+    off = {"fair_share": False, "max_running_per_user": None, "aging_per_hour": 0, "aging_cap": 0}
+    off["max_wait_seconds"] = None
     assert patched == {
         "max_total": 8,
         "interactive_reserve": 2,
         "classes": {
-            "interactive": {"limit": 8, "priority": 40, "gpu_limit": None},
-            "app": {"limit": 6, "priority": 30, "gpu_limit": None},
-            "schedule": {"limit": 6, "priority": 20, "gpu_limit": None},
-            "system": {"limit": 2, "priority": 10, "gpu_limit": None},
+            "interactive": {"limit": 8, "priority": 40, "gpu_limit": None, **off},
+            "app": {"limit": 6, "priority": 30, "gpu_limit": None, **off},
+            "schedule": {"limit": 6, "priority": 20, "gpu_limit": None, **off},
+            "system": {"limit": 2, "priority": 10, "gpu_limit": None, **off},
         },
         "max_queued_per_user": 20,
         "max_running_per_user": 8,
         "default_time_limit_seconds": 86400,
         "max_time_limit_seconds": 604800,
+        "fair_share_half_life_seconds": 3600,
+        "user_weights": {},
     }
+    fair = {"fair_share": True, "max_running_per_user": 2, "aging_per_hour": 5, "aging_cap": 20}
+    body = {"fair_share_half_life_seconds": 60, "user_weights": {str(user.pk): 3}, "classes": {"app": fair}}
+    assert client_for(user).patch("/api/settings/concurrency/", body, format="json").status_code == 403
+    patched = admin.patch("/api/settings/concurrency/", body, format="json").json()
+    assert patched["classes"]["app"] == {"limit": 6, "priority": 30, "gpu_limit": None, **off, **fair}
+    assert patched["fair_share_half_life_seconds"] == 60 and patched["user_weights"] == {str(user.pk): 3}
     put = admin.put("/api/settings/concurrency/", {"max_total": 2}, format="json").json()
     assert put["classes"]["system"]["limit"] == 1 and put["interactive_reserve"] == 1
 
@@ -65,6 +75,12 @@ def test_settings_are_staff_only(user, staff):
         ({"classes": {"gpu": {}}}, "classes.gpu"),
         ({"classes": {"app": {"priority": 500}}}, "classes.app.priority"),
         ([1], "body"),
+        ({"fair_share_half_life_seconds": 0}, "fair_share_half_life_seconds"),
+        ({"user_weights": {"<script>": 2}}, "user_weights"),
+        ({"classes": {"app": {"fair_share": 1}}}, "classes.app.fair_share"),
+        ({"classes": {"app": {"max_running_per_user": 0}}}, "classes.app.max_running_per_user"),
+        ({"classes": {"system": {"aging_cap": 1000}}}, "classes.system.aging_cap"),
+        ({"classes": {"system": {"max_wait_seconds": "1h"}}}, "classes.system.max_wait_seconds"),
     ],
 )
 def test_settings_validation_names_field(staff, body, field):

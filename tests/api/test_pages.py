@@ -76,6 +76,9 @@ def test_settings_form_gpu_limit(staff):
         ({"system_priority": "101"}, "system_priority", "from 0 to 100"),
         ({"app_gpu_limit": "-1"}, "app_gpu_limit", "from 0 to 1000"),
         ({"app_gpu_limit": "x"}, "app_gpu_limit", "whole number"),
+        ({"app_max_running_per_user": "0"}, "app_max_running_per_user", "from 1 to 1000"),
+        ({"system_aging_cap": "101"}, "system_aging_cap", "from 0 to 100"),
+        ({"fair_share_half_life_seconds": "0"}, "fair_share_half_life_seconds", "from 1 to"),
     ],
 )
 def test_settings_form_errors_beside_fields(staff, form, field, fragment):
@@ -83,3 +86,26 @@ def test_settings_form_errors_beside_fields(staff, form, field, fragment):
     assert answer.status_code == 400
     assert fragment in field_error(answer.content.decode(), field)
     assert store.policy_stored_raw() == {}
+
+
+def test_settings_form_fairness_round_trip_keeps_api_weights(staff):
+    from runs.scheduling.concurrency import settings_update
+
+    settings_update(changes={"user_weights": {"7": 3}}, partial=True, by=None)
+    client = logged_in(staff)
+    form = {"max_total": "4", "app_fair_share": "on", "app_max_running_per_user": "2", "system_aging_per_hour": "5"}
+    form |= {"system_aging_cap": "10", "schedule_max_wait_seconds": "600", "fair_share_half_life_seconds": "60"}
+    assert client.post("/settings/", form).status_code == 302
+    raw = store.policy_stored_raw()
+    assert raw["classes"] == {
+        "app": {"fair_share": True, "max_running_per_user": 2},
+        "system": {"aging_per_hour": 5, "aging_cap": 10},
+        "schedule": {"max_wait_seconds": 600},
+    }
+    assert raw["fair_share_half_life_seconds"] == 60 and raw["user_weights"] == {"7": 3}
+    html = client.get("/settings/").content.decode()
+    assert (
+        'name="app_fair_share" checked' in html and 'id="schedule_max_wait_seconds"' in html and 'value="600"' in html
+    )
+    assert client.post("/settings/", {"max_total": "4"}).status_code == 302  # unticked: fair share off again
+    assert store.policy_stored_raw()["classes"] == {} and store.policy_stored_raw()["user_weights"] == {"7": 3}

@@ -66,6 +66,11 @@ ORIGINS = ["dashboard", "api", "schedule", "system"]
 OPS = ["submit"] * 7 + ["finish"] * 4 + ["cancel"] * 2 + ["start"] * 3 + ["heartbeat_loss"] * 2 + ["settings"] * 2
 
 
+# STRESS_FAIR=1: runs of several owners, and settings that turn fair share, per-user limits, aging and max wait
+# on and off (the crowd of issue 26); the same invariants and drain must hold.
+FAIR = os.environ.get("STRESS_FAIR") == "1"
+
+
 def random_settings(rng: random.Random) -> dict:
     total = rng.randint(1, 6)
     changes: dict = {"max_total": total}
@@ -74,6 +79,13 @@ def random_settings(rng: random.Random) -> dict:
     if rng.random() < 0.5:
         k = rng.choice(["interactive", "app", "schedule", "system"])
         changes["classes"] = {k: {"limit": rng.randint(1, 6), "priority": rng.randint(0, 100)}}
+    if FAIR:
+        k = rng.choice(["interactive", "app", "schedule", "system"])
+        fair = {"fair_share": rng.choice([True, None]), "max_running_per_user": rng.choice([1, 2, None])}
+        fair |= {"aging_per_hour": rng.randint(0, 50), "aging_cap": rng.randint(0, 30)}
+        fair["max_wait_seconds"] = rng.choice([1, 60, None])
+        changes.setdefault("classes", {}).setdefault(k, {}).update(fair)
+        changes["fair_share_half_life_seconds"] = rng.choice([1, 60, 3600])
     return changes
 
 
@@ -249,11 +261,13 @@ def main() -> None:
     if args.mode == "holder":
         return holder(args.until)
     rng = random.Random(args.seed)
-    owner = get_user_model().objects.get(pk=args.owner)
+    owners = [get_user_model().objects.get(pk=args.owner)]
+    if FAIR:  # a crowd: every worker submits for the same few owners
+        owners += [get_user_model().objects.get_or_create(username=f"crowd-{i}")[0] for i in range(3)]
     counts: dict[str, int] = {}
     for i in range(args.ops):
         op = rng.choice(OPS)
-        step(op, rng, owner)
+        step(op, rng, rng.choice(owners))
         counts[op] = counts.get(op, 0) + 1
         problems = invariant_violations()
         if problems:

@@ -28,8 +28,9 @@ def run_worker(env: dict[str, str], *args: str, timeout: float = 900) -> dict:
     return json.loads(lines[-1])
 
 
-def stress(database_url: str, *, processes: int, ops_each: int) -> None:
+def stress(database_url: str, *, processes: int, ops_each: int, fair: bool = False) -> None:
     env = dict(os.environ, DATABASE_URL=database_url, SLOTS_POLICY_CACHE_SECONDS="1", LOG_LEVEL="WARNING")
+    env["STRESS_FAIR"] = "1" if fair else "0"
     owner = run_worker(env, "setup")["owner"]
     started = time.monotonic()
     procs = [
@@ -80,6 +81,15 @@ def pg_database(prefix: str) -> Iterator[str]:
 def test_stress_postgresql():
     with pg_database("stress_slots") as url:
         stress(url, processes=4, ops_each=int(os.environ.get("STRESS_OPS_EACH", "1250")))
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1800)
+def test_stress_fair_share_postgresql():
+    """The crowd of issue 26: 4 processes submitting for 4 owners while settings turn fair share, per-user
+    limits, aging and max wait on and off; class rules, consistency, nothing left grantable, a full drain."""
+    with pg_database("stress_fair") as url:
+        stress(url, processes=4, ops_each=int(os.environ.get("STRESS_FAIR_OPS_EACH", "500")), fair=True)
 
 
 @pytest.mark.timeout(600)

@@ -1,5 +1,5 @@
-"""Heavy reads (trace, compare, slot dry-run, samples) are throttled per user: past the scope's rate a user gets
-429 with Retry-After while another user is still served, counted in the real Redis cache. And they run off the
+"""Heavy reads (trace, compare, slot dry-run, priority, samples) are throttled per user: past the scope's rate a
+user gets 429 with Retry-After while another user is still served, counted in the real Redis cache. And they run off the
 event loop: each is a sync view, which Django's ASGI handler runs in a worker thread (no async view, nothing
 of theirs on the loop)."""
 
@@ -46,6 +46,8 @@ def requests_of(scope: str, run_id: int, owner):
         "compare": lambda c: c.get("/api/runs/compare/", {"runs": str(run_id)}),
         "dry_run": lambda c: c.post("/api/slots/dry-run/", {"origin": "api"}, format="json"),
         "samples": lambda c: c.get(f"/api/runs/{run_id}/samples/"),
+        "priority": lambda c: c.get(f"/api/runs/{run_id}/priority/"),
+        "webhooks": lambda c: c.get("/api/webhooks/"),
     }[scope]
 
 

@@ -1,7 +1,8 @@
 /** Queue board: slots per class with the reserve and borrowable share drawn, the waiting line in grant order,
  * the running runs with gate, version, sampler progress and reward; live over /ws/dashboard/. */
-import { embedded } from "./lib/api";
-import { CLASSES, CLASS_LABEL, detailText, duration, esc, eta, num, reasonText, resText, runHref } from "./lib/format";
+import { api, embedded } from "./lib/api";
+import { CLASSES, CLASS_LABEL, detailText, duration, esc, eta, num, priorityText, reasonText, resText, runHref } from "./lib/format";
+import type { PriorityFactors } from "./lib/format";
 import { LiveSocket, wsUrl } from "./lib/live";
 import { ACTIVE, FINISHED, positions, runView } from "./lib/model";
 import { sparkline } from "./lib/sparkline";
@@ -186,6 +187,19 @@ function renderWaiting(runs: BoardRun[], force = false): void {
     moreObserver.observe(document.getElementById("waiting-more")!);
   }
 }
+
+// Hovering a waiting row shows what places it in the line (GET /api/runs/<id>/priority/: class priority, aging,
+// max wait, fair share, per-user limit) as the row's title, set as text; fetched at most every 10 s per row.
+const priorityAsked = new Map<number, number>();
+document.getElementById("waiting")!.addEventListener("mouseover", (ev) => {
+  const row = (ev.target as HTMLElement).closest<HTMLTableRowElement>("tr[data-run]");
+  const id = Number(row?.dataset.run);
+  if (!row || !id || Date.now() - (priorityAsked.get(id) ?? 0) < 10_000) return;
+  priorityAsked.set(id, Date.now());
+  api<{ factors: PriorityFactors | null }>("GET", `/api/runs/${id}/priority/`)
+    .then((p) => { row.title = priorityText(p.factors); })
+    .catch(() => { row.title = "Priority factors are visible to the run's owner and staff"; });
+});
 
 const moreObserver = new IntersectionObserver((entries) => {
   if (!entries.some((e) => e.isIntersecting)) return;

@@ -56,6 +56,7 @@ const REASONS: Record<string, string> = {
   higher_priority_waiting: "Runs of higher priority are ahead in line",
   gpu_limit_reached: "Its class holds as many GPUs as its GPU limit allows",
   insufficient_resources: "Not enough free CPU, GPU or memory on the cluster",
+  user_limit_reached: "Its owner holds as many runs of its class as the per-user limit allows",
   waiting_for_resources: "Granted; waiting for Ray to place all of its processes",
   starting_processes: "Placed; its processes are starting",
 };
@@ -78,6 +79,7 @@ export function detailText(detail: Record<string, unknown> | null | undefined): 
     return `${msg}needs ${resText(detail.needs as Record<string, unknown>)}; free ${resText(detail.free as Record<string, unknown>)}`;
   }
   if (typeof detail.gpu_limit === "number") return `holds ${detail.held_gpus} of ${detail.gpu_limit} GPUs`;
+  if (typeof detail.max_running_per_user === "number") return `owner holds ${detail.held} of ${detail.max_running_per_user}`;
   return "";
 }
 
@@ -90,3 +92,24 @@ export const CLASSES = ["interactive", "app", "schedule", "system"] as const;
 export const CLASS_LABEL: Record<string, string> = {
   interactive: "Interactive", app: "App", schedule: "Schedule", system: "System",
 };
+
+/** GET /api/runs/<id>/priority/ `factors` as plain text lines (for a title attribute, set as text). */
+export interface PriorityFactors {
+  class_priority: number; waited_seconds: number; effective_priority: number; order: string;
+  aging: { per_hour: number; cap: number; bonus: number };
+  max_wait: { seconds: number | null; overdue: boolean };
+  fair_share: { enabled: boolean; usage: number; weight: number; rank: number | null; owners: number };
+  user_limit: { max_running_per_user: number | null; held: number; reached: boolean };
+}
+
+export function priorityText(f: PriorityFactors | null): string {
+  if (!f) return "Not waiting";
+  const lines = [
+    `Class priority ${f.class_priority}${f.aging.bonus ? ` + aging ${f.aging.bonus} (${f.aging.per_hour}/h, cap ${f.aging.cap})` : ""} = ${f.effective_priority}`,
+    f.max_wait.seconds === null ? "No maximum wait" : `Max wait ${f.max_wait.seconds} s: ${f.max_wait.overdue ? "overdue, goes first" : "not reached"}`,
+    f.fair_share.enabled ? `Fair share: owner usage ${f.fair_share.usage} (weight ${f.fair_share.weight}), rank ${f.fair_share.rank} of ${f.fair_share.owners} owners` : "Fair share off: first come, first served",
+    f.user_limit.max_running_per_user === null ? "No per-user limit" : `Per-user limit: owner holds ${f.user_limit.held} of ${f.user_limit.max_running_per_user}`,
+    `Order: ${f.order}`,
+  ];
+  return lines.join("\n");
+}
