@@ -8,6 +8,7 @@ from runs.api import views
 from runs.api.audit import AuditListView
 from runs.api.auth import TokenView
 from runs.api.compare import RunCompareView
+from runs.api.concurrency import ConcurrencySettingsView
 from runs.api.controls import RunGateResetView
 from runs.api.ingest import RunIngestView
 from runs.api.priority import RunPriorityView
@@ -36,7 +37,7 @@ urlpatterns = [
     path("runs/<int:run_id>/priority/", RunPriorityView.as_view(), name="api-run-priority"),
     path("slots/", views.SlotsView.as_view(), name="api-slots"),
     path("slots/dry-run/", views.SlotDryRunView.as_view(), name="api-slots-dry-run"),
-    path("settings/concurrency/", views.ConcurrencySettingsView.as_view(), name="api-settings-concurrency"),
+    path("settings/concurrency/", ConcurrencySettingsView.as_view(), name="api-settings-concurrency"),
     path("schedules/", ScheduleListCreateView.as_view(), name="api-schedules"),
     path("schedules/<int:schedule_id>/", ScheduleDetailView.as_view(), name="api-schedule"),
     path("audit/", AuditListView.as_view(), name="api-audit"),

@@ -13,14 +13,12 @@ from rest_framework import status as http
 from rest_framework.authentication import SessionAuthentication
 from rest_framework.exceptions import ValidationError
 from rest_framework.pagination import PageNumberPagination
-from rest_framework.permissions import IsAdminUser
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from runs import selectors
 from runs.api import serializers as s
-from runs.api import serializers_settings as ss
 from runs.api.idempotent import IDEMPOTENCY_KEY, once
 from runs.api.run_json import runs_json
 from runs.api.throttles import HeavyReadThrottle, throttled_response
@@ -31,10 +29,8 @@ from runs.execution.kinds import DEFAULT_KIND
 from runs.execution.submit import run_demand, run_resources, run_submit
 from runs.models import RunClass, RunStatus
 from runs.scheduling import limits
-from runs.scheduling.concurrency import settings_update
 from runs.scheduling.enqueue import run_resume
 from runs.scheduling.queue import slot_dry_run
-from runs.slots import store
 
 ERRORS = {400: s.ErrorSerializer, 404: s.ErrorSerializer, 409: s.ErrorSerializer}
 RUN_ID = OpenApiParameter("run_id", int, OpenApiParameter.PATH, description="run id")
@@ -261,41 +257,3 @@ class RunResourcesView(ServiceView):
         return Response(
             run_resources(kind=body.get("kind", DEFAULT_KIND), config=body.get("config"), owner=request.user)
         )
-
-
-class ConcurrencySettingsView(ServiceView):
-    permission_classes = [IsAdminUser]
-
-    def _effective(self) -> Response:
-        policy = store.policy_load(fresh=True)
-        out: dict[str, Any] = {**policy.to_dict(), **limits.limits_load().to_dict()}
-        for name, item in out["classes"].items():
-            item.update(policy.fairness.of(name).to_dict())
-        out["fair_share_half_life_seconds"] = policy.fairness.half_life_seconds
-        out["user_weights"] = {str(k): v for k, v in policy.fairness.user_weights.items()}
-        return Response(out)
-
-    @extend_schema(
-        operation_id="settings_concurrency_retrieve",
-        responses={200: ss.ConcurrencySettingsSerializer, 403: s.ErrorSerializer},
-    )
-    def get(self, request: Request) -> Response:
-        return self._effective()
-
-    @extend_schema(
-        operation_id="settings_concurrency_partial_update",
-        request=ss.ConcurrencySettingsInputSerializer,
-        responses={200: ss.ConcurrencySettingsSerializer, 400: s.ErrorSerializer, 403: s.ErrorSerializer},
-    )
-    def patch(self, request: Request) -> Response:
-        settings_update(changes=_body(request), partial=True, by=request.user, actor=actor_from_request(request))
-        return self._effective()
-
-    @extend_schema(
-        operation_id="settings_concurrency_update",
-        request=ss.ConcurrencySettingsInputSerializer,
-        responses={200: ss.ConcurrencySettingsSerializer, 400: s.ErrorSerializer, 403: s.ErrorSerializer},
-    )
-    def put(self, request: Request) -> Response:
-        settings_update(changes=_body(request), partial=False, by=request.user, actor=actor_from_request(request))
-        return self._effective()
