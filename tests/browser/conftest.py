@@ -141,7 +141,7 @@ class OffLoopServices:
 
     WHERE = {
         "run_submit": "runs.execution.submit",
-        "run_cancel": "runs.core.lifecycle",
+        "run_cancel": "runs.core.cancel",
         "run_finish": "runs.core.lifecycle",
         "run_transition": "runs.core.lifecycle",
         "settings_update": "runs.scheduling.concurrency",
