@@ -14,6 +14,7 @@ from rest_framework.response import Response
 from runs.api.serializers import ErrorSerializer
 from runs.api.throttles import HeavyReadThrottle, throttled_response
 from runs.api.views import ServiceView, _body
+from runs.core.visibility import visible_runs
 from runs.errors import RunNotFound
 from runs.webhooks import subscriptions
 from runs.webhooks.models import Delivery, Subscription
@@ -98,7 +99,9 @@ class WebhookListCreateView(WebhookView):
         responses={201: SubscriptionCreatedSerializer, 429: ErrorSerializer, **ERRORS},
     )
     def post(self, request: Request) -> Response:
-        sub = subscriptions.subscription_create(user=request.user, body=_body(request))
+        sub = subscriptions.subscription_create(
+            user=request.user, body=_body(request), visible=visible_runs(request.user)
+        )
         return Response(SubscriptionCreatedSerializer(sub).data, status=http.HTTP_201_CREATED)
 
 

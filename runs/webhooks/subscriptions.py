@@ -10,6 +10,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import transaction
+from django.db.models import QuerySet
 from django.utils import timezone
 
 from runs.errors import InvalidInput, LimitExceeded, NotAllowed
@@ -63,20 +64,19 @@ def rules_check(rules: Any) -> list[dict[str, Any]]:
     return out
 
 
-def _run_check(user: Any, run_id: Any) -> int | None:
+def _run_check(visible: QuerySet[Run], run_id: Any) -> int | None:
+    """`visible`: the runs the caller may see (runs.core.visibility.visible_runs, which the caller applies: this
+    package sits below runs.core, whose lifecycle tells it of moves)."""
     if run_id is None:
         return None
     if not isinstance(run_id, int) or isinstance(run_id, bool):
         raise InvalidInput("must be a run id", field="run")
-    runs = Run.objects.filter(pk=run_id)
-    if not user.is_staff:
-        runs = runs.filter(owner=user)
-    if not runs.exists():  # another user's run reads as no run
+    if not visible.filter(pk=run_id).exists():  # another user's run reads as no run
         raise InvalidInput(f"no run {run_id} of yours", field="run")
     return run_id
 
 
-def subscription_create(*, user: Any, body: dict[str, Any]) -> Subscription:
+def subscription_create(*, user: Any, body: dict[str, Any], visible: QuerySet[Run]) -> Subscription:
     staff_only = [name for name in ("all_runs", "allow_private") if body.get(name)]
     if staff_only and not user.is_staff:
         raise NotAllowed("only staff may set it", field=staff_only[0])
@@ -84,7 +84,7 @@ def subscription_create(*, user: Any, body: dict[str, Any]) -> Subscription:
     url = url_check(body.get("url"), allow_private=allow_private)
     rules = rules_check(body.get("rules", []))
     events = events_check(body.get("events"), has_rules=bool(rules))
-    run_id = _run_check(user, body.get("run"))
+    run_id = _run_check(visible, body.get("run"))
     if run_id is not None and body.get("all_runs"):
         raise InvalidInput("a subscription is for one run or for all runs", field="all_runs")
     with transaction.atomic():
