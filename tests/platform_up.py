@@ -27,8 +27,14 @@ UP = REPO_ROOT / "platform" / "up.py"
 class UpProcess:
     """One `platform/up.py` run; remembers every process it started so the test can check (and clean) them."""
 
+    # The latest up.py started on each var/ dir: only it may remove the Ray temp dir that var/ records (an
+    # earlier start on the same var/ dir reads the record of a later one, maybe a live platform handed over
+    # to another test; up.py's next start removes the dir of a killed one itself).
+    latest: dict[Path, UpProcess] = {}
+
     def __init__(self, tmp_path: Path, **extra_env: str) -> None:
         self.var_dir = tmp_path / "var"
+        UpProcess.latest[self.var_dir] = self
         self.port = free_port()
         env = {
             k: v
@@ -123,7 +129,7 @@ class UpProcess:
             except psutil.NoSuchProcess:
                 pass
         record = self.var_dir / "ray-temp-dir"  # what a killed up.py leaves for its next start to remove
-        if record.exists():
+        if record.exists() and UpProcess.latest.get(self.var_dir) is self:
             shutil.rmtree(record.read_text().strip(), ignore_errors=True)
 
 
