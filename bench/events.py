@@ -27,26 +27,11 @@ os.environ.setdefault("DJANGO_SECRET_KEY", secrets.token_urlsafe(50))
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))
+
+from bench_db import database_prepare, percentile  # noqa: E402
+
 RESULTS = REPO_ROOT / "bench" / "results" / "events.json"
 DEFAULT_DB = "postgres://postgres@127.0.0.1:5432/bench_events"
-
-
-def database_prepare(url: str) -> None:
-    """Create the bench database if missing and migrate it (its own name: never a test or dev database)."""
-    import psycopg
-
-    name = url.rsplit("/", 1)[1]
-    with psycopg.connect(url.rsplit("/", 1)[0] + "/postgres", autocommit=True) as conn:
-        if not conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", [name]).fetchone():
-            conn.execute(f'CREATE DATABASE "{name}"')
-    from django.core.management import call_command
-
-    call_command("migrate", verbosity=0)
-
-
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))] if ordered else float("nan")
 
 
 async def client(

@@ -33,27 +33,12 @@ os.environ.setdefault("DJANGO_SECRET_KEY", secrets.token_urlsafe(50))
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))
+
+from bench_db import database_prepare, percentile  # noqa: E402
+
 RESULTS = REPO_ROOT / "bench" / "results" / "samples.json"
 DEFAULT_DB = "postgres://postgres@127.0.0.1:5432/bench_samples"
 FILTER = "reward_lte=0&finish_reason=length&staleness_gte=1"
-
-
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
-
-
-def database_prepare(url: str) -> None:
-    """Create the bench database if missing and migrate it (its own name: never a test or dev database)."""
-    import psycopg
-
-    name = url.rsplit("/", 1)[1]
-    with psycopg.connect(url.rsplit("/", 1)[0] + "/postgres", autocommit=True) as conn:
-        if not conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", [name]).fetchone():
-            conn.execute(f'CREATE DATABASE "{name}"')
-    from django.core.management import call_command
-
-    call_command("migrate", verbosity=0)
 
 
 def synthetic_sample(rng: random.Random, step: int, group: int, index: int) -> dict:
