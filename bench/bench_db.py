@@ -4,6 +4,10 @@ first on the path)."""
 
 from __future__ import annotations
 
+import os
+import uuid
+from typing import Any
+
 
 def database_prepare(url: str) -> None:
     """Create the bench database if missing and migrate it (its own name: never a test or dev database)."""
@@ -16,6 +20,29 @@ def database_prepare(url: str) -> None:
     from django.core.management import call_command
 
     call_command("migrate", verbosity=0)
+
+
+def django_for_bench(default_db: str, prefix: str) -> Any:
+    """A Redis server of the bench's own, this process's environment pointed at it and at the bench database
+    (BENCH_DATABASE_URL, else `default_db`), a channel-layer prefix of its own, Django set up and the database
+    migrated. Returns the started RedisServer (the caller stops it)."""
+    from tests.realtime.servers import RedisServer
+
+    redis = RedisServer().start()
+    db_url = os.environ.get("BENCH_DATABASE_URL", default_db)
+    os.environ.update(
+        {
+            "DATABASE_URL": db_url,
+            "REDIS_URL": redis.url,
+            "CHANNEL_LAYER_PREFIX": f"{prefix}{uuid.uuid4().hex[:6]}",
+            "DJANGO_SETTINGS_MODULE": "config.settings",
+        }
+    )
+    import django
+
+    django.setup()
+    database_prepare(db_url)
+    return redis
 
 
 def percentile(values: list[float], q: float) -> float:

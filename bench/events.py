@@ -19,7 +19,6 @@ import os
 import secrets
 import sys
 import time
-import uuid
 from pathlib import Path
 
 # Settings refuse the built-in SECRET_KEY with DEBUG off; a bench run (and every process it starts) uses its own.
@@ -28,7 +27,7 @@ os.environ.setdefault("DJANGO_SECRET_KEY", secrets.token_urlsafe(50))
 REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))
 
-from bench_db import database_prepare, percentile  # noqa: E402
+from bench_db import django_for_bench, percentile  # noqa: E402
 
 RESULTS = REPO_ROOT / "bench" / "results" / "events.json"
 DEFAULT_DB = "postgres://postgres@127.0.0.1:5432/bench_events"
@@ -184,23 +183,10 @@ def main() -> None:
     args.rounds = 1 if args.quick or args.smoke else args.rounds
     count = int(seconds * args.rate)
 
-    from tests.realtime.servers import Daphne, RedisServer, server_env
+    from tests.realtime.servers import Daphne, server_env
 
-    redis = RedisServer().start()
-    prefix = f"bench{uuid.uuid4().hex[:6]}"
-    db_url = os.environ.get("BENCH_DATABASE_URL", DEFAULT_DB)
-    os.environ.update(
-        {
-            "DATABASE_URL": db_url,
-            "REDIS_URL": redis.url,
-            "CHANNEL_LAYER_PREFIX": prefix,
-            "DJANGO_SETTINGS_MODULE": "config.settings",
-        }
-    )
-    import django
-
-    django.setup()
-    database_prepare(db_url)
+    redis = django_for_bench(DEFAULT_DB, "bench")
+    prefix, db_url = os.environ["CHANNEL_LAYER_PREFIX"], os.environ["DATABASE_URL"]
     from django.contrib.auth import get_user_model
     from django.test import Client
 

@@ -22,7 +22,6 @@ import secrets
 import sys
 import threading
 import time
-import uuid
 from pathlib import Path
 
 os.environ.setdefault("DJANGO_SECRET_KEY", secrets.token_urlsafe(50))
@@ -30,7 +29,7 @@ os.environ.setdefault("DJANGO_SECRET_KEY", secrets.token_urlsafe(50))
 REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))
 
-from bench_db import database_prepare, percentile  # noqa: E402
+from bench_db import django_for_bench, percentile  # noqa: E402
 
 RESULTS = REPO_ROOT / "bench" / "results" / "webhooks.json"
 DEFAULT_DB = "postgres://postgres@127.0.0.1:5432/bench_webhooks"
@@ -79,24 +78,11 @@ def main() -> None:
         args.events, args.runs = 10, 2
     command = " ".join(["python", "bench/webhooks.py", *sys.argv[1:]])
 
-    from tests.realtime.servers import CeleryWorker, Daphne, RedisServer, server_env
+    from tests.realtime.servers import CeleryWorker, Daphne, server_env
     from tests.webhooks.receiver import Receiver, payload
 
-    redis = RedisServer().start()
-    prefix = f"benchwh{uuid.uuid4().hex[:6]}"
-    db_url = os.environ.get("BENCH_DATABASE_URL", DEFAULT_DB)
-    os.environ.update(
-        {
-            "DATABASE_URL": db_url,
-            "REDIS_URL": redis.url,
-            "CHANNEL_LAYER_PREFIX": prefix,
-            "DJANGO_SETTINGS_MODULE": "config.settings",
-        }
-    )
-    import django
-
-    django.setup()
-    database_prepare(db_url)
+    redis = django_for_bench(DEFAULT_DB, "benchwh")
+    prefix, db_url = os.environ["CHANNEL_LAYER_PREFIX"], os.environ["DATABASE_URL"]
     from django.contrib.auth import get_user_model
 
     from runs.models import Run, RunStatus
