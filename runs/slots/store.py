@@ -4,7 +4,8 @@ counts held slots and seeks each class's head through the (state, run_class, req
 
 On PostgreSQL releases commit without the grant lock, so whoever held the lock may have kept a releaser from
 granting (its `slots_try_lock` failed): every transaction that took the lock runs the catch-up registered by
-runs.core.lifecycle (`after_unlock_register`) once it has committed. docs/slots.md has the argument.
+runs.core.lifecycle (`after_unlock_register`) once it has committed or rolled back (the rollback side is the
+database backend's, runs/slots/pgengine). docs/slots.md has the argument.
 """
 
 from __future__ import annotations
@@ -58,7 +59,18 @@ def lock_held() -> bool:
     SQLite: any transaction holds the write lock (BEGIN IMMEDIATE)."""
     if connection.vendor != "postgresql":
         return connection.in_atomic_block
-    return any(hook[1] is _after_commit for hook in connection.run_on_commit)
+    return lock_held_on(connection)
+
+
+def lock_held_on(conn: Any) -> bool:
+    """Whether this PostgreSQL connection's transaction took the grant lock (its on-commit hook is registered)."""
+    return any(hook[1] is _after_commit for hook in conn.run_on_commit)
+
+
+def after_rollback() -> None:
+    """A transaction that took the lock rolled back (runs/slots/pgengine): a release may have left its grant to
+    it, so catch up as after a commit."""
+    _after_commit()
 
 
 def slots_lock() -> None:

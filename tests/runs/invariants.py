@@ -50,7 +50,29 @@ def invariant_violations(*, settled: bool = False) -> list[str]:
         grantable &= _violations()[1]  # still grantable, still the same runs: none of them granted meanwhile
     if grantable:
         problems.append(f"runs {sorted(grantable)} are grantable but left waiting")
+        problems.append(_diagnosis(grantable))
     return problems
+
+
+def _diagnosis(grantable: set[int]) -> str:
+    """What a failure report needs to tell a lost wakeup from a loader or order mismatch: the policy, the held
+    counts per class and owner, the grantable runs' slots, and what the PostgreSQL grant path decides now."""
+    from runs.models import Slot
+
+    policy = store.policy_load(fresh=True)
+    snapshot = store.snapshot_load(policy)
+    slots = list(Slot.objects.filter(run_id__in=grantable).values("run_id", "run_class", "owner_id", "state"))
+    seen = {"policy": {"max_total": policy.max_total, "borrowable": policy.borrowable}}
+    seen["classes"] = {k: (policy.classes[k].limit, policy.fairness.of(k).to_dict()) for k in CLASSES}
+    seen |= {"held": snapshot.held, "by_owner": {f"{k}:{o}": n for (k, o), n in snapshot.held_by_owner().items()}}
+    seen["slots"] = slots
+    if connection.vendor == "postgresql":
+        from runs.core.stores import PG_STORE, _decide
+        from runs.slots import pg
+
+        seen["pg_decides"] = [d.run_id for d in _decide(pg.snapshot_fetch(window=0), timezone.now())]
+        seen["pg_pending"] = PG_STORE.grant_pending()
+    return f"diagnosis: {seen}"
 
 
 def _violations() -> tuple[list[str], set[int]]:

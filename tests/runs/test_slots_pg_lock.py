@@ -59,9 +59,13 @@ def test_release_commits_without_the_lock_and_grants_after_its_commit(user, hand
     assert Run.objects.get(pk=fifth.pk).status == RunStatus.STARTING
 
 
-def hold_grant_lock(*, until: threading.Event) -> threading.Thread:
-    """A thread that takes the grant lock in a transaction and commits once `until` is set; returned once it
-    holds the lock."""
+class Refused(Exception):
+    pass
+
+
+def hold_grant_lock(*, until: threading.Event, rollback: bool = False) -> threading.Thread:
+    """A thread that takes the grant lock in a transaction and ends it once `until` is set (commits, or with
+    `rollback` raises out of it, as a refused submit or cancel does); returned once it holds the lock."""
     holding = threading.Event()
 
     def holder() -> None:
@@ -70,6 +74,10 @@ def hold_grant_lock(*, until: threading.Event) -> threading.Thread:
                 store.slots_lock()
                 holding.set()
                 assert until.wait(15)
+                if rollback:
+                    raise Refused
+        except Refused:
+            pass
         finally:
             connection.close()
 
@@ -94,6 +102,40 @@ def test_a_release_blocked_by_the_lock_is_granted_by_its_holder(user, handoffs):
     # The holder committed and, before its thread ended, checked: the freed slot went to `second`.
     assert Run.objects.get(pk=second.pk).status == RunStatus.STARTING
     assert handoffs.dispatched[-1] == second.pk
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_release_blocked_by_a_holder_that_rolls_back_is_granted_without_a_tick(user, handoffs):
+    """The same race with a holder that rolls back (found by the fair-share stress test): it committed nothing,
+    but the releaser left its grant to it, so it catches up all the same (runs/slots/pgengine)."""
+    settings_update(changes={"max_total": 1}, partial=True, by=None)
+    first, second = submit(user, name="a"), submit(user, name="b")
+    release_done = threading.Event()
+    thread = hold_grant_lock(until=release_done, rollback=True)
+    run_finish(run=first, status=RunStatus.SUCCEEDED)
+    assert Run.objects.get(pk=second.pk).status == RunStatus.QUEUED
+    release_done.set()
+    thread.join(15)
+    assert Run.objects.get(pk=second.pk).status == RunStatus.STARTING
+    assert handoffs.dispatched[-1] == second.pk and _lock_free_elsewhere()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_rollback_catches_up_once_after_the_block_and_only_if_it_took_the_lock(user, monkeypatch):
+    seen: list[tuple[bool, bool]] = []  # (in an atomic block, autocommit) when the catch-up runs
+    state = lambda: (connection.in_atomic_block, connection.autocommit)  # noqa: E731
+    monkeypatch.setattr(store, "after_rollback", lambda: seen.append(state()))
+    with pytest.raises(Refused), transaction.atomic():
+        Run.objects.count()
+        raise Refused
+    assert seen == []  # no lock taken: nothing owed
+    with pytest.raises(Refused), transaction.atomic():
+        store.slots_lock()
+        store.slots_lock()
+        with transaction.atomic():
+            store.slots_lock()
+        raise Refused
+    assert seen == [(False, True)] and not connection.catch_up_due and _lock_free_elsewhere()
 
 
 @pytest.mark.django_db(transaction=True)
