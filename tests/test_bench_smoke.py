@@ -38,6 +38,7 @@ BENCHES: dict[str, dict] = {
     "dashboard": {},
     "engine": {},
     "events": {"scratch_db": "BENCH_DATABASE_URL"},
+    "fairness": {},
     "learning": {"ray": True},
     "rollout": {"ray": True},
     "samples": {"scratch_db": "--database-url"},
