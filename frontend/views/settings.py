@@ -12,7 +12,9 @@ from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
+from django.utils import timezone
 
+from frontend.views.usage import usage_context
 from runs import selectors
 from runs.audit.record import actor_from_request
 from runs.errors import InvalidInput
@@ -171,5 +173,6 @@ def concurrency_settings(request: HttpRequest) -> HttpResponse:
         "default_reserve": max(1, effective.max_total // 4),
         "total": snapshot["total"],
         "fairness": effective.fairness,
+        "usage": usage_context(timezone.now(), effective.fairness),
     }
     return render(request, "frontend/settings.html", context, status=status)

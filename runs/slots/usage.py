@@ -23,7 +23,7 @@ from runs.models import Run
 from runs.slots.fairness import RESOURCE_WEIGHTS_DEFAULT, Fairness, dominant_shares
 from runs.slots.grant import Snapshot
 from runs.slots.policy import CLASSES
-from runs.slots.resources import Res, total
+from runs.slots.resources import MILLI, Res, total
 
 HORIZON_HALF_LIVES = 20
 CACHE_SECONDS = 10.0
@@ -32,11 +32,18 @@ _lock = threading.Lock()
 _cached: tuple[float, Fairness, dict[int, float]] | None = None
 
 
-def spans_load(*, now: datetime, half_life: int) -> list[tuple[int, datetime, datetime | None, Res]]:
-    """(owner, granted_at, finished_at, granted resources) of every run granted that ran within the horizon. The
-    resources are the demand's stored total (`Run.resources["total"]`, read as three numbers: no per-run JSON
-    parse); a run stored without one is summed from its bundles."""
-    since = now - timedelta(seconds=half_life * HORIZON_HALF_LIVES)
+Span = tuple[int, datetime, datetime | None, Res]
+
+
+def spans_load(*, now: datetime, half_life: int) -> list[Span]:
+    """(owner, granted_at, finished_at, granted resources) of every run granted that ran within the horizon."""
+    return spans_since(now - timedelta(seconds=half_life * HORIZON_HALF_LIVES))
+
+
+def spans_since(since: datetime) -> list[Span]:
+    """The spans of every run granted that was still running at `since` or started after it. The resources are
+    the demand's stored total (`Run.resources["total"]`, read as three numbers: no per-run JSON parse); a run
+    stored without one is summed from its bundles."""
     runs = Run.objects.filter(granted_at__isnull=False).filter(Q(finished_at__isnull=True) | Q(finished_at__gte=since))
     totals = ("resources__total__CPU", "resources__total__GPU", "resources__total__memory")
     out = []
@@ -69,6 +76,19 @@ def granted(bundles: object) -> Res:
             out = out + Res.from_json(bundle if isinstance(bundle, dict) else {})
         except ValueError:
             continue
+    return out
+
+
+def hours_by_owner(*, now: datetime, seconds: int) -> dict[int, tuple[float, float]]:
+    """Per owner: (CPU-hours, GPU-hours) its runs held within the last `seconds` (a run still going counts up to
+    now): what the settings page shows per user and per team."""
+    since = now - timedelta(seconds=seconds)
+    out: dict[int, tuple[float, float]] = {}
+    for owner, start, end, res in spans_since(since):
+        held = (min(end or now, now) - max(start, since)).total_seconds() / 3600
+        if held > 0:
+            cpu, gpu = out.get(owner, (0.0, 0.0))
+            out[owner] = (cpu + res.cpu / MILLI * held, gpu + res.gpu / MILLI * held)
     return out
 
 
