@@ -101,7 +101,7 @@ class AgentEpisodes:
             plain,
             [e.reward for e in episodes],
             exact=[e.exact for e in episodes],
-            max_tokens=self.block_size,
+            max_tokens=session_tokens(self.block_size),
             vocab_size=VOCAB_SIZE,
             meta={
                 "reward_parts": [e.parts for e in episodes],
@@ -116,6 +116,14 @@ class AgentEpisodes:
             self.counts["tool_calls"] += e.tool_calls
             self.counts["valid_tool_calls"] += e.valid_tool_calls
             self.counts["tool_errors"] += e.tool_errors
+
+
+def session_tokens(block_size: int) -> int:
+    """Tokens one session may hold: the policy's context plus the last sampled token, which the engine keeps pending
+    outside its cache (the server's room check, agents/sessions.py `max_new_tokens`, allows it). Training feeds the
+    policy a row but its last token (`sequence_logprobs`), so a row this long fits its context. Bounded by the
+    context alone, a tools episode that filled the context to its last token failed its group and the run."""
+    return block_size + 1
 
 
 def spread(tasks: list[Task], n: int) -> list[Task]:

@@ -2,18 +2,18 @@
 
 Each task is a question the policy cannot answer from the text alone: an arithmetic expression (`"7*8+3"`,
 tool `calc`) or the price of an item in a table it never sees (`"price pear"`, tool `lookup`). The documented
-text format of a tool call is the whole reply `name(argument)`, e.g. `calc(7*8+3)` or `lookup(pear)`. The
-environment runs the tool, sends its result back as a `tool` message, and the policy's next reply is its final
-answer (just the number). Replies that are not a tool call end the episode as the final answer.
+text format of a tool call is the whole reply `name:argument`, the name a tool's name or a prefix of it, the
+argument the rest of the reply: `calc:7*8+3`, `c:7*8+3`, `lookup:pear`, `l:pear` (the `code` environment's
+`run:<python>` is the same shape). The environment runs the tool, sends its result back as a `tool` message, and
+the policy's next reply is its final answer (just the number). Replies that are not a tool call end the episode
+as the final answer.
 
 Reward (shaped, its parts are the episode's `parts`): 0.7 x `answer` (the final answer is right) + 0.2 x
 `valid_call` (the first reply is a call of a known tool in the documented format) + 0.1 x `call_shape` (the share
-of a call's fixed characters, a tool's name then `(` from the reply's start, then a `)` after an argument, that
-the first reply has; the best tool's share). Only the answer is the task; the other two parts make the way to it
-learnable: a random-init policy writes a whole valid call with probability ~1e-10, so with the answer and the
-call alone every group's rewards were equal (zero variance, filtered) and nothing was learned. exact = the final
-answer is right. Counted per episode: tool calls, valid ones, tool errors (a valid call the tool could not
-answer)."""
+of a call's two fixed parts, a tool's name or prefix at the reply's start and `:` right after it, that the first
+reply has). Only the answer is the task; the other two parts make the way to it learnable (docs/agents.md,
+"tools", says why the format is this short). exact = the final answer is right. Counted per episode: tool calls,
+valid ones, tool errors (a valid call the tool could not answer)."""
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ from typing import Any
 
 from agents.environments import Environment, EpisodeResult, Split, Task, chat
 
-CALL = re.compile(r"^\s*([a-z]{1,16})\((.{1,64})\)\s*$", re.S)
+CALL = re.compile(r"^\s*([a-z]{1,16}):(.*)$", re.S)  # a name, `:`, then the rest of the reply: the argument
 PRICES = {
     "apple": 12, "pear": 7, "plum": 31, "fig": 5, "kiwi": 18, "lime": 9, "date": 44, "nut": 3,
     "corn": 26, "bean": 14, "rice": 38, "salt": 2, "milk": 21, "egg": 6, "tea": 15, "jam": 27,
@@ -75,40 +75,52 @@ def lookup(item: str) -> int:
 TOOLS = {"calc": calc, "lookup": lookup}
 
 
+def tool_named(name: str) -> str | None:
+    """The tool `name` calls: a tool's whole name or a prefix of it (`c`, `ca`, `cal` and `calc` are calc), as a
+    shell completes a unique prefix; the tools' names start with different letters, so every prefix is unique."""
+    return next((tool for tool in TOOLS if name and tool.startswith(name)), None)
+
+
 def parse_call(reply: str) -> tuple[str, str] | None:
-    """(tool, argument) when the reply is a call of a known tool in the documented format, else None."""
+    """(tool, argument) when the reply is a call in the documented format `name:argument` (`name` a tool's name or a
+    prefix of it; the argument is the rest of the reply, 1 to 64 characters once stripped), else None."""
     match = CALL.match(reply)
-    if not match or match.group(1) not in TOOLS:
+    tool = tool_named(match.group(1)) if match else None
+    if match is None or tool is None:
         return None
-    return match.group(1), match.group(2)
+    argument = match.group(2).strip()
+    return (tool, argument) if 1 <= len(argument) <= 64 else None
 
 
 def call_shape(reply: str) -> float:
-    """How much of a tool call's fixed characters (`name`, `(`, `)`) `reply` has in place: the characters of
-    `name(` it starts with (leading space aside), up to the first that differs, plus the `)` when the whole
-    `name(` is there and a `)` follows at least one character of argument; as a share of them all, for the tool
-    that scores best: 1.0 for every valid call (and for a call with more text after it, which is not valid),
-    `calc(` 5/6, `xcalc(1)` 0. In place, not anywhere in the reply: counted anywhere, a policy learned to scatter
-    the letters of `calc` through a 20-token reply (the share stuck at 0.6, no valid call by step 22)."""
-    text = reply.strip()
-    best = 0.0
-    for name in TOOLS:
-        opening = f"{name}("
-        k = next((i for i, (a, b) in enumerate(zip(opening, text)) if a != b), min(len(opening), len(text)))
-        closed = k == len(opening) and ")" in text[len(opening) + 1 :]
-        best = max(best, (k + closed) / (len(opening) + 1))
-    return best
+    """The share of a call's two fixed parts that `reply` has in place: a tool's name or a prefix of it at the start
+    (leading whitespace aside), then `:` right after it. `c` or `calc` 1/2, `c:` and `calc:` (and every valid call)
+    1, `x:` and `1` 0. In place, not anywhere in the reply: counted anywhere, a policy learned to scatter the
+    letters of `calc` through a 20-token reply (the share stuck at 0.6, no valid call)."""
+    text = reply.lstrip()
+    k = 0  # the longest start of the reply that is a tool's name or a prefix of it (`cx:1`: `c`)
+    while k < len(text) and tool_named(text[: k + 1]) is not None:
+        k += 1
+    if k == 0:
+        return 0.0
+    return 1.0 if text[k : k + 1] == ":" else 0.5
 
 
 REWARD_WEIGHTS = {"answer": 0.7, "valid_call": 0.2, "call_shape": 0.1}
 
 
+# The tool message's most characters (an error's text is cut there), so that every episode fits a 128-token context:
+# prompt <= 14, first reply <= 21 (its <|end|> included), tool message <= 3 + 48, final answer <= 20: 106. Uncut, a
+# syntax error's text (88 characters) left no room for the answer: a 400, and the group and the run failed.
+MAX_TOOL_REPLY = 48
+
+
 def run_tool(name: str, argument: str) -> tuple[str, bool]:
-    """(the tool message's content, True when the tool answered)."""
+    """(the tool message's content, at most MAX_TOOL_REPLY characters; True when the tool answered)."""
     try:
-        return str(TOOLS[name](argument)), True
+        return str(TOOLS[name](argument))[:MAX_TOOL_REPLY], True
     except ToolError as exc:
-        return f"error: {exc}", False
+        return f"error: {exc}"[:MAX_TOOL_REPLY], False
 
 
 class ToolsEnvironment(Environment):

@@ -6,10 +6,20 @@ import asyncio
 
 import pytest
 
+from agents.chat import render
 from agents.environments import BUILTIN, Environment, UnknownEnvironment, available, resolve
 from agents.envs.code import run_code, snippet_of
 from agents.envs.digits import DigitsEnvironment, prefix_score
-from agents.envs.tools import REWARD_WEIGHTS, ToolError, ToolsEnvironment, calc, call_shape, parse_call, run_tool
+from agents.envs.tools import (
+    MAX_TOOL_REPLY,
+    REWARD_WEIGHTS,
+    ToolError,
+    ToolsEnvironment,
+    calc,
+    call_shape,
+    parse_call,
+    run_tool,
+)
 from trainer.config import TrainConfig
 from trainer.problems import task_build
 
@@ -61,21 +71,24 @@ def test_digits_asks_for_exactly_the_answer_and_scores_it_like_the_in_process_ta
     assert (result.reward, result.exact) == task.score(task.train_prompts[0], [int(c) for c in wrong_last])
 
 
-def test_call_shape_counts_a_calls_fixed_characters_in_place():
-    assert call_shape("calc(7*8+3)") == call_shape(" lookup(pear) ") == 1.0
-    assert call_shape("") == 0.0 and call_shape("59") == 0.0
-    assert call_shape("c") == 1 / 6 and call_shape("ca") == 2 / 6 and call_shape("calc(") == 5 / 6  # c a l c ( )
-    assert call_shape("calc(1") == 5 / 6 and call_shape("calc()") == 5 / 6  # no ")" closing an argument
-    assert call_shape("calx(1)") == 3 / 6 and call_shape("look") == 4 / 8
-    assert call_shape("xcalc(1)") == 0.0 and call_shape("a c a l c") == 0.0  # in place, not anywhere
-    assert call_shape("calc(1) and more") == 1.0 and parse_call("calc(1) and more") is None  # shaped, not valid
+@pytest.mark.parametrize(
+    "reply, shape",
+    [("calc:7*8+3", 1.0), (" lookup:pear ", 1.0), ("c:1", 1.0), ("l:pear", 1.0), ("looku:x", 1.0),
+     ("calc:", 1.0), ("c:", 1.0),  # both fixed parts, no argument: shaped, not a call
+     ("c", 0.5), ("calc", 0.5), ("lo", 0.5), ("cx:1", 0.5), ("lookupx:1", 0.5), ("calc(7*8+3)", 0.5),
+     ("", 0.0), ("59", 0.0), ("x:1", 0.0), ("xcalc:1", 0.0), (":1", 0.0), ("a c:", 0.0), ("C:1", 0.0)],
+)  # fmt: skip
+def test_call_shape_counts_a_calls_two_fixed_parts_in_place(reply, shape):
+    """A tool's name or a prefix of it at the start is half, `:` right after it the other half; elsewhere in the
+    reply they count for nothing."""
+    assert call_shape(reply) == shape
 
 
 def test_tools_reward_is_the_answer_a_valid_call_and_the_calls_shape():
     env = ToolsEnvironment(seed=0)
     calc_task = next(t for t in env.tasks("train") if t.meta["tool"] == "calc")
     assert sum(REWARD_WEIGHTS.values()) == pytest.approx(1.0)
-    call = f"calc({calc_task.messages[0]['content']})"
+    call = f"calc:{calc_task.messages[0]['content']}"
     result, asked = _episode(env, calc_task, call, calc_task.answer)
     assert result.parts == {"answer": 1.0, "valid_call": 1.0, "call_shape": 1.0} and result.reward == 1.0
     assert (result.exact, result.turns, result.tool_calls, result.valid_tool_calls, result.tool_errors) == (
@@ -85,14 +98,19 @@ def test_tools_reward_is_the_answer_a_valid_call_and_the_calls_shape():
     result, _ = _episode(env, calc_task, call, "0")  # a valid call, a wrong answer
     assert result.parts == {"answer": 0.0, "valid_call": 1.0, "call_shape": 1.0}
     assert result.reward == pytest.approx(0.3) and result.exact == 0.0
-    result, _ = _episode(env, calc_task, "calc(")  # the shape of a call, not a call: it is the final answer
-    assert result.parts == {"answer": 0.0, "valid_call": 0.0, "call_shape": 5 / 6}
-    assert result.reward == pytest.approx(0.1 * 5 / 6) and (result.turns, result.tool_calls) == (1, 0)
+    result, _ = _episode(env, calc_task, "calc")  # half the shape of a call, not a call: it is the final answer
+    assert result.parts == {"answer": 0.0, "valid_call": 0.0, "call_shape": 0.5}
+    assert result.reward == pytest.approx(0.1 * 0.5) and (result.turns, result.tool_calls) == (1, 0)
+    result, _ = _episode(env, calc_task, "c:", "0")  # the whole shape, no argument: a call, not a valid one
+    assert result.parts == {"answer": 0.0, "valid_call": 0.0, "call_shape": 1.0}
+    assert (result.turns, result.tool_calls, result.valid_tool_calls) == (1, 1, 0)
+    result, asked = _episode(env, calc_task, f"c:{calc_task.messages[0]['content']}", calc_task.answer)  # a prefix
+    assert result.reward == 1.0 and asked[1]["messages"][-1]["content"] == calc_task.answer
     result, _ = _episode(env, calc_task, calc_task.answer)  # guessed right without the tool: still the answer
     assert result.reward == pytest.approx(0.7) and result.parts["valid_call"] == 0.0
-    result, _ = _episode(env, calc_task, "shell(ls)")  # a call of an unknown tool: counted, not valid
+    result, _ = _episode(env, calc_task, "shell:ls")  # a call of an unknown tool: counted, not valid
     assert (result.tool_calls, result.valid_tool_calls, result.parts["valid_call"]) == (1, 0, 0.0)
-    result, _ = _episode(env, calc_task, "calc(abc)", "0")  # valid format, the tool cannot answer it
+    result, _ = _episode(env, calc_task, "calc:abc", "0")  # valid format, the tool cannot answer it
     assert (result.valid_tool_calls, result.tool_errors, result.parts["valid_call"]) == (1, 1, 1.0)
 
 
@@ -105,8 +123,12 @@ def test_prefix_score_gives_partial_credit_up_to_the_first_wrong_character():
 
 @pytest.mark.parametrize(
     "reply, call",
-    [("calc(7*8+3)", ("calc", "7*8+3")), (" lookup(pear) ", ("lookup", "pear")), ("calc()", None),
-     ("shell(ls)", None), ("calc(1+1) and more", None), ("59", None)],
+    [("calc:7*8+3", ("calc", "7*8+3")), (" lookup: pear ", ("lookup", "pear")), ("c:7*8+3", ("calc", "7*8+3")),
+     ("cal:1", ("calc", "1")), ("l:pear", ("lookup", "pear")), ("looku:fig", ("lookup", "fig")),
+     ("calc:1+1 and more", ("calc", "1+1 and more")),  # the argument is the rest of the reply
+     ("calc:", None), ("calc:   ", None), ("calc:" + "1" * 65, None),  # no argument, or one over 64 characters
+     ("shell:ls", None), ("cx:1", None), ("lookupx:1", None), ("x:1", None),  # not a tool's name or a prefix of one
+     ("calc(7*8+3)", None), ("calc 7*8+3", None), ("Calc:1", None), ("59", None), ("", None)],
 )  # fmt: skip
 def test_tool_calls_parse_only_in_the_documented_format(reply, call):
     assert parse_call(reply) == call
@@ -118,6 +140,23 @@ def test_tool_calls_parse_only_in_the_documented_format(reply, call):
 def test_calc_refuses_anything_but_bounded_integer_arithmetic(expression):
     with pytest.raises(ToolError):
         calc(expression)
+
+
+@pytest.mark.parametrize(
+    "name, argument",
+    [("calc", "(1]"), ("calc", '"abc'), ("calc", "1+"), ("lookup", "\\" * 20), ("lookup", "x" * 64)],
+)
+def test_a_tool_error_is_cut_so_the_episode_fits_its_context(name, argument):
+    """The longest first exchange (a 20-token reply, the longest error) still leaves the final answer its 20
+    tokens in the bench's 128-token context."""
+    content, ok = run_tool(name, argument)
+    assert not ok and content.startswith("error: ") and len(content) <= MAX_TOOL_REPLY
+    env, longest_question = ToolsEnvironment(seed=0), "price apple"
+    assert max(len(t.messages[0]["content"]) for t in env.tasks("train")) <= len(longest_question)
+    opening = render([{"role": "user", "content": longest_question}])
+    first_reply = env.max_tokens + 1  # its <|end|>, sampled or fed
+    tool = render([{"role": "tool", "content": "e" * MAX_TOOL_REPLY}])
+    assert len(opening) + first_reply + len(tool) + env.max_tokens <= 128
 
 
 def test_tools_answer_or_report_an_error():

@@ -9,6 +9,9 @@ import math
 import pytest
 import torch
 
+from agents.sessions import SessionState, max_new_tokens
+from agents.trajectory import Trajectory
+from trainer.agent_episodes import session_tokens
 from trainer.algorithm import PAD_ID, batch_from_groups
 from trainer.config import TrainConfig
 from trainer.episodes import GroupTicket
@@ -97,6 +100,22 @@ def test_a_group_from_records_holds_the_recorded_ids_logprobs_versions_and_mask(
     learner = Learner(TrainConfig(device="cpu"))  # vocabulary 12, context 16
     stats = learner.train_step([group])
     assert stats["version"] == 1 and math.isfinite(stats["loss"]) and "logprob_diff_max" not in stats  # stale
+
+
+def test_a_session_the_server_fills_to_its_last_token_is_trained_on() -> None:
+    """The session server lets a session hold the context plus the engine's pending last token; the worker's bound
+    takes that row (bounded by the context alone, it failed the group), and the policy trains on it."""
+    block, prompt = 16, [USER, ID["7"], ID["+"], ID["7"], END, TOOL]
+    n = max_new_tokens(SessionState(Trajectory(session_id="s", kind="internal")), prompt, None, block, "messages")
+    rec = TrajectoryRecord("s", segments=[seg("s/r0", prompt, [ID["7"]] * (n - 1) + [END], 1)])
+    assert len(prompt) + n == block + 1 == session_tokens(block)
+    with pytest.raises(TrajectoryError, match="more than 16 tokens"):
+        group_from_trajectories(GroupTicket(1, 0, 0), [rec], [1.0], max_tokens=block, vocab_size=12)
+    group = group_from_trajectories(GroupTicket(1, 0, 0), [rec, rec], [0.0, 1.0], max_tokens=session_tokens(block),
+                                    vocab_size=12)  # fmt: skip
+    learner = Learner(TrainConfig(device="cpu"))  # vocabulary 12, context 16
+    assert learner.model.block_size == block and len(group.rows[0].tokens) == block + 1
+    assert math.isfinite(learner.train_step([group])["loss"])
 
 
 def test_the_server_records_plain_dump_is_read_and_refused_when_malformed() -> None:
