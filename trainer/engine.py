@@ -199,7 +199,12 @@ class Engine(BatchRunner):
         return request
 
     def end_session(self, session_id: str) -> None:
-        self.table.end(session_id)
+        self.end_sessions([session_id])
+
+    def end_sessions(self, session_ids: list[str]) -> None:
+        """Free the sessions' caches (a session server ends a group's sessions in one call per engine)."""
+        for session_id in session_ids:
+            self.table.end(session_id)
         if self.batcher.waiting:
             self._kick()  # freed rows may let a waiting request in
 
