@@ -28,6 +28,7 @@ from agents.protocol import ApiError, ChatRequest, CompletionRequest, Limits, pa
 from agents.server_request import RequestHandling
 from agents.sessions import SessionState
 from agents.trajectory import Trajectory
+from rollout.coalesce import CallCoalescer
 from rollout.invoke import call
 from rollout.router import SessionAffinityRouter
 
@@ -39,6 +40,7 @@ class SessionServer(RequestHandling):
         if not engines or not key:
             raise ValueError("a session server needs at least one engine and a non-empty key")
         self.engines, self.block_size, self.run = dict(engines), block_size, run
+        self._turns = {e: CallCoalescer(h, "generate_many") for e, h in self.engines.items()}
         self.limits = limits or Limits()
         self._key = key.encode()
         self.router = SessionAffinityRouter(self.engines, max_sessions=self.limits.max_sessions)
@@ -108,15 +110,17 @@ class SessionServer(RequestHandling):
                 raise KeyError(f"no session {sid!r}")
         if len(set(session_ids)) != len(session_ids):
             raise ValueError("session ids must be distinct")
-        records, frees = [], []
+        records: list[Trajectory] = []
+        ending: dict[str, list[str]] = {}
         for sid in session_ids:
             state = self.sessions.pop(sid)
             engine = self.router.engine_of(sid)
             self.router.release(sid)
             if engine is not None and engine in self.engines:
-                frees.append(call(self.engines[engine], "end_session", sid))
+                ending.setdefault(engine, []).append(sid)
             state.record.state = "ended" if state.record.state == "open" else state.record.state
             records.append(state.record)
+        frees = [call(self.engines[engine], "end_sessions", sids) for engine, sids in ending.items()]  # one per engine
         await asyncio.gather(*frees, return_exceptions=True)  # a dead engine holds no cache to free
         return records
 
@@ -124,12 +128,14 @@ class SessionServer(RequestHandling):
         """Stop routing to a dead engine; its sessions become tombstones (their next request: 410)."""
         if self.engines.pop(engine_id, None) is None:
             return []
+        del self._turns[engine_id]
         return self.router.remove_engine(engine_id, reason=reason)
 
     def engine_added(self, engine_id: str, handle: Any) -> None:
         """Route new sessions to a (re)started engine; its predecessor's sessions stay tombstoned."""
         self.engine_lost(engine_id, reason="replaced by a restarted engine")
         self.engines[engine_id] = handle
+        self._turns[engine_id] = CallCoalescer(handle, "generate_many")
         self.router.add_engine(engine_id)
 
     def stats(self) -> dict[str, Any]:
@@ -141,6 +147,7 @@ class SessionServer(RequestHandling):
             "tokens": self.counts["tokens"],
             "status": {code: self.counts[code] for code in ("400", "401", "404", "409", "410", "413", "503")},
             "version": self.version,
+            "engine_calls": sum(c.calls for c in self._turns.values()),  # generate_many calls: requests / calls
         }
 
     # --- HTTP ---------------------------------------------------------------------------------------------

@@ -24,6 +24,7 @@ from agents.chat import STOP
 from agents.protocol import ApiError, ChatRequest, Limits, requested_tokens, session_of
 from agents.sessions import SessionState, chat_feed, completion_feed, max_new_tokens, record_answer
 from agents.trajectory import Segment, Trajectory
+from rollout.coalesce import CallCoalescer
 from rollout.errors import (
     AdmissionTimeoutError,
     GatePoisonedError,
@@ -32,14 +33,15 @@ from rollout.errors import (
     RouterFullError,
     SessionGoneError,
 )
-from rollout.invoke import call
 from rollout.router import SessionAffinityRouter
+from rollout.types import TurnCall
 
 
 class RequestHandling:
     """The per-request half of `SessionServer`; its state is set by `SessionServer.__init__`."""
 
     engines: dict[str, Any]
+    _turns: dict[str, CallCoalescer]  # per engine: the requests of one tick in one `generate_many` call
     block_size: int
     run: str
     limits: Limits
@@ -148,8 +150,10 @@ class RequestHandling:
         sid = state.record.session_id
         seed = req.seed if req.seed is not None else next(self._ids) + int(time.time() * 1000) % 2**31
         rid = f"{sid}/{len(state.record.segments)}-{next(self._ids)}"
-        args = (sid, [feed], n, seed, rid, req.temperature == 0, state.length > 0, state.one_off)
-        task = asyncio.ensure_future(call(self.engines[engine], "generate", *args, stop=stop))
+        turn = TurnCall(
+            sid, [feed], n, seed, rid, req.temperature == 0, state.length > 0, state.one_off, tuple(stop or ())
+        )
+        task = asyncio.ensure_future(self._turns[engine].submit(turn))  # one engine call per tick (coalesce.py)
         self._background.add(task)
         task.add_done_callback(self._background.discard)
         self.router.request_started(engine)

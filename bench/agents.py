@@ -11,9 +11,10 @@ as an async Ray actor (a chat policy: TrainConfig(environment="digits"), shape f
 torch on one thread) and a session server in its own async Ray actor in front of it (agents.deploy.deploy_server,
 loopback); the clients run in this driver process. So both paths cross the same process boundaries a run's
 rollout worker does and the comparison isolates what the server adds:
-- in-process (`inproc_tokens_s`): each turn is `rollout.invoke.call(engine, "generate", ...)` on the engine's
-  Ray handle, exactly as trainer/worker.py calls it (the turn's chat-template ids, the session's cache reused by
-  `continues`, the last turn ends the session);
+- in-process (`inproc_tokens_s`): each turn is a `rollout.TurnCall` through a `rollout.CallCoalescer` on the
+  engine's Ray handle (`Engine.generate_many`, one call per tick of the clients' loop), exactly as
+  trainer/worker.py sends it (the turn's chat-template ids, the session's cache reused by `continues`, the last
+  turn ends the session);
 - HTTP (`http_tokens_s`): the official `openai.AsyncOpenAI` client as a rollout worker builds it
   (trainer/agent_episodes.py `openai_client`: the openai package's aiohttp transport), `chat.completions.create`
   on loopback, the whole history resent each turn, the session opened and ended through the server's actor methods as
@@ -56,7 +57,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from agents.chat import STOP, render  # noqa: E402
+from rollout.coalesce import CallCoalescer  # noqa: E402
 from rollout.invoke import call  # noqa: E402
+from rollout.types import TurnCall  # noqa: E402
 from trainer.config import TrainConfig  # noqa: E402
 
 CONCURRENCY = (1, 16, 64)
@@ -83,6 +86,7 @@ class Sides:
         from trainer.agent_episodes import Serving, openai_client
 
         self.engine, self.server = engine, server
+        self.turns = CallCoalescer(engine, "generate_many")  # a rollout worker's engine calls, one per loop tick
         self.direct = openai_client(Serving(server, url, key))  # the rollout worker's client, transport included
         base, token, self.user_id = proxy
         self.proxy = AsyncOpenAI(
@@ -95,10 +99,8 @@ class Sides:
             feed = render([{"role": "user", "content": user_text(s, t)}])
             feed = feed if t == 0 or stopped else [STOP, *feed]  # as the server closes a turn cut at max_tokens
             t0 = time.perf_counter()
-            out = await call(
-                self.engine, "generate", sid, [feed], MAX_TOKENS, seed(s, t), f"{sid}/{t}", False, t > 0,
-                t == TURNS - 1, stop=[STOP],
-            )  # fmt: skip
+            turn = TurnCall(sid, [feed], MAX_TOKENS, seed(s, t), f"{sid}/{t}", False, t > 0, t == TURNS - 1, (STOP,))
+            out = await self.turns.submit(turn)
             lat[(s, t)] = time.perf_counter() - t0
             made += len(out["tokens"][0])
             stopped = out["finish_reasons"][0] == "stop"

@@ -159,6 +159,8 @@ def digits_run(base: TrainConfig, side: str) -> dict[str, Any]:
     reached = next((d for d in evaluated if d["train_exact_match"] >= THRESHOLD), None)
     upto = [d for d in events.train if reached is None or d["step"] <= reached["step"]]
     groups = events.groups[: len(upto)]
+    cpu = cpu_per_step(events, len(upto))
+    episodes_per_step = groups[-1] / len(groups) * base.group_size if groups else 0
     out = {
         "seconds": round(reached["elapsed_s"], 2) if reached else None,
         "steps": reached["step"] if reached else None,
@@ -168,7 +170,11 @@ def digits_run(base: TrainConfig, side: str) -> dict[str, Any]:
         "groups_per_step": round(groups[-1] / len(groups), 1) if groups else None,
         "first_step_groups": groups[0] if groups else None,
         "first_step_s": round(upto[0]["elapsed_s"], 2) if upto else None,
-        "cpu_s_per_step": cpu_per_step(events, len(upto)),
+        "cpu_s_per_step": cpu,
+        # every role's CPU over the episodes run (kept or filtered): what one episode costs the machine
+        "cpu_ms_per_episode": round(1000 * sum(cpu.values()) / episodes_per_step, 3)
+        if cpu and episodes_per_step
+        else None,
         "curve": [
             {"step": d["step"], "seconds": round(d["elapsed_s"], 2), "exact_match": d["train_exact_match"]}
             for d in evaluated

@@ -48,3 +48,20 @@ class RolloutBatch:
     aborted: int
     """Aborted groups returned to the data source while this batch was collected."""
     metrics: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class TurnCall:
+    """One generation request for an engine, the arguments of `Engine.generate`: a rollout worker's turn or a
+    session server's request. The calls one caller makes in one event-loop tick travel together in one
+    `Engine.generate_many` call (rollout/coalesce.py)."""
+
+    session_id: str
+    new_tokens: list[list[int]]  # (G, T): this turn's new tokens, one list per row of the session
+    n: int  # tokens to sample per row
+    seed: int  # the request's sampling seed
+    request_id: str  # its lease's id: every token it generates records it
+    greedy: bool = False
+    continues: bool = False  # a later turn: the engine must still hold the session's cache
+    last: bool = False  # the episode's final turn: the engine ends the session with its answer
+    stop: tuple[int, ...] = ()  # ids that finish a one-row request when sampled

@@ -31,6 +31,7 @@ from trainer.problems import policy_shape
 if TYPE_CHECKING:
     import torch
 
+    from rollout.types import TurnCall
     from trainer.engine_step import GenRequest
 
 
@@ -80,8 +81,10 @@ class Engine(BatchRunner):
         self._failing_steps = 0  # inject_step_failures(): the next steps raise (their leases poison the gate)
         self._lone_cost_s = float("inf")  # CPU seconds per 16-row chunk of the last lone step (unknown yet)
         self._to_clear: list[int] = []
+        self._holding = 0
         self.tokens_fed = 0  # tokens run through the model (prompt + new turn tokens), shows cache reuse
         self.requests = self.rejections = self.gone = self.steps = 0
+        self.calls = 0  # generate_many calls (a worker's coalesced turns): requests / calls is the batching
 
     @property
     def sessions(self) -> dict[str, Any]:
@@ -121,6 +124,38 @@ class Engine(BatchRunner):
                 raise
             finally:
                 self._sessions_in_flight.discard(session_id)
+
+    async def generate_many(self, calls: list[TurnCall]) -> list[dict[str, Any] | BaseException]:
+        """The turns a caller (a rollout worker, a session server) coalesced in one tick of its loop
+        (rollout/coalesce.py): each is its own request with its own lease, exactly as `generate`; one outcome
+        per call, in order, a failed request's outcome being its exception. They are all admitted before the
+        first step, so they run as one batch rather than one by one on the event loop (`_run_inline` takes a
+        lone request)."""
+        self.calls += 1
+        tasks = [
+            asyncio.ensure_future(
+                self.generate(
+                    c.session_id, c.new_tokens, c.n, c.seed, c.request_id, c.greedy, c.continues, c.last, list(c.stop)
+                )
+            )
+            for c in calls
+        ]
+        try:
+            self._holding += 1
+            try:
+                await asyncio.sleep(0)  # each task runs up to its request's admission (or its wait at a closed gate)
+            finally:
+                self._holding -= 1
+                self._kick()
+            outcomes = await asyncio.gather(*tasks, return_exceptions=True)
+        except asyncio.CancelledError:  # this call was cancelled: so is each request (their leases poison)
+            for task in tasks:
+                task.cancel()
+            raise
+        return [
+            RuntimeError(f"request {c.request_id!r} was cancelled") if isinstance(o, asyncio.CancelledError) else o
+            for c, o in zip(calls, outcomes)
+        ]
 
     def _request(
         self,
@@ -164,7 +199,12 @@ class Engine(BatchRunner):
         return request
 
     def end_session(self, session_id: str) -> None:
-        self.table.end(session_id)
+        self.end_sessions([session_id])
+
+    def end_sessions(self, session_ids: list[str]) -> None:
+        """Free the sessions' caches (a session server ends a group's sessions in one call per engine)."""
+        for session_id in session_ids:
+            self.table.end(session_id)
         if self.batcher.waiting:
             self._kick()  # freed rows may let a waiting request in
 

@@ -44,10 +44,13 @@ class BatchRunner:
     _step_delay_s: float
     _failing_steps: int
     _lone_cost_s: float
+    _holding: int  # > 0 while generate_many admits its requests: no step starts until they all joined
     if TYPE_CHECKING:  # `ops` is the module trainer.engine_step (GenRequest, run_step and the rest of one step)
         from trainer import engine_step as ops
 
     def _kick(self) -> None:
+        if self._holding:
+            return  # generate_many kicks once its requests are all in
         if self._stepper is None or self._stepper.done():
             if not self._run_inline():  # a lone cheap request is often answered right here, no task, no hop
                 self._stepper = asyncio.get_running_loop().create_task(self._step_loop())

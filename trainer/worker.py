@@ -21,6 +21,7 @@ from collections import Counter
 from typing import Any
 
 from rollout.channel import Channel
+from rollout.coalesce import CallCoalescer
 from rollout.errors import (
     AdmissionTimeoutError,
     EpisodeAbortedError,
@@ -32,7 +33,7 @@ from rollout.errors import (
 from rollout.filters import apply_filters
 from rollout.invoke import call, is_ray_actor
 from rollout.router import SessionAffinityRouter
-from rollout.types import GroupResult
+from rollout.types import GroupResult, TurnCall
 from trainer.config import TrainConfig
 from trainer.data_path import build_filters, channel_key
 from trainer.episodes import GroupTicket, run_group
@@ -75,6 +76,8 @@ class RolloutWorker:
                 raise ValueError(f"environment {cfg.environment!r} needs the run's session server")
             self.agents = AgentEpisodes(cfg, serving)
         self.engines = dict(engines)
+        # One generate_many call per engine per tick of this worker's loop carries every turn sent that tick.
+        self._turns = {e: CallCoalescer(h, "generate_many") for e, h in self.engines.items()}
         self.router = SessionAffinityRouter(sorted(self.engines))
         self.channel = Channel.connect(channel)  # kept groups go there (the learner takes them)
         self.key = channel_key(cfg)
@@ -173,18 +176,8 @@ class RolloutWorker:
         reported: int | None = None
         self.router.request_started(engine_id)
         try:
-            out: dict[str, Any] = await call(
-                self.engines[engine_id],
-                "generate",
-                session_id,
-                new_tokens,
-                n,
-                seed,
-                request_id,
-                greedy,
-                continues,
-                last,
-            )
+            turn = TurnCall(session_id, new_tokens, n, seed, request_id, greedy, continues, last)
+            out: dict[str, Any] = await self._turns[engine_id].submit(turn)
             reported = out.get("inflight")
             return out
         except SessionGoneError as exc:
@@ -226,6 +219,7 @@ class RolloutWorker:
         if engine_id not in self.engines:
             return []
         del self.engines[engine_id]
+        del self._turns[engine_id]
         return self.router.remove_engine(engine_id, reason=reason)
 
     def engine_added(self, engine_id: str, handle: Any) -> None:
@@ -233,6 +227,7 @@ class RolloutWorker:
         if engine_id in self.engines:
             self.engine_lost(engine_id, reason="replaced by a restarted engine")
         self.engines[engine_id] = handle
+        self._turns[engine_id] = CallCoalescer(handle, "generate_many")
         self.router.add_engine(engine_id)
 
     def _suspend(self, engine_id: str, reason: str) -> None:
@@ -265,6 +260,7 @@ class RolloutWorker:
             "suspended": sorted(self._suspended),
             "engines": sorted(self.engines),
             "router": self.router.snapshot(),
+            "turn_calls": {e: c.stats() for e, c in sorted(self._turns.items())},
             "agents": dict(self.agents.counts) if self.agents is not None else {},
         }
 

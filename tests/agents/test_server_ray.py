@@ -125,7 +125,7 @@ def test_sixteen_concurrent_sessions_of_three_turns(stack) -> None:
 def test_a_groups_sessions_open_and_end_in_one_call_each_over_the_workers_aiohttp_client(stack) -> None:
     """As a rollout worker runs a group (trainer/agent_episodes.py): `open_sessions` opens them all or none,
     the episodes run on the client a worker builds (the openai package's aiohttp transport), and `end_sessions`
-    returns the records in order and frees every binding."""
+    returns the records in order and frees every binding and every engine cache."""
     from trainer.agent_episodes import Serving, openai_client
 
     ray, handles, srv, url = stack
@@ -134,8 +134,11 @@ def test_a_groups_sessions_open_and_end_in_one_call_each_over_the_workers_aiohtt
     def held(stats: dict) -> tuple[int, int]:
         return stats["sessions"], sum(stats["sessions_per_engine"].values())
 
+    async def cached() -> int:
+        return sum([(await _snap(h))["sessions"] for h in handles.values()])
+
     async def main() -> None:
-        before = held(await srv.stats.remote())
+        before, in_engines = held(await srv.stats.remote()), await cached()
         await srv.open_sessions.remote(sids)
         with pytest.raises(ray.exceptions.RayTaskError, match="already exists"):
             await srv.open_sessions.remote(["grp-new", "grp-2"])
@@ -154,6 +157,7 @@ def test_a_groups_sessions_open_and_end_in_one_call_each_over_the_workers_aiohtt
         assert [r.session_id for r in records] == sids
         assert all(r.kind == "internal" and r.state == "ended" and len(r.segments) == 1 for r in records)
         assert held(await srv.stats.remote()) == before  # records and router bindings all freed
+        assert await cached() == in_engines  # and the engines' caches (one end_sessions call per engine)
         with pytest.raises(ray.exceptions.RayTaskError, match="grp-0"):
             await srv.end_sessions.remote(sids)  # ended already; "grp-new" was never opened either
         await client.close()
