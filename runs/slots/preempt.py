@@ -7,8 +7,8 @@ Rules, in the grant's queue order (`runs.slots.order.queue_order`), on a copy of
 forward:
 - a waiting run that can be granted as things stand takes its place (it needs no victim; later runs see it held);
 - a waiting run of a class that `preempts`, that the class rules or the free resources keep waiting, gets victims
-  among the held runs of `preemptible` classes of strictly lower class priority that are not already being
-  preempted and were preempted fewer than `max_preemptions_per_run_per_day` times in the last 24 hours;
+  among the held, stoppable (running) runs of `preemptible` classes of strictly lower class priority that are not
+  already being preempted and were preempted fewer than `max_preemptions_per_run_per_day` times in 24 hours;
 - candidates are taken lowest class priority first, then the most recent checkpoint (least work lost; never
   checkpointed last), then the latest grant, then the highest id; taken one by one until the waiting run fits
   (class limits, total, reserve, GPU limit, its owner's per-user limit, and `pack` of its bundles onto the nodes
@@ -37,6 +37,7 @@ class HeldState:
     checkpoint_at: datetime | None = None  # its latest checkpoint (None: none yet)
     preemptions_today: int = 0  # preemptions requested in the last 24 hours
     preempting_for: int | None = None  # an open preemption: the waiting run it makes room for
+    stoppable: bool = True  # it can be stopped for another now (the caller: only `running` runs)
 
 
 @dataclass(frozen=True)
@@ -160,13 +161,13 @@ def _victims_for(play: _Pass, run_class: str, w: WaitingSlot, states: Mapping[in
     policy, rules = play.policy, play.policy.preemption
     mine = policy.classes[run_class].priority
     cap = rules.max_per_run_per_day
-    candidates = [
-        h
-        for h in play.running.values()
-        if rules.of(h.run_class).preemptible
-        and policy.classes[h.run_class].priority < mine
-        and states.get(h.run_id, HeldState()).preemptions_today < cap
-    ]
+
+    def eligible(h: HeldSlot) -> bool:
+        state = states.get(h.run_id, HeldState())
+        lower = policy.classes[h.run_class].priority < mine
+        return rules.of(h.run_class).preemptible and lower and state.preemptions_today < cap and state.stoppable
+
+    candidates = [h for h in play.running.values() if eligible(h)]
     candidates.sort(
         key=lambda h: candidate_key(h, states.get(h.run_id, HeldState()), policy.classes[h.run_class].priority)
     )

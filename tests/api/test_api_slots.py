@@ -25,6 +25,7 @@ def test_slots_and_dry_run(user, handoffs):
         "granted": True,
         "pending_reason": None,
         "pending_detail": None,
+        "would_preempt": [],
     }
     bad = client.post("/api/slots/dry-run/", {"origin": "cron"}, format="json")
     assert bad.status_code == 400 and bad.json()["field"] == "origin"
