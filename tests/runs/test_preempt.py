@@ -116,6 +116,14 @@ CASES = [
         [(1, 9)],
     ),
     (
+        "a run not running (starting, stopping) is never chosen",
+        pol(),
+        FULL,
+        {"interactive": [waiting(9)]},
+        {2: HeldState(stoppable=False)},
+        [(1, 9)],
+    ),
+    (
         "everyone at the cap: nothing",
         pol(),
         FULL,
