@@ -94,6 +94,9 @@ class RunJson(TypedDict):
     auto_resume: bool
     time_limit_seconds: int | None
     resources: dict[str, Any] | None  # the demand: {bundles: [{role, CPU, GPU, memory}], total, strategy}
+    preempted_by: int | None  # its latest preemption (docs/slots.md "Preemption"): for which run
+    preempt_state: str  # "" (never preempted) | requested | preempted | resumed | ended
+    preempt_reason: str
 
 
 class CompareRun(TypedDict):
@@ -155,6 +158,9 @@ class BoardRun(TypedDict, total=False):
     error: str
     summary: BoardSummary
     requested_at: Required[float | None]
+    preempted_by: int | None  # active rows: the run JSON's preemption fields
+    preempt_state: str
+    preempt_reason: str
     reward_history: list[float]
 
 

@@ -1,4 +1,5 @@
-"""Tables of the control plane: runs, their events, the slot queue, concurrency settings and schedules."""
+"""Tables of the control plane: runs, their events, the slot queue, concurrency settings and schedules (a run's
+preemptions and its captured samples are in runs/models_preempt.py and runs/models_samples.py)."""
 
 from __future__ import annotations
 
@@ -94,6 +95,12 @@ class Run(models.Model):
     resume_requested = models.BooleanField(default=False)
     auto_resume = models.BooleanField(default=False)
     parent = models.ForeignKey("self", null=True, blank=True, on_delete=models.SET_NULL, related_name="children")
+    # Its latest preemption (written only by runs/execution/preempt.py; the history is runs.models_preempt):
+    # `preempt_state` "" (never), requested (checkpointing and stopping), preempted (back in the queue), resumed,
+    # ended (it finished or was cancelled before its preemption completed).
+    preempted_by = models.ForeignKey("self", null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    preempt_state = models.CharField(max_length=16, blank=True, default="")
+    preempt_reason = models.CharField(max_length=300, blank=True, default="")
     # Not a column: the status a run had before a finish moved it, set only on the Run that RunStore.finish
     # returns (runs/core/stores.py, runs/slots/pg.py); reading it on any other instance raises AttributeError.
     previous_status: str
@@ -147,7 +154,7 @@ class RunEvent(models.Model):
     source = models.CharField(max_length=32, default="platform")
     source_seq = models.BigIntegerField(null=True, blank=True)
     ts = models.DateTimeField()
-    type = models.CharField(max_length=16)
+    type = models.CharField(max_length=24)
     data = models.JSONField(default=dict)
 
     class Meta:
@@ -255,46 +262,6 @@ class Schedule(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
 
 
-class Sample(models.Model):
-    """One captured episode of a run (a `sample` event, trainer/sample_schema.py), in its own table so the
-    inspector filters it by index and the run summary never carries it. The filtered fields are columns; the
-    turns and reward parts stay in `data`. (run, source, source_seq) makes a re-posted event a no-op."""
-
-    id = models.BigAutoField(primary_key=True)
-    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="samples")
-    source = models.CharField(max_length=32)
-    source_seq = models.BigIntegerField()
-    ts = models.DateTimeField()
-    step = models.IntegerField()
-    group = models.BigIntegerField()
-    index = models.IntegerField()
-    prompt_index = models.IntegerField()
-    session = models.CharField(max_length=200)
-    engine = models.CharField(max_length=200)
-    finish_reason = models.CharField(max_length=8)
-    pick = models.CharField(max_length=8)
-    reward = models.FloatField()
-    advantage = models.FloatField()
-    version_min = models.IntegerField()
-    version_max = models.IntegerField()
-    staleness = models.IntegerField()
-    length = models.IntegerField()
-    prompt = models.TextField()
-    completion = models.TextField()
-    data = models.JSONField(default=dict)  # {"turns": [...], "reward_parts": {...}}
-
-    class Meta:
-        constraints = [
-            models.UniqueConstraint(fields=["run", "source", "source_seq"], name="sample_source_seq_unique"),
-        ]
-        indexes = [
-            models.Index(fields=["run", "id"], name="sample_run_id_idx"),
-            models.Index(fields=["run", "step", "id"], name="sample_run_step_idx"),
-            models.Index(fields=["run", "reward", "id"], name="sample_run_reward_idx"),
-            models.Index(fields=["run", "advantage", "id"], name="sample_run_advantage_idx"),
-            models.Index(fields=["run", "length", "id"], name="sample_run_length_idx"),
-            models.Index(fields=["run", "finish_reason", "staleness", "id"], name="sample_run_finish_idx"),
-            models.Index(fields=["run", "group", "index"], name="sample_run_group_idx"),
-            models.Index(fields=["run", "prompt_index", "step"], name="sample_run_prompt_idx"),
-            models.Index(fields=["run", "engine", "id"], name="sample_run_engine_idx"),
-        ]
+# Tables in modules of their own (each by what it records), re-exported: Django finds a model through `runs.models`.
+from runs.models_preempt import Preemption as Preemption  # noqa: E402
+from runs.models_samples import Sample as Sample  # noqa: E402

@@ -98,6 +98,9 @@ def run_json(run: Run, info: QueueInfo | None = None, paces: dict[str, dict[int,
         auto_resume=run.auto_resume,
         time_limit_seconds=run.time_limit_seconds,
         resources=run.resources or None,
+        preempted_by=run.preempted_by_id,
+        preempt_state=run.preempt_state,
+        preempt_reason=run.preempt_reason,
     )
 
 

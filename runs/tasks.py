@@ -17,7 +17,7 @@ from celery.signals import task_failure
 from django.utils import timezone
 
 from runs.core import lifecycle
-from runs.execution import capacity, followups, launch, liveness, reconcile, sweeps
+from runs.execution import capacity, followups, launch, liveness, preempt, reconcile, sweeps
 from runs.execution.schedules import schedules_submit_due
 from runs.metrics import spec as metric
 from runs.metrics.hooks import task_failure_record
@@ -71,6 +71,10 @@ def _tick() -> dict[str, Any]:
     done["timed_out"] = sweeps.runs_enforce_time_limits(now=now)
     done["scheduled"] = schedules_submit_due(now=now)
     done["granted"] = lifecycle.slots_grant(reason="tick")
+    # Preemption (off unless staff turned it on): victims past their grace period back in the queue, then new
+    # victims chosen for waiting runs the grant pass could not place (runs/execution/preempt.py).
+    done["preempted_hard"] = preempt.preemptions_overdue(now=timezone.now())
+    done["preempt_requested"] = preempt.preemptions_request(now=timezone.now())
     # A tick that changed nothing says nothing (one runs every 2 s); an unreachable Ray is logged by the read.
     changed = {
         **done,

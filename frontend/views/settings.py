@@ -29,11 +29,13 @@ from runs.slots.policy import (
     policy_defaults,
     policy_effective,
 )
+from runs.slots.preempt_policy import PREEMPT_TOP_KEYS
 
-TOP_FIELDS = ("max_total", "interactive_reserve", *LIMIT_KEYS, "fair_share_half_life_seconds")
-# Per class, the fair-share and bounded-waiting options (docs/slots.md): numbers, and fair_share as a checkbox.
+TOP_FIELDS = ("max_total", "interactive_reserve", *LIMIT_KEYS, "fair_share_half_life_seconds", *PREEMPT_TOP_KEYS)
+# Per class, the fair-share, bounded-waiting and preemption options (docs/slots.md): numbers, and checkboxes.
 FAIR_NUMBERS = ("max_running_per_user", "aging_per_hour", "aging_cap", "max_wait_seconds")
-NUMBER_KEYS = tuple(k for k in CLASS_KEYS if k != "fair_share")
+CHECKBOX_KEYS = ("fair_share", "preemptible", "preempts")
+NUMBER_KEYS = tuple(k for k in CLASS_KEYS if k not in CHECKBOX_KEYS)
 LIMIT_LABELS = {
     "max_queued_per_user": ("Queued runs per user", "A submit past it is refused (429)."),
     "max_running_per_user": ("Active runs per user", "Starting, running or stopping; checked when a run is submitted."),
@@ -58,8 +60,9 @@ def _initial(raw: dict[str, Any]) -> dict[str, str]:
         for key in NUMBER_KEYS:
             if isinstance(item, dict) and isinstance(item.get(key), int) and not isinstance(item.get(key), bool):
                 values[f"{name}_{key}"] = str(item[key])
-        if isinstance(item, dict) and item.get("fair_share") is True:
-            values[f"{name}_fair_share"] = "on"
+        for key in CHECKBOX_KEYS:
+            if isinstance(item, dict) and item.get(key) is True:
+                values[f"{name}_{key}"] = "on"
     return values
 
 
@@ -70,9 +73,10 @@ def _parse(post: Any) -> tuple[dict[str, Any], dict[str, str], dict[str, str]]:
     errors: dict[str, str] = {}
     class_fields = {f"{c}_{k}": (c, k) for c in CLASSES for k in NUMBER_KEYS}
     for c in CLASSES:  # a checkbox: sent only when ticked
-        if post.get(f"{c}_fair_share") == "on":
-            values[f"{c}_fair_share"] = "on"
-            changes["classes"].setdefault(c, {})["fair_share"] = True
+        for key in CHECKBOX_KEYS:
+            if post.get(f"{c}_{key}") == "on":
+                values[f"{c}_{key}"] = "on"
+                changes["classes"].setdefault(c, {})[key] = True
     for name in [*TOP_FIELDS, *class_fields]:
         text = (post.get(name) or "").strip()
         values[name] = text
@@ -144,6 +148,8 @@ def concurrency_settings(request: HttpRequest) -> HttpResponse:
                 for k in FAIR_NUMBERS
             ],
             "fair_effective": effective.fairness.of(c),
+            "preemptible": values.get(f"{c}_preemptible") == "on",
+            "preempts": values.get(f"{c}_preempts") == "on",
         }
         for c in CLASSES
     ]
@@ -174,5 +180,6 @@ def concurrency_settings(request: HttpRequest) -> HttpResponse:
         "total": snapshot["total"],
         "fairness": effective.fairness,
         "usage": usage_context(timezone.now(), effective.fairness),
+        "preemption": effective.preemption,
     }
     return render(request, "frontend/settings.html", context, status=status)

@@ -102,6 +102,15 @@ class RunSerializer(serializers.ModelSerializer):
         "total: {CPU, GPU, memory}, strategy}",
     )
 
+    preempted_by = serializers.IntegerField(
+        allow_null=True, help_text="the run its latest preemption made room for (null: never preempted)"
+    )
+    preempt_state = serializers.CharField(
+        help_text="its latest preemption: '' (never), requested (checkpointing and stopping), preempted (queued, "
+        "resumes from its checkpoint when granted), resumed"
+    )
+    preempt_reason = serializers.CharField(help_text="why it was preempted ('' when never)")
+
     class Meta:
         model = Run
         fields = [
@@ -131,6 +140,9 @@ class RunSerializer(serializers.ModelSerializer):
             "auto_resume",
             "time_limit_seconds",
             "resources",
+            "preempted_by",
+            "preempt_state",
+            "preempt_reason",
         ]
         read_only_fields = fields
 
@@ -228,6 +240,10 @@ class DryRunSerializer(serializers.Serializer):
     granted = serializers.BooleanField()
     pending_reason = serializers.ChoiceField(choices=PENDING_REASONS, allow_null=True)
     pending_detail = serializers.JSONField(allow_null=True)
+    would_preempt = serializers.ListField(
+        child=serializers.DictField(),
+        help_text="a class that preempts: the runs that would be preempted for it now, [{run, run_class, reason}]",
+    )
 
 
 class ErrorSerializer(serializers.Serializer):

@@ -1,6 +1,6 @@
 """OpenAPI shapes of the concurrency settings (GET/PATCH/PUT /api/settings/concurrency/): the slot policy with
-each class's fair-share and bounded-waiting options (runs/slots/fairness.py), the per-user caps and time limits.
-The services validate (messages name the field); these document the shapes."""
+each class's fair-share, bounded-waiting (runs/slots/fairness.py) and preemption options (preempt_policy.py), the
+per-user caps and time limits. The services validate (messages name the field); these document the shapes."""
 
 from __future__ import annotations
 
@@ -18,8 +18,13 @@ class ClassFairnessSerializer(serializers.Serializer):
     max_wait_seconds = serializers.IntegerField(allow_null=True, help_text="overdue runs go first; null: off")
 
 
-class ConcurrencyClassSerializer(ClassPolicySerializer, ClassFairnessSerializer):
-    """A class's settings: its slot rules and its fair-share and bounded-waiting options."""
+class ClassPreemptionSerializer(serializers.Serializer):
+    preemptible = serializers.BooleanField(help_text="its held runs may be preempted (checkpoint, stop, requeue)")
+    preempts = serializers.BooleanField(help_text="its waiting runs may preempt preemptible lower-priority runs")
+
+
+class ConcurrencyClassSerializer(ClassPolicySerializer, ClassFairnessSerializer, ClassPreemptionSerializer):
+    """A class's settings: its slot rules, its fair-share and bounded-waiting options, and preemption."""
 
 
 LIMIT_HELP = {
@@ -31,6 +36,12 @@ LIMIT_HELP = {
 }
 
 
+PREEMPT_HELP = {
+    "preempt_grace_seconds": "seconds a preempted run has to checkpoint and stop before it is stopped hard",
+    "max_preemptions_per_run_per_day": "a run preempted this often in 24 h is not chosen again (0: never preempted)",
+}
+
+
 class ConcurrencySettingsSerializer(PolicySerializer):
     """Effective concurrency settings: the slot policy (with fair share and bounded waiting per class) plus the
     per-user caps and run time limits."""
@@ -38,6 +49,10 @@ class ConcurrencySettingsSerializer(PolicySerializer):
     classes = per_class(ConcurrencyClassSerializer())
     fair_share_half_life_seconds = serializers.IntegerField(help_text="half-life of fair-share usage (> 0)")
     user_weights = serializers.DictField(child=serializers.IntegerField(), help_text="user id -> shares (1..1000)")
+    preempt_grace_seconds = serializers.IntegerField(help_text=PREEMPT_HELP["preempt_grace_seconds"])
+    max_preemptions_per_run_per_day = serializers.IntegerField(
+        help_text=PREEMPT_HELP["max_preemptions_per_run_per_day"]
+    )
 
     max_queued_per_user = serializers.IntegerField(help_text=LIMIT_HELP["max_queued_per_user"])
     max_running_per_user = serializers.IntegerField(help_text=LIMIT_HELP["max_running_per_user"])
@@ -66,10 +81,16 @@ class ConcurrencySettingsInputSerializer(serializers.Serializer):
         required=False,
         help_text="per class: limit (1..1000), priority (0..100), gpu_limit (0..1000 or null: no GPU limit), "
         "fair_share (bool), max_running_per_user (1..1000), aging_per_hour and aging_cap (0..100), "
-        "max_wait_seconds (1..1e9); null turns an option off",
+        "max_wait_seconds (1..1e9), preemptible and preempts (bool); null turns an option off",
     )
     fair_share_half_life_seconds = serializers.IntegerField(required=False, allow_null=True, min_value=1)
     user_weights = serializers.DictField(child=serializers.IntegerField(min_value=1, max_value=1000), required=False)
+    preempt_grace_seconds = serializers.IntegerField(
+        required=False, allow_null=True, min_value=1, max_value=3600, help_text=PREEMPT_HELP["preempt_grace_seconds"]
+    )
+    max_preemptions_per_run_per_day = serializers.IntegerField(
+        required=False, allow_null=True, min_value=0, max_value=1000, help_text="default 3"
+    )
     max_queued_per_user = _limit_input("max_queued_per_user")
     max_running_per_user = _limit_input("max_running_per_user")
     default_time_limit_seconds = _limit_input("default_time_limit_seconds")

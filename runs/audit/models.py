@@ -24,7 +24,7 @@ class Action(models.TextChoices):
     RUN_RESUME = "run.resume"
     # The platform put a starting or running run back in the queue (placement timeout, restart recovery).
     RUN_REQUEUE = "run.requeue"
-    # Reserved: no preemption exists yet; the writer that preempts a run records this action.
+    # runs/execution/preempt.py: a run asked to checkpoint and stop for a waiting run of higher priority.
     RUN_PREEMPT = "run.preempt"
     GATE_RESET = "gate.reset"
     SETTINGS_CONCURRENCY = "settings.concurrency"

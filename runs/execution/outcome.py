@@ -12,6 +12,7 @@ from django.db import transaction
 from runs.core.events import JOB_STATUS
 from runs.core.lifecycle import run_finish
 from runs.execution.kinds import EVAL_KIND
+from runs.execution.preempt import preempt_requeue
 from runs.models import Run, RunEvent, RunStatus
 
 # Ray's job message holds the tail of the job's log on failure; keep the run's error readable.
@@ -50,7 +51,10 @@ def eval_summary_record(*, run: Run) -> None:
 
 def run_job_finished(*, run: Run, status: str, error: str) -> Run:
     """Finish a run from its job's outcome (follow-ups such as evaluation and auto-resume are scheduled by
-    run_finish). An eval's metrics are stored first, so whoever sees `succeeded` sees the metrics too."""
+    run_finish). An eval's metrics are stored first, so whoever sees `succeeded` sees the metrics too. A run being
+    preempted whose job stopped (or failed) is not finished: it goes back to the queue (runs/execution/preempt.py)."""
+    if status != RunStatus.SUCCEEDED and preempt_requeue(run=run):
+        return Run.objects.get(pk=run.pk)
     if status == RunStatus.SUCCEEDED and run.kind == EVAL_KIND:
         eval_summary_record(run=run)
     return run_finish(run=run, status=status, error=error)

@@ -24,6 +24,7 @@ from django.utils import timezone
 from runs.errors import InvalidInput
 from runs.models import ORIGIN_TO_CLASS, Origin, Run, RunStatus, Slot, SlotState
 from runs.scheduling.finishes import active_finishes, typical_run_seconds
+from runs.scheduling.preemption import would_preempt
 from runs.scheduling.priority import positions_ranked
 from runs.scheduling.progress import queue_starts
 from runs.slots import store
@@ -210,7 +211,8 @@ def slot_dry_run(
     *, origin: Any, resources: Any = None, time_limit_seconds: int | None = None, owner: int = 0
 ) -> dict[str, Any]:
     """Would a run of this origin (and demand: `resources`, the demand JSON; none: it needs nothing) be granted
-    if `owner` submitted it now (fair share and per-user limits count that owner)? If not, why it would wait."""
+    if `owner` submitted it now (fair share and per-user limits count that owner)? If not, why it would wait, and
+    for a class that preempts, which runs the tick would preempt for it (`would_preempt`)."""
     if origin not in Origin.values:
         raise InvalidInput(f"unknown origin {origin!r}; expected one of {', '.join(Origin.values)}", field="origin")
     run_class = ORIGIN_TO_CLASS[origin]
@@ -243,4 +245,5 @@ def slot_dry_run(
         "granted": granted,
         "pending_reason": reason,
         "pending_detail": detail,
+        "would_preempt": [] if granted else would_preempt(policy, phantom, run_class, now),
     }

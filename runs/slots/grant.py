@@ -2,9 +2,9 @@
 
 Rules: priority descending, then request time, then id; a class at its limit (runs, or GPUs with `gpu_limit`)
 is skipped (it does not block other classes); never past max_total; the non-interactive classes together stay
-within max_total - reserve; running runs are never preempted (the function only ever adds grants). A run is
-granted only when all of its bundles fit the nodes' free resources at once (`pack`); the decision carries the
-node of each bundle.
+within max_total - reserve; it never stops a running run (it only adds grants; preemption, off by default, is a
+second pure function on the same snapshot: runs/slots/preempt.py). A run is granted only when all of its bundles
+fit the nodes' free resources at once (`pack`); the decision carries the node of each bundle.
 
 Reservation (no starvation of large runs): the first candidate in grant order that does not fit the free
 resources becomes the reserved head. Its shadow time is the earliest time it would fit if the held runs ended

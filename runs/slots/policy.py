@@ -7,6 +7,7 @@ Pure: no Django imports, so grant tests and the settings form share one definiti
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeGuard
 
@@ -16,6 +17,13 @@ from runs.slots.fairness import (
     Fairness,
     fairness_check,
     fairness_effective,
+)
+from runs.slots.preempt_policy import (
+    PREEMPT_CLASS_KEYS,
+    PREEMPT_TOP_KEYS,
+    Preemption,
+    preemption_check,
+    preemption_effective,
 )
 
 if TYPE_CHECKING:
@@ -35,8 +43,13 @@ LIMIT_RULES: dict[str, tuple[int, int, int]] = {
     "max_time_limit_seconds": (1, TIME_LIMIT_CEILING, 7 * 24 * 3600),
 }
 LIMIT_KEYS = tuple(LIMIT_RULES)
-TOP_KEYS = ("max_total", "interactive_reserve", "classes", *LIMIT_KEYS, *FAIR_TOP_KEYS)
-CLASS_KEYS = ("limit", "priority", "gpu_limit", *FAIR_CLASS_KEYS)
+TOP_KEYS = ("max_total", "interactive_reserve", "classes", *LIMIT_KEYS, *FAIR_TOP_KEYS, *PREEMPT_TOP_KEYS)
+CLASS_KEYS = ("limit", "priority", "gpu_limit", *FAIR_CLASS_KEYS, *PREEMPT_CLASS_KEYS)
+# The options checked by their own modules (fair share and bounded waiting, preemption): key -> why a value is bad.
+OPTION_CHECKS = {
+    **{k: functools.partial(fairness_check, k) for k in (*FAIR_TOP_KEYS, *FAIR_CLASS_KEYS)},
+    **{k: functools.partial(preemption_check, k) for k in (*PREEMPT_TOP_KEYS, *PREEMPT_CLASS_KEYS)},
+}
 GPU_LIMIT_MIN, GPU_LIMIT_MAX = 0, 1000
 
 
@@ -64,6 +77,7 @@ class Policy:
     interactive_reserve: int
     classes: dict[str, ClassPolicy] = field(default_factory=dict)
     fairness: Fairness = field(default_factory=Fairness)  # fair share and bounded waiting (all off by default)
+    preemption: Preemption = field(default_factory=Preemption)  # which classes preempt which (off by default)
 
     @property
     def borrowable(self) -> int:
@@ -153,6 +167,7 @@ def policy_effective(raw: Any, *, default_max_total: int, default_reserve: int |
         interactive_reserve=base.interactive_reserve,
         classes=classes,
         fairness=fairness_effective(raw, CLASSES),
+        preemption=preemption_effective(raw, CLASSES),
     )
 
 
@@ -188,8 +203,8 @@ def policy_validate(changes: Any) -> None:
     for key, (low, high, _default) in LIMIT_RULES.items():
         if changes.get(key) is not None:  # null resets to the default
             _check_int(key, changes[key], low, high)
-    for key in FAIR_TOP_KEYS:
-        if changes.get(key) is not None and (problem := fairness_check(key, changes[key])):
+    for key in (*FAIR_TOP_KEYS, *PREEMPT_TOP_KEYS):
+        if changes.get(key) is not None and (problem := OPTION_CHECKS[key](changes[key])):
             raise PolicyError(key, problem)
     classes = changes.get("classes", {})
     if not isinstance(classes, dict):
@@ -202,8 +217,8 @@ def policy_validate(changes: Any) -> None:
         for key in item:
             if key not in CLASS_KEYS:
                 raise PolicyError(f"classes.{name}.{key}", f"unknown field; expected one of {', '.join(CLASS_KEYS)}")
-            if key in FAIR_CLASS_KEYS and item[key] is not None:  # null: off (no limit)
-                if problem := fairness_check(key, item[key]):
+            if key in OPTION_CHECKS and item[key] is not None:  # null: off (no limit)
+                if problem := OPTION_CHECKS[key](item[key]):
                     raise PolicyError(f"classes.{name}.{key}", problem)
         if "limit" in item:
             _check_int(f"classes.{name}.limit", item["limit"], LIMIT_MIN, LIMIT_MAX)
@@ -219,7 +234,7 @@ def policy_merge(stored: Any, changes: dict[str, Any], *, partial: bool) -> dict
     Only explicitly given values are stored, so unset class limits keep following max_total and the reserve.
     """
     base = stored if (partial and isinstance(stored, dict)) else {}
-    scalars = ("max_total", "interactive_reserve", *LIMIT_KEYS, *FAIR_TOP_KEYS)
+    scalars = ("max_total", "interactive_reserve", *LIMIT_KEYS, *FAIR_TOP_KEYS, *PREEMPT_TOP_KEYS)
     out: dict[str, Any] = {k: base[k] for k in scalars if k in base}
     for key in scalars:
         if key in changes:
@@ -234,7 +249,7 @@ def policy_merge(stored: Any, changes: dict[str, Any], *, partial: bool) -> dict
     for name, item in changes.get("classes", {}).items():
         merged = classes.setdefault(name, {})
         merged.update(item)
-        for key in ("gpu_limit", *FAIR_CLASS_KEYS):
+        for key in ("gpu_limit", *FAIR_CLASS_KEYS, *PREEMPT_CLASS_KEYS):
             if key in merged and merged[key] is None:
                 del merged[key]  # null: no GPU limit, the option off
     out["classes"] = classes

@@ -26,6 +26,7 @@ from runs.errors import InvalidTransition, ServiceError
 from runs.execution.controls import controls_ack, controls_pending
 from runs.execution.liveness import has_placement_group
 from runs.execution.outcome import event_outcome, run_job_finished
+from runs.execution.preempt import preempt_resumed
 from runs.execution.serving import serving_url_latest
 from runs.metrics import spec as metric
 from runs.metrics.record import Batch
@@ -245,6 +246,7 @@ def _started(run: Run, *, placement: list[Any] | None) -> str:
         if locked.status != RunStatus.STARTING:
             return locked.status
         lifecycle.run_status_change(run=locked, status=RunStatus.RUNNING)  # clears the pending reason too
+        preempt_resumed(run=locked, now=timezone.now())  # a preempted run's next attempt: its `resumed` event
         nodes = _placement(locked, placement)
         if nodes is not None:
             Slot.objects.filter(run_id=run.pk).update(placement=nodes)

@@ -15,7 +15,8 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from runs import messages, summary_types
+from runs import messages, preempt_messages, summary_types
+from runs.preempt_messages import PREEMPT_REQUESTED, PREEMPTED, RESUMED
 from runs.telemetry.ts_types import fields, models_in, ts_interface, ts_type
 from trainer.event_schema import DATA_MODELS
 from trainer.events import StoredEvent
@@ -32,6 +33,10 @@ STREAM_DATA: dict[str, Any] = {
     "status": messages.StatusMoveData,
     "job_status": DATA_MODELS["status"],
     **{etype: model for etype, model in DATA_MODELS.items() if etype not in ("status", "sample")},
+    # The platform's own preemption events (runs/preempt_messages.py).
+    PREEMPT_REQUESTED: preempt_messages.PreemptRequestedData,
+    PREEMPTED: preempt_messages.PreemptedData,
+    RESUMED: preempt_messages.ResumedData,
 }
 
 # TypedDicts exported to TypeScript, in this order (after the event data and the events).
@@ -56,6 +61,9 @@ TS_EXPORTS: tuple[Any, ...] = (
     messages.QueueKey,
     messages.QueueChange,
     messages.StatusMoveData,
+    preempt_messages.PreemptRequestedData,
+    preempt_messages.PreemptedData,
+    preempt_messages.ResumedData,
     messages.RunSnapshotMsg,
     messages.EventsMsg,
     messages.TruncatedMsg,

@@ -11,6 +11,9 @@ RUN_FIELDS = {
     "id",
     "pending_detail",
     "resources",
+    "preempted_by",  # its latest preemption (docs/slots.md "Preemption")
+    "preempt_state",
+    "preempt_reason",
     "name",
     "origin",
     "run_class",

@@ -25,6 +25,7 @@ def test_slots_and_dry_run(user, handoffs):
         "granted": True,
         "pending_reason": None,
         "pending_detail": None,
+        "would_preempt": [],
     }
     bad = client.post("/api/slots/dry-run/", {"origin": "cron"}, format="json")
     assert bad.status_code == 400 and bad.json()["field"] == "origin"
@@ -39,7 +40,7 @@ def test_settings_are_staff_only(user, staff):
         "/api/settings/concurrency/", {"max_total": 8, "classes": {"system": {"limit": 2}}}, format="json"
     ).json()
     off = {"fair_share": False, "max_running_per_user": None, "aging_per_hour": 0, "aging_cap": 0}
-    off["max_wait_seconds"] = None
+    off |= {"max_wait_seconds": None, "preemptible": False, "preempts": False}
     assert patched == {
         "max_total": 8,
         "interactive_reserve": 2,
@@ -55,6 +56,8 @@ def test_settings_are_staff_only(user, staff):
         "max_time_limit_seconds": 604800,
         "fair_share_half_life_seconds": 3600,
         "user_weights": {},
+        "preempt_grace_seconds": 120,
+        "max_preemptions_per_run_per_day": 3,
     }
     fair = {"fair_share": True, "max_running_per_user": 2, "aging_per_hour": 5, "aging_cap": 20}
     body = {"fair_share_half_life_seconds": 60, "user_weights": {str(user.pk): 3}, "classes": {"app": fair}}
@@ -64,6 +67,37 @@ def test_settings_are_staff_only(user, staff):
     assert patched["fair_share_half_life_seconds"] == 60 and patched["user_weights"] == {str(user.pk): 3}
     put = admin.put("/api/settings/concurrency/", {"max_total": 2}, format="json").json()
     assert put["classes"]["system"]["limit"] == 1 and put["interactive_reserve"] == 1
+
+
+def test_preemption_settings_round_trip(staff):
+    admin = client_for(staff)
+    body = {
+        "preempt_grace_seconds": 30,
+        "max_preemptions_per_run_per_day": 1,
+        "classes": {"interactive": {"preempts": True}, "schedule": {"preemptible": True}},
+    }
+    patched = admin.patch("/api/settings/concurrency/", body, format="json").json()
+    assert (patched["preempt_grace_seconds"], patched["max_preemptions_per_run_per_day"]) == (30, 1)
+    assert patched["classes"]["interactive"]["preempts"] and patched["classes"]["schedule"]["preemptible"]
+    assert not patched["classes"]["schedule"]["preempts"] and not patched["classes"]["app"]["preemptible"]
+    off = {"preempt_grace_seconds": None, "classes": {"schedule": {"preemptible": None}}}
+    patched = admin.patch("/api/settings/concurrency/", off, format="json").json()
+    assert patched["preempt_grace_seconds"] == 120 and not patched["classes"]["schedule"]["preemptible"]
+
+
+@pytest.mark.parametrize(
+    "body,field",
+    [
+        ({"preempt_grace_seconds": 0}, "preempt_grace_seconds"),
+        ({"preempt_grace_seconds": "30"}, "preempt_grace_seconds"),
+        ({"max_preemptions_per_run_per_day": 1001}, "max_preemptions_per_run_per_day"),
+        ({"classes": {"schedule": {"preemptible": "true"}}}, "classes.schedule.preemptible"),
+        ({"classes": {"interactive": {"preempts": 1}}}, "classes.interactive.preempts"),
+    ],
+)
+def test_bad_preemption_settings_are_400_naming_the_field(staff, body, field):
+    answer = client_for(staff).patch("/api/settings/concurrency/", body, format="json")
+    assert answer.status_code == 400 and answer.json()["field"] == field
 
 
 @pytest.mark.parametrize(

@@ -79,6 +79,8 @@ def test_settings_form_gpu_limit(staff):
         ({"app_max_running_per_user": "0"}, "app_max_running_per_user", "from 1 to 1000"),
         ({"system_aging_cap": "101"}, "system_aging_cap", "from 0 to 100"),
         ({"fair_share_half_life_seconds": "0"}, "fair_share_half_life_seconds", "from 1 to"),
+        ({"preempt_grace_seconds": "0"}, "preempt_grace_seconds", "from 1 to 3600"),
+        ({"max_preemptions_per_run_per_day": "x"}, "max_preemptions_per_run_per_day", "whole number"),
     ],
 )
 def test_settings_form_errors_beside_fields(staff, form, field, fragment):
@@ -109,3 +111,19 @@ def test_settings_form_fairness_round_trip_keeps_api_weights(staff):
     )
     assert client.post("/settings/", {"max_total": "4"}).status_code == 302  # unticked: fair share off again
     assert store.policy_stored_raw()["classes"] == {} and store.policy_stored_raw()["user_weights"] == {"7": 3}
+
+
+def test_settings_form_preemption_round_trip(staff):
+    client = logged_in(staff)
+    form = {"max_total": "4", "interactive_preempts": "on", "schedule_preemptible": "on"}
+    form |= {"preempt_grace_seconds": "45", "max_preemptions_per_run_per_day": "2"}
+    assert client.post("/settings/", form).status_code == 302
+    raw = store.policy_stored_raw()
+    assert raw["classes"] == {"interactive": {"preempts": True}, "schedule": {"preemptible": True}}
+    assert (raw["preempt_grace_seconds"], raw["max_preemptions_per_run_per_day"]) == (45, 2)
+    html = client.get("/settings/").content.decode()
+    assert 'name="interactive_preempts" checked' in html and 'name="schedule_preemptible" checked' in html
+    assert 'name="app_preempts">' in html and "in effect 45" in html
+    assert client.post("/settings/", {"max_total": "4"}).status_code == 302  # unticked, blank: off again
+    raw = store.policy_stored_raw()
+    assert raw["classes"] == {} and "preempt_grace_seconds" not in raw

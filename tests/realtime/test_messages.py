@@ -15,6 +15,7 @@ from pydantic import BaseModel, create_model
 
 from runs import messages, summary_types
 from runs.core.events import STATUS, stored_type
+from runs.preempt_messages import PREEMPT_EVENT_TYPES
 from runs.telemetry import messages_ts
 from runs.telemetry.ts_types import annotated_model, models_in, ts_interface
 from trainer.event_schema import DATA_MODELS, declared_keys
@@ -69,7 +70,9 @@ def test_a_field_added_to_a_trainer_model_is_missing_from_the_typescript_until_i
 
 def test_the_stream_union_has_one_member_per_stored_event_type():
     posted = EVENT_TYPES - {"sample"}  # samples go to their own table
-    assert set(messages_ts.STREAM_DATA) == {stored_type(etype) for etype in posted} | {STATUS}
+    platform = {STATUS, *PREEMPT_EVENT_TYPES}  # the platform's own: its moves, its preemptions
+    assert set(messages_ts.STREAM_DATA) == {stored_type(etype) for etype in posted} | platform
+    assert not set(PREEMPT_EVENT_TYPES) & EVENT_TYPES  # a job can never post one
     assert messages_ts.STREAM_DATA[STATUS] is messages.StatusMoveData  # the platform's moves
     assert messages_ts.STREAM_DATA[stored_type(STATUS)] is DATA_MODELS[STATUS]  # the job's reports
     text = TS_FILE.read_text()

@@ -77,6 +77,7 @@ def test_dry_run(user, handoffs):
         "granted": False,
         "pending_reason": "reserve_protected",
         "pending_detail": None,
+        "would_preempt": [],
     }
     assert queue.slot_dry_run(origin="dashboard")["granted"] is True
 

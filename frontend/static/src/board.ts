@@ -133,7 +133,7 @@ function renderRunning(runs: BoardRun[]): void {
     return `<tr data-run="${esc(r.id)}" data-status="${esc(r.status)}"${r.id === highlight ? ' class="flash"' : ""}>
       <td><a class="run-link" href="${runHref(r.id)}">${esc(r.name)}</a><div class="muted num" style="font-size:.8rem">#${esc(r.id)} · ${esc(r.owner)}</div></td>
       <td><span class="cls cls-${esc(r.run_class)}">${esc(CLASS_LABEL[r.run_class] ?? r.run_class)}</span></td>
-      <td><span class="badge st-${esc(r.status)}" data-testid="status">${esc(r.status)}</span>${r.pending_reason ? `<div class="muted" style="font-size:.8rem" data-testid="status-reason">${esc(reasonText(r.pending_reason))}</div>` : ""}</td>
+      <td><span class="badge st-${esc(r.status)}" data-testid="status">${esc(r.status)}</span>${r.pending_reason ? `<div class="muted" style="font-size:.8rem" data-testid="status-reason">${esc(reasonText(r.pending_reason))}</div>` : ""}${r.preempt_state === "requested" ? `<div class="muted" style="font-size:.8rem" data-testid="preempt" title="${esc(r.preempt_reason ?? "")}">preempted for #${esc(r.preempted_by ?? "?")}: checkpointing</div>` : r.preempt_state === "resumed" ? `<div class="muted" style="font-size:.8rem" data-testid="preempt">resumed after preemption</div>` : ""}</td>
       <td>${v.gateState ? `<span class="badge gate-${esc(v.gateState)}" title="gate state">${esc(v.gateState)}</span>` : `<span class="muted">—</span>`}</td>
       <td class="num" data-testid="version">${v.version === null ? "—" : `v${esc(v.version)}`}</td>
       <td>${progress(r)}</td>

@@ -82,6 +82,9 @@ function ingest(ev: StoredEvent): void {
       if (d.event === "engine_restarted" && known) engines.set(known.engine, { ...known, status: "alive", version: d.version });
       break;
     }
+    case "preempt_requested": run = { ...run, preempt_state: "requested", preempted_by: ev.data.by, preempt_reason: ev.data.reason }; break;
+    case "preempted": run = { ...run, preempt_state: "preempted" }; break;
+    case "resumed": run = { ...run, preempt_state: "resumed" }; break;
     case "checkpoint":
       checkpoints.push({ seq: ev.seq, ts: ev.ts, data: ev.data });
       summary.checkpoint = ev.data;
@@ -117,6 +120,7 @@ function renderHeader(): void {
   const queueInfo = run.status === "queued" && run.position ? stat("Queue position", esc(run.position.overall)) : "";
   document.getElementById("stats")!.innerHTML = [
     queueInfo,
+    run.preempt_state ? `<div class="stat" title="${esc(run.preempt_reason)}"><div class="l">Preemption</div><div class="v" data-testid="preempt">${esc(run.preempt_state)}${run.preempted_by !== null ? ` · for <a href="/runs/${esc(run.preempted_by)}/">#${esc(run.preempted_by)}</a>` : ""}</div></div>` : "",
     stat("Weights", v.version === null ? "—" : `v${esc(v.version)}`, "version"),
     `<div class="stat"><div class="l">Gate</div><div class="v">${v.gateState ? `<span class="badge gate-${esc(v.gateState)}" data-testid="gate">${esc(v.gateState)}</span>` : "—"}</div></div>`,
     `<div class="stat"><div class="l">Sampler</div><div class="v num" data-testid="sampler">${v.datasetSize ? `${esc(v.consumed ?? 0)} / ${esc(v.datasetSize)}` : "—"}</div>

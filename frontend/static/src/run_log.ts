@@ -5,7 +5,7 @@
 import { esc, timeOfDay } from "./lib/format";
 import type { StoredEvent as RunEvent } from "./lib/messages";
 
-const TYPES = ["status", "job_status", "gate", "version", "sampler", "rollout", "train", "worker", "checkpoint", "log", "resources", "control", "agents"]; // sample events go to the inspector (their own table), never to the log
+const TYPES = ["status", "job_status", "gate", "version", "sampler", "rollout", "train", "worker", "checkpoint", "log", "resources", "control", "agents", "preempt_requested", "preempted", "resumed"]; // sample events go to the inspector (their own table), never to the log
 const KEEP = 20_000; // events held for filtering; older ones are still in the database / REST API
 const SHOW = 300; // rows rendered at once
 const EMPTY = `<tr><td colspan="4" class="muted">No events match.</td></tr>`;

@@ -212,6 +212,9 @@ export interface EventData {
   control: ControlData;
   serving: ServingData;
   agents: AgentsData;
+  preempt_requested: PreemptRequestedData;
+  preempted: PreemptedData;
+  resumed: ResumedData;
 }
 
 export type EventType = keyof EventData;
@@ -239,7 +242,10 @@ export type StoredEvent =
   | StoredEventOf<"resources">
   | StoredEventOf<"control">
   | StoredEventOf<"serving">
-  | StoredEventOf<"agents">;
+  | StoredEventOf<"agents">
+  | StoredEventOf<"preempt_requested">
+  | StoredEventOf<"preempted">
+  | StoredEventOf<"resumed">;
 
 export interface ClassSlots {
   running: number;
@@ -343,6 +349,9 @@ export interface RunJson {
   auto_resume: boolean;
   time_limit_seconds: number | null;
   resources: Record<string, unknown> | null;
+  preempted_by: number | null;
+  preempt_state: string;
+  preempt_reason: string;
 }
 
 /** What a board row draws of a run summary: gate state, weight version, sampler progress, latest reward and step, each null where the run has not reported it (so a row stays small whatever a job posted). */
@@ -397,6 +406,9 @@ export interface BoardRun {
   error?: string;
   summary?: BoardSummary;
   requested_at: number | null;
+  preempted_by?: number | null;
+  preempt_state?: string;
+  preempt_reason?: string;
   reward_history?: number[];
 }
 
@@ -422,6 +434,33 @@ export interface StatusMoveData {
   status: string;
   previous: string | null;
   error: string;
+}
+
+/** The run was chosen as a victim: its job is asked to checkpoint and stop within `grace_seconds`. */
+export interface PreemptRequestedData {
+  by: number;
+  reason: string;
+  grace_seconds: number;
+  deadline: number;
+  step: number | null;
+  checkpoint_step: number | null;
+}
+
+/** The run is back in the queue (at its old place): it resumes from `checkpoint_step` when granted again. */
+export interface PreemptedData {
+  by: number | null;
+  outcome: string;
+  step: number | null;
+  checkpoint_step: number | null;
+  lost_steps: number;
+  seconds: number;
+}
+
+/** The preempted run's next attempt reported running. */
+export interface ResumedData {
+  from_step: number | null;
+  attempt: number;
+  waited_seconds: number;
 }
 
 export interface RunSnapshotMsg {
