@@ -4,8 +4,7 @@ counts held slots and seeks each class's head through the (state, run_class, req
 
 On PostgreSQL releases commit without the grant lock, so whoever held the lock may have kept a releaser from
 granting (its `slots_try_lock` failed): every transaction that took the lock runs the catch-up registered by
-runs.core.lifecycle (`after_unlock_register`) once it has committed or rolled back (the rollback side is the
-database backend's, runs/slots/pgengine). docs/slots.md has the argument.
+runs.core.lifecycle (`after_unlock_register`) once it has committed, or rolled back (runs/slots/pgengine).
 """
 
 from __future__ import annotations
@@ -47,16 +46,9 @@ def _after_commit() -> None:
         _after_unlock()
 
 
-def _holding() -> None:
-    """This transaction holds the lock: once it commits, catch up (registered once per transaction)."""
-    if connection.vendor == "postgresql" and not lock_held():
-        transaction.on_commit(_after_commit, robust=True)  # an error there is logged; the tick catches up
-
-
 def lock_held() -> bool:
-    """Whether the current transaction holds the grant lock. PostgreSQL: it called slots_lock (or a successful
-    slots_try_lock); Django forgets the on-commit hook at commit or rollback, as PostgreSQL forgets the lock.
-    SQLite: any transaction holds the write lock (BEGIN IMMEDIATE)."""
+    """Whether the current transaction holds the grant lock: on PostgreSQL, its on-commit hook is registered (Django
+    forgets it at commit or rollback, as PostgreSQL forgets the lock); on SQLite, any transaction (BEGIN IMMEDIATE)."""
     if connection.vendor != "postgresql":
         return connection.in_atomic_block
     return lock_held_on(connection)
@@ -68,17 +60,13 @@ def lock_held_on(conn: Any) -> bool:
 
 
 def after_rollback() -> None:
-    """A transaction that took the lock rolled back (runs/slots/pgengine): a release may have left its grant to
-    it, so catch up as after a commit."""
+    """A transaction that took the lock rolled back (runs/slots/pgengine): catch up as after a commit."""
     _after_commit()
 
 
 def slots_lock() -> None:
-    """Serialize with every other grant until the current transaction ends.
-
-    PostgreSQL: transaction-scoped advisory lock. SQLite: the transaction already holds the database write
-    lock (settings use BEGIN IMMEDIATE), which serializes writers across processes.
-    """
+    """Serialize with every other grant until the current transaction ends: a transaction-scoped advisory lock on
+    PostgreSQL; on SQLite the transaction holds the write lock already (BEGIN IMMEDIATE serializes writers)."""
     if not connection.in_atomic_block:
         raise RuntimeError("slots_lock() must be called inside transaction.atomic()")
     if connection.vendor == "postgresql":
@@ -102,8 +90,9 @@ def slots_try_lock() -> bool:
 
 
 def lock_taken() -> None:
-    """The current transaction just took the grant lock (PostgreSQL): catch up after its commit."""
-    _holding()
+    """The current transaction just took the grant lock (PostgreSQL): catch up once it ends (one hook each)."""
+    if connection.vendor == "postgresql" and not lock_held():
+        transaction.on_commit(_after_commit, robust=True)  # an error there is logged; the tick catches up
 
 
 def policy_stored_raw() -> dict:
