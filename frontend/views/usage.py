@@ -30,7 +30,7 @@ def _heaviest(rows: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], int]:
 
 
 def usage_context(now: datetime, fairness: Fairness) -> dict[str, Any]:
-    hours = {window: hours_by_owner(now=now, seconds=seconds) for window, seconds in WINDOWS}
+    hours = hours_by_owner(now=now, windows=dict(WINDOWS))
     owners = set().union(*hours.values())
     names = dict(get_user_model().objects.filter(pk__in=owners).values_list("pk", "username"))
     shares = usage_load(fairness, capacity_load(), now=now) if owners else {}

@@ -56,7 +56,6 @@ class Outcome:
 class _State:
     waiting: dict[str, list[WaitingSlot]] = field(default_factory=lambda: {k: [] for k in CLASSES})
     running: dict[int, HeldSlot] = field(default_factory=dict)
-    classes: dict[int, str] = field(default_factory=dict)
 
 
 def simulate(

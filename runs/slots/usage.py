@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import threading
 import time
+from collections.abc import Mapping
 from datetime import datetime, timedelta
 
 from django.conf import settings
@@ -79,16 +80,19 @@ def granted(bundles: object) -> Res:
     return out
 
 
-def hours_by_owner(*, now: datetime, seconds: int) -> dict[int, tuple[float, float]]:
-    """Per owner: (CPU-hours, GPU-hours) its runs held within the last `seconds` (a run still going counts up to
-    now): what the settings page shows per user and per team."""
-    since = now - timedelta(seconds=seconds)
-    out: dict[int, tuple[float, float]] = {}
-    for owner, start, end, res in spans_since(since):
-        held = (min(end or now, now) - max(start, since)).total_seconds() / 3600
-        if held > 0:
-            cpu, gpu = out.get(owner, (0.0, 0.0))
-            out[owner] = (cpu + res.cpu / MILLI * held, gpu + res.gpu / MILLI * held)
+def hours_by_owner(*, now: datetime, windows: Mapping[str, int]) -> dict[str, dict[int, tuple[float, float]]]:
+    """Per window (name -> seconds back from now), per owner: (CPU-hours, GPU-hours) its runs held in it (a run
+    still going counts up to now): what the settings page shows per user and per team. One read of the runs, for
+    the longest window."""
+    out: dict[str, dict[int, tuple[float, float]]] = {name: {} for name in windows}
+    if not windows:
+        return out
+    for owner, start, end, res in spans_since(now - timedelta(seconds=max(windows.values()))):
+        for name, seconds in windows.items():
+            held = (min(end or now, now) - max(start, now - timedelta(seconds=seconds))).total_seconds() / 3600
+            if held > 0:
+                cpu, gpu = out[name].get(owner, (0.0, 0.0))
+                out[name][owner] = (cpu + res.cpu / MILLI * held, gpu + res.gpu / MILLI * held)
     return out
 
 

@@ -52,7 +52,8 @@ def crowd(django_user_model):
 def test_hours_are_clipped_to_each_window(crowd):
     alice, bob = crowd
     now = timezone.now()
-    day, week = hours_by_owner(now=now, seconds=86_400), hours_by_owner(now=now, seconds=7 * 86_400)
+    hours = hours_by_owner(now=now, windows={"day": 86_400, "week": 7 * 86_400})
+    day, week = hours["day"], hours["week"]
     assert day[alice.pk] == pytest.approx((2 * 1 + 1 * 4, 1), abs=1e-3)
     assert week[alice.pk] == pytest.approx((2 * 1 + 1 * 10, 1), abs=1e-3)
     assert day[bob.pk] == pytest.approx((4 * 0.5, 0), abs=1e-3)
