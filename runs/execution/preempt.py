@@ -10,6 +10,7 @@ the run's `preempted_by` / `preempt_state` / `preempt_reason`), and of their `pr
   its grace period passed (`preemptions_overdue`, the tick: "stopped hard", its job stopped again): the run goes
   back to `queued` at its old place (runs.scheduling.enqueue.run_requeue, `interrupted`: its next attempt resumes
   from its latest checkpoint), and the grant in the same transaction gives its place to the run it was chosen for.
+  Its `run.preempted` webhook deliveries are stored in that transaction (runs/webhooks/emit.py), once.
 - `preempt_resumed` (ingest, when the next attempt reports running): the `resumed` event.
 """
 
@@ -44,6 +45,7 @@ from runs.scheduling.enqueue import run_requeue
 from runs.scheduling.preemption import held_states, preempt_snapshot
 from runs.slots import store as slot_store
 from runs.slots.preempt import Victim, choose
+from runs.webhooks.emit import PreemptedHookData, preempted_emit
 
 logger = logging.getLogger(__name__)
 
@@ -156,6 +158,16 @@ def preempt_requeue(*, run: Run, hard: bool = False, now: datetime | None = None
             seconds=round((now - open_row.requested_at).total_seconds(), 3),
         )
         _event(locked, PREEMPTED, data, now)
+        hook = PreemptedHookData(
+            preempted_by=open_row.preempted_by_id,
+            reason=open_row.reason,
+            outcome=outcome,
+            hard_stopped=hard,
+            step=step,
+            checkpoint_step=checkpoint,
+            lost_steps=lost,
+        )
+        preempted_emit(run=locked, data=hook, at=now)
         words = "stopped hard after its grace period" if hard else "checkpointed and stopped"
         run_requeue(run=locked, reason=f"{locked.preempt_reason} ({words})", interrupted=True)
         if hard:  # the old attempt's job, by its id: Ray signals it again and kills it after its stop wait

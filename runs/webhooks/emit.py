@@ -5,13 +5,14 @@ event is told exactly when it is committed; the drainer sends each effect to the
 Callers: ingest (runs/telemetry/ingest.py: the job's events and the metric rules, under the run's row lock),
 runs.core.lifecycle (status moves: `run_status_change` here at once; a grant or a finish, which PostgreSQL may
 write in one statement of its own, through a `WebhookStatus` effect stored with the move: `status_fanout` runs
-it in the drainer's transaction) and the API's "send test"."""
+it in the drainer's transaction), preemption (runs/execution/preempt.py: `preempted_emit` in the transaction that
+puts the victim back in the queue) and the API's "send test"."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 from datetime import datetime
-from typing import Any
+from typing import Any, TypedDict
 
 from django.db import transaction
 from django.db.models import Q
@@ -86,6 +87,25 @@ def status_emit(*, run: Run, status: str, previous: str | None, error: str, at: 
     subs = [s for s in subscriptions_of(run.pk, run.owner_id) if _told(s, EventKind.STATUS)]
     data = {"status": status, "previous": previous, "error": error}
     return len(deliveries_store(subs, event=EventKind.STATUS, run_id=run.pk, data=data, at=at))
+
+
+class PreemptedHookData(TypedDict):
+    """`run.preempted`'s `data` (the body's `run` is the victim): told once per preemption, when the victim is
+    back in the queue."""
+
+    preempted_by: int | None  # the waiting run it made room for (None: deleted since)
+    reason: str
+    outcome: str  # checkpointed (stopped within its grace period) | stopped_hard (the grace period passed first)
+    hard_stopped: bool  # outcome == stopped_hard
+    step: int | None  # the latest trained step the platform knew when it stopped
+    checkpoint_step: int | None  # where it resumes (None: no checkpoint known, from step 0)
+    lost_steps: int  # trained steps after that checkpoint: the work lost (0 when it checkpointed in time)
+
+
+def preempted_emit(*, run: Run, data: PreemptedHookData, at: datetime) -> int:
+    """Deliveries of a preemption, in the transaction that records the victim preempted."""
+    subs = [s for s in subscriptions_of(run.pk, run.owner_id) if _told(s, EventKind.PREEMPTED)]
+    return len(deliveries_store(subs, event=EventKind.PREEMPTED, run_id=run.pk, data=data, at=at))
 
 
 def finish_webhooks(run: Run, now: datetime) -> list[WebhookStatus]:

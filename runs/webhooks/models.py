@@ -18,7 +18,7 @@ class EventKind(models.TextChoices):
     GATE_POISONED = "run.gate_poisoned"  # the job's `gate` event with state `poisoned`
     CHECKPOINT = "run.checkpoint"  # the job's `checkpoint` event with state `saved`
     EVALUATION = "run.evaluation"  # an eval job's `log` event carrying its `eval` metrics
-    PREEMPTED = "run.preempted"  # reserved: accepted, never sent yet (the platform does not preempt runs)
+    PREEMPTED = "run.preempted"  # the run was preempted and is back in the queue (runs/execution/preempt.py)
     METRIC = "metric.alert"  # one of the subscription's metric rules crossed its threshold
     TEST = "test"  # "send test" (POST /api/webhooks/<id>/test/); needs no subscription to it
 
