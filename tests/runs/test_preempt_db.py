@@ -80,6 +80,7 @@ def test_exactly_one_victim_then_back_at_the_head_and_the_waiting_run_granted(fu
     assert handoffs.stopped == [new.pk]  # the stop effect, drained after the commit: the same stop a cancel uses
     audit = AuditEntry.objects.get(action="run.preempt")
     assert audit.target_id == str(new.pk) and audit.after["preempted_by"] == waiting.pk
+    assert (audit.actor_name, audit.actor_user_id, audit.request_id) == ("platform", None, "")  # no one asked
     assert fresh(old).preempt_state == ""
 
     # The job checkpointed and stopped: Ray reports STOPPED, the reconcile tells it as it tells any job's end.
@@ -96,6 +97,9 @@ def test_exactly_one_victim_then_back_at_the_head_and_the_waiting_run_granted(fu
     done = RunEvent.objects.get(run=new, type="preempted").data
     assert (done["outcome"], done["checkpoint_step"], done["lost_steps"]) == ("checkpointed", 9, 0)
     assert done["by"] == waiting.pk
+    requeue = AuditEntry.objects.get(action="run.requeue", target_id=str(new.pk))
+    assert requeue.actor_name == "platform" and requeue.actor_user_id is None
+    assert (requeue.before["status"], requeue.after["status"]) == ("running", "queued")
 
     # Granted again once the interactive run ends; its job reports running: `resumed`, from the checkpoint.
     run_transition(run=fresh(waiting), status=RunStatus.RUNNING)
