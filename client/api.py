@@ -113,6 +113,11 @@ class Client:
         `stop_at_end`."""
         return follow_events(self, int(run_id), after=after, stop_at_end=stop_at_end)
 
+    def priority(self, run_id: int) -> dict[str, Any]:
+        """Why a queued run is where it is: `{position, factors}` (class priority, waited, aging, max wait, fair
+        share, per-user limit); both null unless it is queued."""
+        return cast(dict[str, Any], self._call("GET", f"/api/runs/{int(run_id)}/priority/"))
+
     def wait(self, run_id: int, *, on_event: Callable[[Event], None] | None = None) -> Run:
         """Block until the run has ended; its final JSON."""
         run = self.get(run_id)

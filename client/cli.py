@@ -47,7 +47,7 @@ def parser() -> argparse.ArgumentParser:
     runs.add_argument("--limit", type=int, default=20)
     runs.set_defaults(verb=cmd_runs)
     verbs.add_parser("queue", help="the slots: who holds them, who waits").set_defaults(verb=cmd_queue)
-    explain = verbs.add_parser("explain", help="why a run waits: position, reason, ETA")
+    explain = verbs.add_parser("explain", help="why a run waits: position, reason, ETA, priority factors")
     explain.add_argument("run_id", type=int)
     explain.set_defaults(verb=cmd_explain)
     cancel = verbs.add_parser("cancel", help="cancel a run")
@@ -90,8 +90,14 @@ def cmd_queue(api: Client, args: argparse.Namespace) -> int:
 
 def cmd_explain(api: Client, args: argparse.Namespace) -> int:
     run = api.get(args.run_id)
-    facts = {k: run[k] for k in ("status", "position", "pending_reason", "eta_seconds", "eta_finish_seconds")}
-    show(args, {"id": run["id"], **facts}, "\n".join(f"{k}: {v}" for k, v in facts.items()))
+    facts: dict[str, Any] = {
+        k: run[k] for k in ("status", "position", "pending_reason", "eta_seconds", "eta_finish_seconds")
+    }
+    factors = api.priority(args.run_id)["factors"] if run["status"] == "queued" else None
+    text = [f"{k}: {v}" for k, v in facts.items()]
+    if factors:
+        text += [f"priority {k}: {json.dumps(v)}" for k, v in factors.items() if k != "key"]
+    show(args, {"id": run["id"], **facts, "factors": factors}, "\n".join(text))
     return 0
 
 
