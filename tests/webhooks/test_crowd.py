@@ -28,7 +28,7 @@ def checkpoint(seq: int) -> dict:
 @pytest.mark.django_db(transaction=True)
 def test_several_runs_events_at_once_are_delivered_once_each(user, other_user, receiver, private_ok, handed):
     if connection.vendor == "sqlite" and "memory" in str(connection.settings_dict["NAME"]):
-        pytest.skip("threads on SQLite need a file test database: set SQLITE_TEST_NAME (config/settings.py)")
+        pytest.fail("threads on SQLite need a file test database: set SQLITE_TEST_NAME", pytrace=False)
     owners = [user, other_user]
     for owner in owners:
         Subscription.objects.create(owner=owner, url=receiver.url, events=["run.checkpoint"], secret="c" * 64)
