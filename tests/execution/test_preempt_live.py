@@ -2,8 +2,9 @@
 the test PostgreSQL, Redis and the shared Ray cluster running the real trainer. One slot (`max_total` 1, what the
 embedded default admits on this machine) is held by a preemptible `schedule` run; an interactive run is
 submitted; exactly one victim is chosen, checkpoints and stops within the grace period, the interactive run is
-running within grace + 30 s, the victim waits at position 1 of its class, and once granted again it resumes at
-its checkpoint step + 1 and trains on exactly the sampler groups an unpreempted control run with the same seed
+running within grace + 30 s, the victim waits at position 1 of its class, its owner's `run.preempted` webhook is
+delivered once (signed, through the worker, to a local receiver), and once granted again it resumes at its
+checkpoint step + 1 and trains on exactly the sampler groups an unpreempted control run with the same seed
 trained on.
 
 `PREEMPT_TRIALS` (default 1) repeats the victim's part that many times against the one control run, and
@@ -22,7 +23,9 @@ from django.utils.dateparse import parse_datetime
 
 from runs.audit.models import AuditEntry
 from runs.models import Preemption
+from runs.webhooks.models import Delivery
 from tests.execution.conftest import TINY_TRAIN_CONFIG, wait_for
+from tests.webhooks.receiver import Receiver, payload, signature_valid
 
 pytestmark = pytest.mark.slow
 
@@ -59,11 +62,17 @@ def test_one_victim_checkpoints_yields_and_resumes_exactly(platform, api, ray_cl
     api.wait_status(control["id"], "succeeded", timeout=480, on_timeout=log)
     control_groups = consumed(api.get(f"/api/runs/{control['id']}/events/?after=0"))
     assert sorted(control_groups) == list(range(1, VICTIM["steps"] + 1))
+    receiver = Receiver()
+    hook = {"url": receiver.url, "events": ["run.preempted"], "allow_private": True}  # staff: a local target
+    secret = api.post("/api/webhooks/", hook, expect=201)["secret"]
     trials: list[dict[str, Any]] = []
-    for n in range(TRIALS):
-        trials.append(trial(api, log, control_groups, n))
-        if os.environ.get("PREEMPT_OUT"):  # after each trial: a stopped bench keeps the trials it finished
-            Path(os.environ["PREEMPT_OUT"]).write_text(json.dumps(results(trials), indent=1) + "\n")
+    try:
+        for n in range(TRIALS):
+            trials.append(trial(api, log, control_groups, n, hooks=(receiver, secret)))
+            if os.environ.get("PREEMPT_OUT"):  # after each trial: a stopped bench keeps the trials it finished
+                Path(os.environ["PREEMPT_OUT"]).write_text(json.dumps(results(trials), indent=1) + "\n")
+    finally:
+        receiver.close()
 
 
 def results(trials: list[dict[str, Any]]) -> dict[str, Any]:
@@ -84,7 +93,9 @@ def results(trials: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
-def trial(api, log, control_groups: dict[int, list[tuple[int, int]]], n: int) -> dict[str, Any]:
+def trial(
+    api, log, control_groups: dict[int, list[tuple[int, int]]], n: int, *, hooks: tuple[Receiver, str]
+) -> dict[str, Any]:
     victim = api.post("/api/runs/", {"name": f"victim-{n}", "origin": "schedule", "config": VICTIM}, expect=201)
 
     def checkpointed() -> bool:
@@ -107,6 +118,19 @@ def trial(api, log, control_groups: dict[int, list[tuple[int, int]]], n: int) ->
     assert Preemption.objects.filter(preempted_by_id=interactive["id"]).count() == 1  # exactly one victim
     assert AuditEntry.objects.filter(action="run.preempt", target_id=str(victim["id"])).count() == 1
     assert back["position"]["in_class"] == 1 and back["preempted_by"] == interactive["id"]
+    receiver, secret = hooks  # the owner's subscription: told once, through the outbox and the worker
+    [told] = [r for r in receiver.wait_accepted(n + 1) if payload(r)["run"] == victim["id"]]
+    assert signature_valid(told, secret) and payload(told)["event"] == "run.preempted"
+    data = payload(told)["data"]
+    assert isinstance(data.pop("step"), int) and data == {
+        "preempted_by": interactive["id"],
+        "reason": row.reason,
+        "outcome": "checkpointed",
+        "hard_stopped": False,
+        "checkpoint_step": row.checkpoint_step,
+        "lost_steps": 0,
+    }
+    assert Delivery.objects.filter(run_id=victim["id"]).count() == 1
 
     running = api.wait_status(interactive["id"], {"running", "succeeded"}, timeout=300, on_timeout=log)
     to_running = (parse_datetime(running["started_at"]) - parse_datetime(interactive["created_at"])).total_seconds()
