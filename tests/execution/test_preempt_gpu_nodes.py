@@ -5,7 +5,9 @@ platform's daphne and Celery worker (tick every second) on the test PostgreSQL a
 interactive 2-GPU run is submitted: it fits only once exactly one victim has freed its node. The victim checkpoints
 within the grace period, the interactive run is running within grace + 30 s on the victim's node, the victim waits
 at position 1 of its class, and it resumes at its checkpoint step + 1 and trains on exactly the sampler groups of
-the other `schedule` run, which has the same config and seed and is never preempted: the control run.
+the other `schedule` run, which has the same config and seed and is never preempted: the control run. (Compared
+over every step up to a few past the resume; then both are cancelled: their tails would add a minute and show
+nothing tests/execution/test_preempt_live.py does not.)
 
 Without CUDA a run holds its logical GPUs in Ray and trains on the CPU: `device: auto` picks CUDA only when the
 process was given a GPU and torch sees one (trainer/learner.py `pick_device`), which each run's `worker` event
@@ -38,14 +40,16 @@ pytestmark = pytest.mark.slow
 GRACE = 60
 GPUS_PER_NODE = 2
 GPU_RUN = {**TINY_TRAIN_CONFIG, "mode": "local", "learner_gpus": 2, "actor_memory_mb": 256, "eval_every": 0}
-# 0.5-0.7 s a step (0.1 s of tool latency a turn, slept, not computed): the control run must still hold its node
-# when the victim is requeued, 10-25 s after the victim's first checkpoint here (the stop, then Ray reporting the
-# job stopped); no sample events, fewer posts to ingest.
+# 0.5-0.7 s a step (0.1 s of tool latency a turn, slept, not computed) and far more steps than the test waits for:
+# the control run holds its node to the end (the interactive run can only take the victim's), and neither run's
+# tail is waited out. The resumed victim is compared with the control over every step up to AFTER_RESUME steps
+# past its checkpoint, then both are cancelled. No sample events: fewer posts to ingest.
+AFTER_RESUME = 4
 SCHEDULED = {
     **GPU_RUN,
     "task": "agent",
     "tool_latency_s": 0.1,
-    "steps": 40,
+    "steps": 400,
     "checkpoint_every": 3,
     "samples_groups_per_step": 0,
     "samples_best_worst": False,
@@ -189,6 +193,12 @@ def _driver_node(cluster: RayCluster, run_id: int, attempt: int) -> str:
     return str(jobs[0].driver_node_id)
 
 
+def _trained(api, run_id: int) -> int:
+    """The latest step the run reported trained (0: none yet)."""
+    events = api.get(f"/api/runs/{run_id}/events/?after=0")
+    return max((e["data"]["step"] for e in events if e["type"] == "train"), default=0)
+
+
 def _checkpointed(api, run_id: int) -> bool:
     events = api.get(f"/api/runs/{run_id}/events/?after=0")
     return any(e["type"] == "checkpoint" and (e["data"].get("step") or 0) >= 3 for e in events)
@@ -240,14 +250,17 @@ def test_one_gpu_victim_frees_its_node_and_resumes_exactly(platform, api, ray_jo
     assert Preemption.objects.filter(preempted_by_id=interactive["id"]).count() == 1  # exactly one victim
     assert not Preemption.objects.filter(run_id=control).exists()
 
-    # Granted again once a node is free: it resumes at its checkpoint and trains the control run's groups.
-    done = {run_id: api.wait_status(run_id, {"succeeded", "failed"}, timeout=300, on_timeout=log) for run_id in nodes}
-    assert done[control]["status"] == "succeeded" and done[control]["preempt_state"] == ""
-    assert done[victim]["status"] == "succeeded" and done[victim]["preempt_state"] == "resumed"
-    control_ended = parse_datetime(done[control]["finished_at"])
-    assert control_ended > row.ended_at, "the control run ended before the requeue: make the runs longer"
-    control_groups = consumed(api.get(f"/api/runs/{control}/events/?after=0"))
-    assert sorted(control_groups) == list(range(1, SCHEDULED["steps"] + 1))
+    # Granted again once the interactive run has ended (the control still holds its node): it resumes at its
+    # checkpoint and trains the control run's groups, step for step, as far as both have trained.
+    api.wait_status(interactive["id"], "succeeded", timeout=120, on_timeout=log)
+    after = row.checkpoint_step + AFTER_RESUME
+    wait_for(
+        lambda: min(_trained(api, victim), _trained(api, control)) >= after,
+        timeout=240,
+        what=f"both runs to train step {after}",
+        on_timeout=log,
+    )
+    assert api.run(victim)["preempt_state"] == "resumed" and api.run(control)["preempt_state"] == ""
     events = api.get(f"/api/runs/{victim}/events/?after=0")
     preempted = next(e for e in events if e["type"] == "preempted")
     trained_before = max(e["data"]["step"] for e in events if e["type"] == "train" and e["seq"] < preempted["seq"])
@@ -255,6 +268,16 @@ def test_one_gpu_victim_frees_its_node_and_resumes_exactly(platform, api, ray_jo
     resumed = next(e["data"] for e in events if e["type"] == "resumed")
     assert resumed["from_step"] == row.checkpoint_step and first_after == row.checkpoint_step + 1
     assert trained_before == row.checkpoint_step  # no trained step past the last checkpoint was lost
-    assert consumed(events) == control_groups
+    victim_groups = consumed(events)
+    control_groups = consumed(api.get(f"/api/runs/{control}/events/?after=0"))
+    both = range(1, min(max(victim_groups), max(control_groups)) + 1)
+    assert len(both) >= after and sorted(victim_groups)[: len(both)] == list(both)
+    assert {step: victim_groups[step] for step in both} == {step: control_groups[step] for step in both}
+
+    # Neither would end for minutes: cancelled, and stopped on Ray, before the platform goes.
+    for run_id in (victim, control):
+        api.post(f"/api/runs/{run_id}/cancel/")
+    for run_id in (victim, control):
+        api.wait_status(run_id, "cancelled", timeout=120, on_timeout=log)
     # Checked last, so that a slow start on a loaded machine still shows whether the resume was exact.
     assert to_running <= GRACE + 30, f"the interactive run was running {to_running:.1f} s after its submit"
