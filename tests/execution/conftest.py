@@ -148,6 +148,12 @@ def ray_jobs_ready(ray_cluster: RayCluster) -> RayCluster:
     """The shared head takes a while (a minute and more on a loaded machine) before its job agent accepts
     jobs; the platform copes (a run stays `starting` and the tick relaunches it), but fault tests that time
     their kills need launches to go through at once."""
+    wait_jobs_accepted(ray_cluster)
+    return ray_cluster
+
+
+def wait_jobs_accepted(ray_cluster: RayCluster) -> None:
+    """Until the cluster's job agent accepts a trivial job (fails the test past 240 s)."""
     from ray.job_submission import JobSubmissionClient
 
     try:
@@ -165,7 +171,6 @@ def ray_jobs_ready(ray_cluster: RayCluster) -> RayCluster:
             raise
 
     wait_for(accepted, timeout=240, interval=1, what="the Ray job agent to accept jobs")
-    return ray_cluster
 
 
 @pytest.fixture
@@ -321,3 +326,13 @@ def ray_jobs_of_run(ray_cluster: RayCluster, run_id: int) -> list:
 
     jobs = JobSubmissionClient(ray_cluster.dashboard_url).list_jobs()
     return [j for j in jobs if (j.metadata or {}).get("platform_run") == str(run_id)]
+
+
+def consumed(events: list[dict[str, Any]]) -> dict[int, list[tuple[int, int]]]:
+    """Per trained step, the (group id, epoch) pairs it trained on; a step trained again (after a resume from an
+    earlier checkpoint) counts as its latest attempt trained it."""
+    out: dict[int, list[tuple[int, int]]] = {}
+    for e in events:
+        if e["type"] == "train":
+            out[e["data"]["step"]] = list(zip(e["data"]["group_ids"], e["data"]["epochs"]))
+    return out

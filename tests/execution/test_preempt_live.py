@@ -24,7 +24,7 @@ from django.utils.dateparse import parse_datetime
 from runs.audit.models import AuditEntry
 from runs.models import Preemption
 from runs.webhooks.models import Delivery
-from tests.execution.conftest import TINY_TRAIN_CONFIG, wait_for
+from tests.execution.conftest import TINY_TRAIN_CONFIG, consumed, wait_for
 from tests.webhooks.receiver import Receiver, payload, signature_valid
 
 pytestmark = pytest.mark.slow
@@ -39,16 +39,6 @@ SETTINGS = {
     "preempt_grace_seconds": GRACE,
     "classes": {"interactive": {"preempts": True}, "schedule": {"preemptible": True}},
 }
-
-
-def consumed(events: list[dict[str, Any]]) -> dict[int, list[tuple[int, int]]]:
-    """Per trained step, the (group id, epoch) pairs it trained on; a step trained again (after a resume from an
-    earlier checkpoint) counts as its latest attempt trained it."""
-    out: dict[int, list[tuple[int, int]]] = {}
-    for e in events:
-        if e["type"] == "train":
-            out[e["data"]["step"]] = list(zip(e["data"]["group_ids"], e["data"]["epochs"]))
-    return out
 
 
 # One trial took 450-540 s with the control run at load average 30-40 on the 2 cores: above the suite's 600 s.
