@@ -44,12 +44,15 @@ lint: $(BIN)/.installed node_modules/.installed
 # The Ray-outage acceptance (tests/execution/test_outage.py) mostly waits out two 3-minute outages of its own Ray
 # head (a restart and a partition): it runs beside the rest of the suite, in a second pytest with its own
 # database and Redis db, and its output follows the suite's. Either one failing fails `make test`.
+# `PYTEST_CPU_ACCOUNT=var/cpu.txt make test` also writes the CPU each test cost (tests/cpu_account.py; root and a
+# cgroup v1 cpuacct hierarchy needed), the outage pytest's to var/cpu.txt.outage.
 TEST_OUTAGE_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/root
 TEST_OUTAGE_REDIS_URL ?= redis://127.0.0.1:6379/2
 
 test: setup lint
 	@mkdir -p var; \
 	DATABASE_URL=$(TEST_OUTAGE_DATABASE_URL) REDIS_URL=$(TEST_OUTAGE_REDIS_URL) \
+	  PYTEST_CPU_ACCOUNT=$${PYTEST_CPU_ACCOUNT:+$$PYTEST_CPU_ACCOUNT.outage} \
 	  $(BIN)/python -m pytest -m outage $(PYTEST_ARGS) > var/test-outage.log 2>&1 & outage=$$!; \
 	DATABASE_URL=$(TEST_DATABASE_URL) REDIS_URL=$(TEST_REDIS_URL) $(BIN)/python -m pytest -m "not outage" $(PYTEST_ARGS); \
 	suite=$$?; wait $$outage; outage_rc=$$?; \
