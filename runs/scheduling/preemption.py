@@ -13,7 +13,7 @@ from typing import Any
 from django.db.models import Count, Max
 
 from runs.models import Preemption, Run, RunEvent, RunStatus, Slot, SlotState
-from runs.slots import store
+from runs.slots import columns, store
 from runs.slots.fairness import owner_prefix
 from runs.slots.grant import BACKFILL_WINDOW, Snapshot, WaitingSlot
 from runs.slots.policy import CLASSES, Policy
@@ -35,7 +35,7 @@ def preempt_snapshot(policy: Policy) -> Snapshot:
             rows = owner_prefix(rows, BACKFILL_WINDOW, lambda r: r[-1])
         else:
             rows = rows[:BACKFILL_WINDOW]
-        waiting[run_class] = [store.waiting_slot(run_id, *rest) for _k, run_id, *rest in rows]
+        waiting[run_class] = [columns.waiting_slot(run_id, *rest) for _k, run_id, *rest in rows]
     return replace(base, waiting={k: q for k, q in waiting.items() if q})
 
 

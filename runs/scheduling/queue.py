@@ -27,9 +27,9 @@ from runs.scheduling.finishes import active_finishes, typical_run_seconds
 from runs.scheduling.preemption import would_preempt
 from runs.scheduling.priority import positions_ranked
 from runs.scheduling.progress import queue_starts
-from runs.slots import store
+from runs.slots import columns, store
 from runs.slots.fairness import Fairness
-from runs.slots.fit import fit_detail
+from runs.slots.fit import fit_detail, shadow_time
 from runs.slots.grant import (
     GPU_LIMIT_REACHED,
     HIGHER_PRIORITY_WAITING,
@@ -40,7 +40,6 @@ from runs.slots.grant import (
     blocking_reason,
     gpu_blocked,
     plan,
-    shadow_time,
     user_blocked,
 )
 from runs.slots.policy import CLASSES, Policy
@@ -117,7 +116,7 @@ def _positions_by_scan(policy: Policy, queued: list[Run]) -> dict[int, tuple[int
 
 def _demand(resources: Any) -> tuple[tuple[Res, ...], str]:
     resources = resources if isinstance(resources, dict) else {}
-    return store.demand_of(resources.get("bundles")), resources.get("strategy") or "PACK"
+    return columns.demand_of(resources.get("bundles")), resources.get("strategy") or "PACK"
 
 
 def wait_reason(

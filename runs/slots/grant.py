@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from runs.slots.fairness import ClassFairness, effective_priority, overdue
+from runs.slots.fit import Ending, shadow_time
 from runs.slots.policy import CLASSES, Policy
 from runs.slots.resources import MILLI, Res, free_after, pack, total
 
@@ -189,26 +190,6 @@ def gpu_blocked(policy: Policy, held_gpus: Mapping[str, int], run_class: str, de
     limit = policy.classes[run_class].gpu_limit
     need = total(demand).gpu
     return limit is not None and need > 0 and held_gpus.get(run_class, 0) + need > limit * MILLI
-
-
-Ending = tuple[datetime | None, Sequence[Res], Sequence[str]]
-
-
-def shadow_time(
-    demand: Sequence[Res], strategy: str, free: Mapping[str, Res], endings: Sequence[Ending], now: datetime
-) -> datetime | None:
-    """The earliest time the run would fit if held runs end at their latest ends, in order (now: it fits now).
-    None when that is not known: it needs a run without a time limit to end, or never fits."""
-    if pack(demand, free, strategy) is not None:
-        return now
-    left = dict(free)
-    for end, bundles, placement in sorted((e for e in endings if e[0] is not None), key=lambda e: e[0]):  # type: ignore[arg-type, return-value]
-        for bundle, node in zip(bundles, placement):
-            if node in left:
-                left[node] = left[node] + bundle
-        if pack(demand, left, strategy) is not None:
-            return max(end, now) if end is not None else None
-    return None
 
 
 def plan(snapshot: Snapshot, now: datetime) -> Plan:

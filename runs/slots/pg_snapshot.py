@@ -19,7 +19,7 @@ from typing import Any
 from django.conf import settings
 from django.db import connection
 
-from runs.slots import prepared, store, usage
+from runs.slots import columns, prepared, usage
 from runs.slots.grant import HeldSlot, Snapshot, WaitingSlot
 from runs.slots.policy import CLASSES, Policy, policy_effective
 from runs.slots.resources import Res
@@ -118,17 +118,17 @@ def policy_for_grant_reload() -> tuple[str | None, Policy]:
 
 @functools.lru_cache(maxsize=4096)
 def _bundles(text: str | None) -> tuple[Res, ...]:
-    return store.demand_of(json.loads(text) if text else [])
+    return columns.demand_of(json.loads(text) if text else [])
 
 
 @functools.lru_cache(maxsize=4096)
 def _nodes(text: str | None) -> tuple[str, ...]:
-    return store.placement_of(json.loads(text) if text else [])
+    return columns.placement_of(json.loads(text) if text else [])
 
 
 @functools.lru_cache(maxsize=256)
 def _node_total(text: str | None) -> Res:
-    return store.node_total_of(json.loads(text) if text else {})
+    return columns.node_total_of(json.loads(text) if text else {})
 
 
 def _snapshot_from(rows: list[tuple], policy: Policy) -> tuple[Snapshot, str | None]:
