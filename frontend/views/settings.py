@@ -20,16 +20,9 @@ from runs.audit.record import actor_from_request
 from runs.errors import InvalidInput
 from runs.scheduling.concurrency import settings_update
 from runs.slots import store
-from runs.slots.policy import (
-    CLASS_KEYS,
-    CLASSES,
-    LIMIT_KEYS,
-    LIMIT_RULES,
-    limits_effective,
-    policy_defaults,
-    policy_effective,
-)
+from runs.slots.policy import CLASS_KEYS, CLASSES, policy_defaults, policy_effective
 from runs.slots.preempt_policy import PREEMPT_TOP_KEYS
+from runs.slots.user_limits import LIMIT_KEYS, LIMIT_RULES, limits_effective
 
 TOP_FIELDS = ("max_total", "interactive_reserve", *LIMIT_KEYS, "fair_share_half_life_seconds", *PREEMPT_TOP_KEYS)
 # Per class, the fair-share, bounded-waiting and preemption options (docs/slots.md): numbers, and checkboxes.

@@ -19,8 +19,8 @@ from runs.scheduling.enqueue import run_enqueue
 from runs.slots import store
 from runs.slots.columns import demand_of
 from runs.slots.fit import never_fits
-from runs.slots.policy import TIME_LIMIT_CEILING
 from runs.slots.resources import Res
+from runs.slots.user_limits import TIME_LIMIT_CEILING
 
 NAME_MAX = 200
 TIME_LIMIT_MAX = TIME_LIMIT_CEILING

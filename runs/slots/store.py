@@ -25,6 +25,7 @@ from runs.slots.fairness import owner_prefix
 from runs.slots.grant import Decision, HeldSlot, Snapshot, WaitingSlot, grant
 from runs.slots.policy import CLASSES, Policy, policy_effective
 from runs.slots.resources import Res
+from runs.slots.teams import with_groups
 from runs.slots.usage import with_usage
 
 # Key of the transaction-scoped advisory lock that serializes grants on PostgreSQL ("RLslots").
@@ -162,7 +163,7 @@ def held_load() -> tuple[HeldSlot, ...]:
 
 def snapshot_load(policy: Policy) -> Snapshot:
     """Held slots (counts per class, bundles, placement, ends), alive capacity, and per class only as many FIFO
-    waiting runs as one grant pass could use (`Snapshot.head_window`)."""
+    waiting runs as one grant pass could use (`Snapshot.head_window`); the owners' usage and quota'd groups."""
     running = held_load()
     held = {k: 0 for k in CLASSES}
     for h in running:
@@ -173,7 +174,7 @@ def snapshot_load(policy: Policy) -> Snapshot:
     columns = ("run_class", "run_id", "requested_at", "demand", "strategy", "time_limit_seconds", "owner_id")
     fifo = Slot.objects.filter(state=SlotState.WAITING).order_by("requested_at", "run_id").values_list(*columns)
     windows = {k: w for k in CLASSES if (w := probe.head_window(k)) > 0}
-    per_owner = [k for k in windows if policy.fairness.of(k).per_owner]  # each owner's FIFO prefix
+    per_owner = [k for k in windows if policy.per_owner(k)]  # each owner's FIFO prefix
     heads = [fifo.filter(run_class=k)[:w] for k, w in windows.items() if k not in per_owner]
     if connection.features.supports_slicing_ordering_in_compound and len(heads) > 1:
         rows = list(heads[0].union(*heads[1:], all=True))  # one round trip: each part is an index seek
@@ -183,7 +184,9 @@ def snapshot_load(policy: Policy) -> Snapshot:
     rows.sort(key=lambda r: (r[2], r[1]))
     for run_class, run_id, *rest in rows:
         waiting.setdefault(run_class, []).append(waiting_slot(run_id, *rest))
-    return with_usage(Snapshot(policy=policy, held=held, waiting=waiting, capacity=capacity, running=running))
+    return with_groups(
+        with_usage(Snapshot(policy=policy, held=held, waiting=waiting, capacity=capacity, running=running))
+    )
 
 
 def slots_grant_locked(*, now: datetime) -> list[Decision]:
