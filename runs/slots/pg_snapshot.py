@@ -39,7 +39,8 @@ VERSION_SQL = (
 # Held slots and counts exclude %(excluded)s (0: none): the snapshot as it would be once that run is released.
 # LIMIT mirrors Snapshot.head_budget (min(free slots, class headroom)) plus %(window)s later runs for backfill: per
 # class, or per owner in the classes ordered per owner (fair share, per-user limit, team quotas), whose owners come
-# from a skip scan of slot_owner_idx (`owners`: one index seek per owner; none for classes without a budget).
+# from a skip scan of slot_owner_idx per class (`owners`: one index seek per owner and one per class; none for
+# classes without a budget).
 SNAPSHOT_SQL = f"""WITH RECURSIVE
 held_rows AS (SELECT run_id, run_class, granted_at, time_limit_seconds, demand, placement, owner_id FROM runs_slot
               WHERE state = 'held' AND run_id <> %(excluded)s),
@@ -50,14 +51,14 @@ budget AS (SELECT c.run_class, c.per_owner,
            FROM unnest(%(classes)s::text[], %(limits)s::int[], %(per_owner)s::bool[]) AS c(run_class, lim, per_owner)
            LEFT JOIN held h ON h.run_class = c.run_class),
 fair AS (SELECT ARRAY(SELECT run_class FROM budget WHERE per_owner AND b > 0) AS cs),
-owners AS (SELECT * FROM (SELECT s.run_class, s.owner_id FROM runs_slot s
-                          WHERE s.state = 'waiting' AND s.run_class = ANY((SELECT cs FROM fair)::text[])
-                          ORDER BY s.state, s.run_class, s.owner_id LIMIT 1) first
+owners AS (SELECT f.run_class, f.owner_id FROM unnest((SELECT cs FROM fair)::text[]) AS c(run_class)
+           CROSS JOIN LATERAL (SELECT s.run_class, s.owner_id FROM runs_slot s
+                               WHERE s.state = 'waiting' AND s.run_class = c.run_class
+                               ORDER BY s.state, s.run_class, s.owner_id LIMIT 1) f
            UNION ALL
            SELECT n.run_class, n.owner_id FROM owners o CROSS JOIN LATERAL (
              SELECT s.run_class, s.owner_id FROM runs_slot s
-             WHERE s.state = 'waiting' AND s.run_class = ANY((SELECT cs FROM fair)::text[])
-               AND (s.run_class, s.owner_id) > (o.run_class, o.owner_id)
+             WHERE s.state = 'waiting' AND s.run_class = o.run_class AND s.owner_id > o.owner_id
              ORDER BY s.state, s.run_class, s.owner_id LIMIT 1) n),
 heads AS (SELECT w.* FROM budget CROSS JOIN LATERAL (
             SELECT s.run_class, s.run_id, s.requested_at, s.demand, s.strategy, s.time_limit_seconds, s.owner_id

@@ -139,3 +139,29 @@ def test_the_settings_api_shows_the_quotas(teams, staff):
     assert app["team_quotas"] == {"blue": 1, "red": 1} and app["team_borrowing_limit"] == 1
     schedule = client_for(staff).get("/api/settings/concurrency/").json()["classes"]["schedule"]
     assert schedule["team_quotas"] == {} and schedule["team_borrowing_limit"] is None
+
+
+def test_per_owner_loading_in_two_classes_agrees_on_both_loaders(teams, handoffs):
+    """Classes ordered per owner (team quotas in app, a per-user limit in system), each with a budget left and
+    several owners waiting: the PostgreSQL skip scan finds every owner of each class, as the ORM loader does."""
+    red, blue, loner = teams
+    nodes(a=(64, 0))
+    app = {"limit": 6, "team_quotas": {"red": 1, "blue": 1}, "team_borrowing_limit": 0}
+    system = {"limit": 6, "max_running_per_user": 1}
+    classes = {"app": app, "system": system}
+    settings_update(changes={"max_total": 20, "interactive_reserve": 0, "classes": classes}, partial=False, by=None)
+    for owner in (red, blue, loner):
+        for i in range(3):
+            submit(owner, name=f"a{i}"), submit(owner, name=f"s{i}", origin="system")
+    with transaction.atomic():
+        store.slots_lock()
+        orm = store.snapshot_load(store.policy_load(fresh=True))
+        waiting_owners = {k: sorted({w.owner for w in q}) for k, q in orm.waiting.items()}
+        # The loner's app runs all fit the remainder team's quota (6 - 2 = 4); red's and blue's wait.
+        assert waiting_owners == {"app": sorted([red.pk, blue.pk]), "system": sorted([red.pk, blue.pk, loner.pk])}
+        if connection.vendor == "postgresql":
+            from runs.slots import pg
+
+            sql = pg.snapshot_fetch()
+            assert (sql.waiting, sql.held, sql.groups) == (orm.waiting, orm.held, orm.groups)
+        transaction.set_rollback(True)
