@@ -11,6 +11,10 @@ holds its numbers to the acceptance bounds.
   while one priority-10 `schedule` run waits from t=30 s: its wait with `max_wait_seconds` 60, with aging (100
   points an hour, cap 40) and with neither (it waits until the stream ends). Passes run at every submit and
   release and every 2 s tick.
+- `teams`: a 4-slot `app` class with team quotas 2 + 2 (A in team red, B in team blue). A submits 8 runs at t=0
+  (60-130 s each) and borrows all four slots while blue is idle; B submits 4 at t=30. With the quotas, each of
+  A's borrowed slots goes back to B as A's runs end, until blue holds its 2; without them (FIFO) B waits behind
+  every run A queued first.
 
 Simulated time: seconds of CPU for hours of queue, and the same numbers on every machine.
 Usage: python bench/fairness.py [--seeds N] [--out PATH] [--smoke]
@@ -95,6 +99,20 @@ def waiting_cases(stream_s: float) -> dict:
     }
 
 
+def teams(*, quotas: bool) -> dict:
+    """When B's runs are granted after A borrowed every slot of the class (team quotas 2 + 2, or none)."""
+    app: dict = {"limit": 4, "team_quotas": {"red": 2, "blue": 2}} if quotas else {"limit": 4}
+    policy = policy_effective({"max_total": 4, "interactive_reserve": 0, "classes": {"app": app}}, default_max_total=4)
+    jobs = [Job(0.0, A, "app", 60.0 + 10 * i) for i in range(8)] + [Job(30.0, B, "app", 200.0) for _ in range(4)]
+    outcomes = simulate(policy, CAPACITY, jobs, tick_s=TICK_S, groups={A: ("red",), B: ("blue",)})
+    ends = sorted(o.finished for o in outcomes if o.job.owner == A and o.finished is not None)
+    return {
+        "a_granted_s": [o.granted for o in outcomes if o.job.owner == A],
+        "b_granted_s": [o.granted for o in outcomes if o.job.owner == B],
+        "a_first_ends_s": ends[:4],
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seeds", type=int, default=10)
@@ -107,6 +125,11 @@ def main() -> None:
     result = {
         "fair_share": fair_share_cases(seeds, runs),
         "waiting": waiting_cases(stream_s),
+        "teams": {
+            "quotas_2_2": teams(quotas=True),
+            "no_quotas": teams(quotas=False),
+            "goal": "with quotas, B's first two runs are granted at the first two ends of A's runs after t=30",
+        },
         "command": " ".join(["python", "bench/fairness.py", *sys.argv[1:]]),
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
@@ -122,6 +145,7 @@ def main() -> None:
         )
     )
     print(json.dumps(result["waiting"], indent=1))
+    print(json.dumps(result["teams"], indent=1))
 
 
 if __name__ == "__main__":

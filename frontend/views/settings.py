@@ -20,22 +20,17 @@ from runs.audit.record import actor_from_request
 from runs.errors import InvalidInput
 from runs.scheduling.concurrency import settings_update
 from runs.slots import store
-from runs.slots.policy import (
-    CLASS_KEYS,
-    CLASSES,
-    LIMIT_KEYS,
-    LIMIT_RULES,
-    limits_effective,
-    policy_defaults,
-    policy_effective,
-)
+from runs.slots.policy import CLASS_KEYS, CLASSES, policy_defaults, policy_effective
 from runs.slots.preempt_policy import PREEMPT_TOP_KEYS
+from runs.slots.user_limits import LIMIT_KEYS, LIMIT_RULES, limits_effective
 
 TOP_FIELDS = ("max_total", "interactive_reserve", *LIMIT_KEYS, "fair_share_half_life_seconds", *PREEMPT_TOP_KEYS)
 # Per class, the fair-share, bounded-waiting and preemption options (docs/slots.md): numbers, and checkboxes.
 FAIR_NUMBERS = ("max_running_per_user", "aging_per_hour", "aging_cap", "max_wait_seconds")
 CHECKBOX_KEYS = ("fair_share", "preemptible", "preempts")
-NUMBER_KEYS = tuple(k for k in CLASS_KEYS if k not in CHECKBOX_KEYS)
+TEAMS_KEY = "team_quotas"  # a textarea per class: one "group name = slots" per line
+NUMBER_KEYS = tuple(k for k in CLASS_KEYS if k not in (*CHECKBOX_KEYS, TEAMS_KEY))
+TEAMS_HELP = "Write one team per line: group name = slots (a whole number), or leave blank for no quotas."
 LIMIT_LABELS = {
     "max_queued_per_user": ("Queued runs per user", "A submit past it is refused (429)."),
     "max_running_per_user": ("Active runs per user", "Starting, running or stopping; checked when a run is submitted."),
@@ -63,7 +58,24 @@ def _initial(raw: dict[str, Any]) -> dict[str, str]:
         for key in CHECKBOX_KEYS:
             if isinstance(item, dict) and item.get(key) is True:
                 values[f"{name}_{key}"] = "on"
+        teams = item.get(TEAMS_KEY) if isinstance(item, dict) else None
+        if isinstance(teams, dict):
+            values[f"{name}_{TEAMS_KEY}"] = "\n".join(f"{group} = {slots}" for group, slots in sorted(teams.items()))
     return values
+
+
+def _teams(text: str) -> dict[str, int] | None:
+    """The team quotas textarea -> {group name: slots}; None when a line is not "name = whole number". The name is
+    everything before the last "=", so a group name may itself contain "=" (a newline it cannot: edit it by API)."""
+    out: dict[str, int] = {}
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        name, sep, slots = line.rpartition("=")
+        if not sep or not name.strip() or not slots.strip().isdigit():
+            return None
+        out[name.strip()] = int(slots.strip())
+    return out
 
 
 def _parse(post: Any) -> tuple[dict[str, Any], dict[str, str], dict[str, str]]:
@@ -77,6 +89,14 @@ def _parse(post: Any) -> tuple[dict[str, Any], dict[str, str], dict[str, str]]:
             if post.get(f"{c}_{key}") == "on":
                 values[f"{c}_{key}"] = "on"
                 changes["classes"].setdefault(c, {})[key] = True
+    for c in CLASSES:
+        text = post.get(f"{c}_{TEAMS_KEY}") or ""
+        values[f"{c}_{TEAMS_KEY}"] = text.strip()
+        teams = _teams(text)
+        if teams is None:
+            errors[f"{c}_{TEAMS_KEY}"] = TEAMS_HELP
+        elif teams:
+            changes["classes"].setdefault(c, {})[TEAMS_KEY] = teams
     for name in [*TOP_FIELDS, *class_fields]:
         text = (post.get(name) or "").strip()
         values[name] = text
@@ -148,6 +168,11 @@ def concurrency_settings(request: HttpRequest) -> HttpResponse:
                 for k in FAIR_NUMBERS
             ],
             "fair_effective": effective.fairness.of(c),
+            "teams": values.get(f"{c}_{TEAMS_KEY}", ""),
+            "teams_error": errors.get(f"{c}_{TEAMS_KEY}"),
+            "borrow": values.get(f"{c}_team_borrowing_limit", ""),
+            "borrow_error": errors.get(f"{c}_team_borrowing_limit"),
+            "quotas_effective": effective.quotas.of(c),
             "preemptible": values.get(f"{c}_preemptible") == "on",
             "preempts": values.get(f"{c}_preempts") == "on",
         }

@@ -1,5 +1,5 @@
 """`/api/settings/concurrency/`: the staff's view and edit of the concurrency settings (class limits, the
-reserve, the per-user caps, the fairness and preemption options; docs/slots.md). Each change goes through
+reserve, the per-user caps, the fairness, preemption and team quota options; docs/slots.md). Each change goes through
 runs.scheduling.concurrency.settings_update, audited with the caller as actor."""
 
 from __future__ import annotations
@@ -30,6 +30,9 @@ class ConcurrencySettingsView(ServiceView):
             item.update(policy.fairness.of(name).to_dict())
             rules = policy.preemption.of(name)
             item.update(preemptible=rules.preemptible, preempts=rules.preempts)
+            quotas = policy.quotas.of(name)
+            item["team_quotas"] = dict(quotas.quotas) if quotas else {}
+            item["team_borrowing_limit"] = quotas.borrowing_limit if quotas else None
         out["fair_share_half_life_seconds"] = policy.fairness.half_life_seconds
         out["user_weights"] = {str(k): v for k, v in policy.fairness.user_weights.items()}
         out.update(policy.preemption.to_dict())

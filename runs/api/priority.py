@@ -1,6 +1,7 @@
 """GET /api/runs/<id>/priority/: why a queued run is where it is in the queue (class priority, aging, max wait,
-fair-share usage and rank, the per-user limit) and the order key they combine into (runs/slots/order.py).
-Visible like the run: its owner or staff, else 404; throttled per user as a heavy read (it ranks the whole queue)."""
+fair-share usage and rank, the per-user limit, the team's quota) and the order key they combine into
+(runs/slots/order.py). Visible like the run: its owner or staff, else 404; throttled per user as a heavy read (it
+ranks the whole queue)."""
 
 from __future__ import annotations
 
@@ -41,6 +42,19 @@ class UserLimitSerializer(serializers.Serializer):
     reached = serializers.BooleanField()
 
 
+class TeamSerializer(serializers.Serializer):
+    enabled = serializers.BooleanField(help_text="the class has team quotas")
+    team = serializers.CharField(allow_null=True, help_text="the owner's team (a group); null: the remainder team")
+    quota = serializers.IntegerField(allow_null=True, help_text="the team's nominal slots of the class")
+    held = serializers.IntegerField(help_text="runs of the class the team holds")
+    borrowing_limit = serializers.IntegerField(allow_null=True, help_text="slots above the quota (null: no bound)")
+    state = serializers.ChoiceField(
+        choices=["within_quota", "borrowing", "quota_reached"],
+        allow_null=True,
+        help_text="under its quota (served first), borrowing idle slots, or held back (team_quota_reached)",
+    )
+
+
 class FactorsSerializer(serializers.Serializer):
     run_class = serializers.CharField()
     class_priority = serializers.IntegerField()
@@ -50,6 +64,7 @@ class FactorsSerializer(serializers.Serializer):
     max_wait = MaxWaitSerializer()
     fair_share = FairShareSerializer()
     user_limit = UserLimitSerializer()
+    team = TeamSerializer()
     order = serializers.CharField(help_text="how the factors combine into the order")
     key = serializers.ListField(child=serializers.JSONField(), help_text="[not overdue, -priority, requested, id]")
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from rest_framework import serializers
 
 from runs.api.serializers import ClassPolicySerializer, PolicySerializer, per_class
-from runs.slots.policy import LIMIT_RULES
+from runs.slots.user_limits import LIMIT_RULES
 
 
 class ClassFairnessSerializer(serializers.Serializer):
@@ -23,8 +23,19 @@ class ClassPreemptionSerializer(serializers.Serializer):
     preempts = serializers.BooleanField(help_text="its waiting runs may preempt preemptible lower-priority runs")
 
 
-class ConcurrencyClassSerializer(ClassPolicySerializer, ClassFairnessSerializer, ClassPreemptionSerializer):
-    """A class's settings: its slot rules, its fair-share and bounded-waiting options, and preemption."""
+class ClassQuotaSerializer(serializers.Serializer):
+    team_quotas = serializers.DictField(
+        child=serializers.IntegerField(), help_text="Django group name -> nominal slots of the class ({}: no quotas)"
+    )
+    team_borrowing_limit = serializers.IntegerField(
+        allow_null=True, help_text="slots a team may hold above its quota when others are idle (null: no bound)"
+    )
+
+
+class ConcurrencyClassSerializer(
+    ClassPolicySerializer, ClassFairnessSerializer, ClassPreemptionSerializer, ClassQuotaSerializer
+):
+    """A class's settings: its slot rules, its fair-share and bounded-waiting options, preemption, team quotas."""
 
 
 LIMIT_HELP = {
@@ -77,11 +88,13 @@ class ConcurrencySettingsInputSerializer(serializers.Serializer):
     max_total = serializers.IntegerField(required=False, min_value=1, max_value=1000)
     interactive_reserve = serializers.IntegerField(required=False, allow_null=True, min_value=0, max_value=1000)
     classes = serializers.DictField(
-        child=serializers.DictField(child=serializers.IntegerField(allow_null=True)),
+        child=serializers.DictField(child=serializers.JSONField(allow_null=True)),
         required=False,
         help_text="per class: limit (1..1000), priority (0..100), gpu_limit (0..1000 or null: no GPU limit), "
         "fair_share (bool), max_running_per_user (1..1000), aging_per_hour and aging_cap (0..100), "
-        "max_wait_seconds (1..1e9), preemptible and preempts (bool); null turns an option off",
+        "max_wait_seconds (1..1e9), preemptible and preempts (bool), team_quotas ({group name: 0..1000 slots}, "
+        "at most 100, the sum at most the class limit; replaced whole), team_borrowing_limit (0..1000 slots above "
+        "a team's quota; absent or null: no bound, 0: no borrowing); null turns an option off",
     )
     fair_share_half_life_seconds = serializers.IntegerField(required=False, allow_null=True, min_value=1)
     user_weights = serializers.DictField(child=serializers.IntegerField(min_value=1, max_value=1000), required=False)

@@ -17,10 +17,10 @@ from runs.models import ORIGIN_TO_CLASS, Origin, Run, RunStatus
 from runs.scheduling import limits
 from runs.scheduling.enqueue import run_enqueue
 from runs.slots import store
+from runs.slots.columns import demand_of
 from runs.slots.fit import never_fits
-from runs.slots.policy import TIME_LIMIT_CEILING
 from runs.slots.resources import Res
-from runs.slots.store import demand_of
+from runs.slots.user_limits import TIME_LIMIT_CEILING
 
 NAME_MAX = 200
 TIME_LIMIT_MAX = TIME_LIMIT_CEILING

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.conf import settings
+from django.contrib.auth.models import Group
 from django.db import transaction
 
 from runs.audit.models import Action
@@ -26,6 +27,7 @@ def settings_update(*, changes: Any, partial: bool, by: Any, actor: Actor | None
         policy_validate(changes)
     except PolicyError as exc:
         raise InvalidInput(exc.message, field=exc.field) from exc
+    _groups_exist(changes)
     with transaction.atomic():
         store.slots_lock()
         row = ConcurrencySettings.objects.select_for_update().order_by("pk").first()
@@ -54,3 +56,13 @@ def settings_update(*, changes: Any, partial: bool, by: Any, actor: Actor | None
         grant_pass(reason="settings")
     store.policy_forget()
     return raw
+
+
+def _groups_exist(changes: dict[str, Any]) -> None:
+    """Every team named in a submitted `team_quotas` is an existing Django group (400 naming the field)."""
+    for name, item in (changes.get("classes") or {}).items():
+        teams = item.get("team_quotas") or {}
+        missing = sorted(set(teams) - set(Group.objects.filter(name__in=list(teams)).values_list("name", flat=True)))
+        if missing:
+            shown = ", ".join(repr(m[:40]) for m in missing[:3])
+            raise InvalidInput(f"no such group: {shown}", field=f"classes.{name}.team_quotas")

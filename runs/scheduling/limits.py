@@ -12,7 +12,7 @@ from django.db.models import Count
 from runs.errors import InvalidInput, LimitExceeded, NotAllowed
 from runs.models import ACTIVE_STATUSES, Origin, Run, RunStatus
 from runs.slots import store
-from runs.slots.policy import UserLimits, limits_effective
+from runs.slots.user_limits import UserLimits, limits_effective
 
 PLATFORM_ORIGINS = (Origin.SCHEDULE, Origin.SYSTEM)
 

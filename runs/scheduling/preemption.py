@@ -13,11 +13,12 @@ from typing import Any
 from django.db.models import Count, Max
 
 from runs.models import Preemption, Run, RunEvent, RunStatus, Slot, SlotState
-from runs.slots import store
+from runs.slots import columns, store
 from runs.slots.fairness import owner_prefix
 from runs.slots.grant import BACKFILL_WINDOW, Snapshot, WaitingSlot
 from runs.slots.policy import CLASSES, Policy
 from runs.slots.preempt import HeldState, choose
+from runs.slots.teams import with_groups
 
 DAY = timedelta(days=1)
 COLUMNS = ("run_class", "run_id", "requested_at", "demand", "strategy", "time_limit_seconds", "owner_id")
@@ -31,12 +32,12 @@ def preempt_snapshot(policy: Policy) -> Snapshot:
     waiting: dict[str, list[WaitingSlot]] = {}
     for run_class in CLASSES:
         rows: Any = fifo.filter(run_class=run_class)
-        if policy.fairness.of(run_class).per_owner:
+        if policy.per_owner(run_class):
             rows = owner_prefix(rows, BACKFILL_WINDOW, lambda r: r[-1])
         else:
             rows = rows[:BACKFILL_WINDOW]
-        waiting[run_class] = [store.waiting_slot(run_id, *rest) for _k, run_id, *rest in rows]
-    return replace(base, waiting={k: q for k, q in waiting.items() if q})
+        waiting[run_class] = [columns.waiting_slot(run_id, *rest) for _k, run_id, *rest in rows]
+    return with_groups(replace(base, waiting={k: q for k, q in waiting.items() if q}))
 
 
 def held_states(snapshot: Snapshot, now: datetime) -> dict[int, HeldState]:
@@ -75,6 +76,6 @@ def would_preempt(policy: Policy, phantom: WaitingSlot, run_class: str, now: dat
     trial = preempt_snapshot(policy)
     waiting = {k: list(q) for k, q in trial.waiting.items()}
     waiting.setdefault(run_class, []).append(phantom)
-    victims = choose(replace(trial, waiting=waiting), now, held_states(trial, now))
+    victims = choose(with_groups(replace(trial, waiting=waiting)), now, held_states(trial, now))
     mine = [v for v in victims if v.for_run == phantom.run_id]
     return [{"run": v.run_id, "run_class": v.run_class, "reason": v.reason} for v in mine]

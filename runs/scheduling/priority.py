@@ -1,7 +1,7 @@
 """The queue in grant order with fair share and bounded waiting (runs/slots/order.py), loaded from the database:
 what queue positions (and so the ETA) follow when some fairness option is on, and the factors of one queued
-run (GET /api/runs/<id>/priority/). One scan of the waiting slots with their owners; usage as the grant sees it
-(runs/slots/usage.py)."""
+run (GET /api/runs/<id>/priority/, with its team's quota standing: runs/slots/quota.py). One scan of the waiting
+slots with their owners; usage as the grant sees it (runs/slots/usage.py)."""
 
 from __future__ import annotations
 
@@ -15,6 +15,8 @@ from runs.slots import store
 from runs.slots.grant import Snapshot, WaitingSlot
 from runs.slots.order import factors, queue_order
 from runs.slots.policy import CLASSES, Policy
+from runs.slots.quota import TeamLedger
+from runs.slots.teams import with_groups
 from runs.slots.usage import usage_load
 
 
@@ -61,9 +63,12 @@ def run_priority(*, run: Run) -> dict[str, Any]:
         in_class += run_class == run.run_class
         if slot.run_id != run.pk:
             continue
-        held = Snapshot(policy=policy, held={}, running=store.held_load()).held_by_owner()
+        snap = with_groups(Snapshot(policy=policy, held={}, running=store.held_load()), extra_owners=[slot.owner])
+        held = snap.held_by_owner()
         owners = [w.owner for k, w in order if k == run_class]
         out["position"] = {"in_class": in_class, "overall": index + 1}
         out["factors"] = factors(policy, run_class, slot, usage=usage, class_owners=owners, held_by_owner=held, now=now)
+        teams = TeamLedger(policy.quotas, policy.limits, snap.running, snap.groups)
+        out["factors"]["team"] = teams.factor(run_class, slot.owner)
         break
     return out

@@ -1,7 +1,8 @@
 """Queue visibility: each queued run's position (grant order), why it waits (`pending_reason` and detail) and an
 ETA; and the dry-run (would a run of this origin and demand be granted now?). Re-exported by runs.selectors.
 
-Reasons, checked in this order: the class rules (`class_limit_reached`, `reserve_protected`,
+Reasons, checked in this order: the team's quota (`team_quota_reached`: its team may borrow no more, or holds its
+quota while the class is full), the class rules (`class_limit_reached`, `reserve_protected`,
 `global_limit_reached`), the class's per-user limit (`user_limit_reached`), `gpu_limit_reached`, then
 `insufficient_resources` (the run's bundles do not fit the nodes' free resources now; detail: what it needs and
 what is free), else `higher_priority_waiting`. Positions are grant order: the seed's (class priority, FIFO) by
@@ -14,6 +15,7 @@ the position over the recent grant rate; for `insufficient_resources`, no earlie
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -27,24 +29,27 @@ from runs.scheduling.finishes import active_finishes, typical_run_seconds
 from runs.scheduling.preemption import would_preempt
 from runs.scheduling.priority import positions_ranked
 from runs.scheduling.progress import queue_starts
-from runs.slots import store
+from runs.slots import columns, store
 from runs.slots.fairness import Fairness
-from runs.slots.fit import fit_detail
+from runs.slots.fit import fit_detail, shadow_time
 from runs.slots.grant import (
+    CLASS_LIMIT_REACHED,
     GPU_LIMIT_REACHED,
     HIGHER_PRIORITY_WAITING,
     INSUFFICIENT_RESOURCES,
+    TEAM_QUOTA_REACHED,
     USER_LIMIT_REACHED,
     Snapshot,
     WaitingSlot,
     blocking_reason,
     gpu_blocked,
     plan,
-    shadow_time,
     user_blocked,
 )
 from runs.slots.policy import CLASSES, Policy
+from runs.slots.quota import TeamLedger
 from runs.slots.resources import Res, pack
+from runs.slots.teams import with_groups
 
 # ETA: grant rate over the most recent grants within this window.
 ETA_WINDOW = timedelta(minutes=30)
@@ -117,7 +122,7 @@ def _positions_by_scan(policy: Policy, queued: list[Run]) -> dict[int, tuple[int
 
 def _demand(resources: Any) -> tuple[tuple[Res, ...], str]:
     resources = resources if isinstance(resources, dict) else {}
-    return store.demand_of(resources.get("bundles")), resources.get("strategy") or "PACK"
+    return columns.demand_of(resources.get("bundles")), resources.get("strategy") or "PACK"
 
 
 def wait_reason(
@@ -128,11 +133,19 @@ def wait_reason(
     *,
     held: dict[str, int] | None = None,
     owner: int | None = None,
+    taken: Sequence[tuple[str, int]] = (),
 ) -> tuple[str, dict[str, Any] | None]:
-    """Why a run of this class and demand (and owner) waits on this snapshot: the class rules first, then the
-    class's per-user limit, then resources."""
+    """Why a run of this class and demand (and owner) waits on this snapshot: its team's quota, the class rules,
+    then the class's per-user limit, then resources. `taken`: (class, owner) of runs a pass would grant first."""
     policy = snapshot.policy
     reason = blocking_reason(policy, held if held is not None else snapshot.held, run_class)
+    if owner is not None and policy.quotas.of(run_class) is not None:
+        teams = TeamLedger(policy.quotas, policy.limits, snapshot.running, snapshot.groups)
+        for k, o in taken:
+            teams.take(k, o)
+        team = teams.factor(run_class, owner)
+        if team["state"] == "quota_reached" or (team["state"] == "borrowing" and reason == CLASS_LIMIT_REACHED):
+            return TEAM_QUOTA_REACHED, {k: team[k] for k in ("team", "quota", "held", "borrowing_limit")}
     if reason is not None:
         return reason, None
     rules = policy.fairness.of(run_class)
@@ -172,6 +185,7 @@ def runs_queue_info(*, runs: list[Run]) -> dict[int, QueueInfo]:
     for h in running:
         held[h.run_class] += 1
     snapshot = Snapshot(policy=policy, held=held, capacity=store.capacity_load(), running=running)
+    snapshot = with_groups(snapshot, extra_owners=[r.owner_id for r in queued])
     now = timezone.now()
     rate = grant_rate_per_second(now=now)
     out: dict[int, QueueInfo] = {}
@@ -230,7 +244,7 @@ def slot_dry_run(
     )
     waiting = {k: list(v) for k, v in snapshot.waiting.items()}
     waiting.setdefault(run_class, []).append(phantom)
-    trial = replace(snapshot, waiting=waiting)
+    trial = with_groups(replace(snapshot, waiting=waiting), extra_owners=[owner])
     result = plan(trial, now)
     granted = any(d.run_id == -1 for d in result.decisions)
     reason, detail = None, None
@@ -238,7 +252,9 @@ def slot_dry_run(
         after = dict(snapshot.held)
         for d in result.decisions:
             after[d.run_class] = after.get(d.run_class, 0) + 1
-        reason, detail = wait_reason(trial, run_class, demand, strategy, held=after, owner=owner)
+        owners = {w.run_id: w.owner for q in trial.waiting.values() for w in q}
+        taken = [(d.run_class, owners[d.run_id]) for d in result.decisions]
+        reason, detail = wait_reason(trial, run_class, demand, strategy, held=after, owner=owner, taken=taken)
     return {
         "origin": origin,
         "run_class": run_class,

@@ -8,6 +8,7 @@ and what is free now (`fit_detail`).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from datetime import datetime
 from typing import Any
 
 from runs.slots.resources import MILLI, NAMES, Res, pack, total
@@ -64,3 +65,23 @@ def fit_detail(bundles: Sequence[Res], free: Mapping[str, Res], *, capacity_know
     if not capacity_known:
         detail["message"] = CAPACITY_UNKNOWN
     return detail
+
+
+Ending = tuple[datetime | None, Sequence[Res], Sequence[str]]
+
+
+def shadow_time(
+    demand: Sequence[Res], strategy: str, free: Mapping[str, Res], endings: Sequence[Ending], now: datetime
+) -> datetime | None:
+    """The earliest time the run would fit if held runs end at their latest ends, in order (now: it fits now).
+    None when that is not known: it needs a run without a time limit to end, or never fits."""
+    if pack(demand, free, strategy) is not None:
+        return now
+    left = dict(free)
+    for end, bundles, placement in sorted((e for e in endings if e[0] is not None), key=lambda e: e[0]):  # type: ignore[arg-type, return-value]
+        for bundle, node in zip(bundles, placement):
+            if node in left:
+                left[node] = left[node] + bundle
+        if pack(demand, left, strategy) is not None:
+            return max(end, now) if end is not None else None
+    return None

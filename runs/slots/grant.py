@@ -18,6 +18,10 @@ within a class with `fair_share`, waiting runs go by their owner's usage (`Snaps
 then FIFO, so one owner's runs stay FIFO; a run whose owner holds `max_running_per_user` runs of its class is
 skipped (it stays queued: `user_limit_reached`); across classes a head's key is (not overdue past
 `max_wait_seconds`, -(priority + aging), request time, id): an overdue run goes first whatever its priority.
+
+Team quotas (runs/slots/quota.py; none by default): in a class with `team_quotas`, runs of teams below their quota
+go first, then runs of teams that may borrow; a run of a team at its quota plus borrowing limit is skipped
+(`team_quota_reached`). A run's team comes from its owner's groups (`Snapshot.groups`, loaded outside).
 """
 
 from __future__ import annotations
@@ -27,7 +31,9 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from runs.slots.fairness import ClassFairness, effective_priority, overdue
+from runs.slots.fit import Ending, shadow_time
 from runs.slots.policy import CLASSES, Policy
+from runs.slots.quota import TeamLedger
 from runs.slots.resources import MILLI, Res, free_after, pack, total
 
 INTERACTIVE = "interactive"
@@ -42,6 +48,7 @@ GPU_LIMIT_REACHED = "gpu_limit_reached"
 INSUFFICIENT_RESOURCES = "insufficient_resources"
 HIGHER_PRIORITY_WAITING = "higher_priority_waiting"
 USER_LIMIT_REACHED = "user_limit_reached"
+TEAM_QUOTA_REACHED = "team_quota_reached"
 PENDING_REASONS = (
     CLASS_LIMIT_REACHED,
     GLOBAL_LIMIT_REACHED,
@@ -50,6 +57,7 @@ PENDING_REASONS = (
     INSUFFICIENT_RESOURCES,
     HIGHER_PRIORITY_WAITING,
     USER_LIMIT_REACHED,
+    TEAM_QUOTA_REACHED,
 )
 
 
@@ -97,6 +105,7 @@ class Snapshot:
     capacity: dict[str, Res] = field(default_factory=dict)
     running: tuple[HeldSlot, ...] = ()
     usage: Mapping[int, float] = field(default_factory=dict)  # owner -> weighted decayed dominant share
+    groups: Mapping[int, tuple[str, ...]] = field(default_factory=dict)  # owner -> its groups with a quota, sorted
 
     def head_budget(self, run_class: str) -> int:
         """How many heads of a class a grant pass could take at most (class rules only)."""
@@ -191,26 +200,6 @@ def gpu_blocked(policy: Policy, held_gpus: Mapping[str, int], run_class: str, de
     return limit is not None and need > 0 and held_gpus.get(run_class, 0) + need > limit * MILLI
 
 
-Ending = tuple[datetime | None, Sequence[Res], Sequence[str]]
-
-
-def shadow_time(
-    demand: Sequence[Res], strategy: str, free: Mapping[str, Res], endings: Sequence[Ending], now: datetime
-) -> datetime | None:
-    """The earliest time the run would fit if held runs end at their latest ends, in order (now: it fits now).
-    None when that is not known: it needs a run without a time limit to end, or never fits."""
-    if pack(demand, free, strategy) is not None:
-        return now
-    left = dict(free)
-    for end, bundles, placement in sorted((e for e in endings if e[0] is not None), key=lambda e: e[0]):  # type: ignore[arg-type, return-value]
-        for bundle, node in zip(bundles, placement):
-            if node in left:
-                left[node] = left[node] + bundle
-        if pack(demand, left, strategy) is not None:
-            return max(end, now) if end is not None else None
-    return None
-
-
 def plan(snapshot: Snapshot, now: datetime) -> Plan:
     """The grants of one pass, in grant order, and the reservation it made (see the module docstring)."""
     policy = snapshot.policy
@@ -222,8 +211,9 @@ def plan(snapshot: Snapshot, now: datetime) -> Plan:
     endings: list[Ending] = [(h.latest_end, h.demand, h.placement) for h in snapshot.running]
     cursor = {k: 0 for k in CLASSES}
     fair = policy.fairness
-    queues = {k: class_order(snapshot.waiting.get(k, []), fair.of(k), snapshot.usage) for k in CLASSES}
+    queues = {k: list(class_order(snapshot.waiting.get(k, []), fair.of(k), snapshot.usage)) for k in CLASSES}
     by_owner = snapshot.held_by_owner()
+    teams = TeamLedger(policy.quotas, policy.limits, snapshot.running, snapshot.groups)
     reserved: tuple[int, datetime | None] | None = None
     decisions: list[Decision] = []
     passed_over = 0
@@ -234,6 +224,8 @@ def plan(snapshot: Snapshot, now: datetime) -> Plan:
             queue = queues[run_class]
             if cursor[run_class] >= len(queue) or blocking_reason(policy, held, run_class) is not None:
                 continue  # empty, or skipped whole: a class at its limit never blocks the others
+            queue[cursor[run_class] :], held_back = teams.arrange(run_class, queue[cursor[run_class] :])
+            passed_over += held_back  # their team may take no more: they stay queued
             while cursor[run_class] < len(queue) and user_blocked(
                 fair.of(run_class), by_owner, run_class, queue[cursor[run_class]].owner
             ):
@@ -266,6 +258,7 @@ def plan(snapshot: Snapshot, now: datetime) -> Plan:
             free[node] = free[node] - bundle
         held[best_class] += 1
         by_owner[(best_class, run.owner)] = by_owner.get((best_class, run.owner), 0) + 1
+        teams.take(best_class, run.owner)
         gpus[best_class] = gpus.get(best_class, 0) + total(run.demand).gpu
         endings.append((end, run.demand, placement))
         decisions.append(

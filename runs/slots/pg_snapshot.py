@@ -19,7 +19,7 @@ from typing import Any
 from django.conf import settings
 from django.db import connection
 
-from runs.slots import prepared, store, usage
+from runs.slots import columns, prepared, usage
 from runs.slots.grant import HeldSlot, Snapshot, WaitingSlot
 from runs.slots.policy import CLASSES, Policy, policy_effective
 from runs.slots.resources import Res
@@ -34,11 +34,13 @@ VERSION_SQL = (
     "ORDER BY id LIMIT 1)"
 )
 
-# Parts (first column): 0 a held slot, 1 a waiting head, 2 an alive node, 3 the settings version; the last column
-# is the owner. Held slots and counts exclude %(excluded)s (0: none): the snapshot as it would be once that run is
-# released. LIMIT mirrors Snapshot.head_budget (min(free slots, class headroom)) plus %(window)s later runs for
-# backfill: per class, or per owner in the classes ordered per owner (fair share, per-user limit), whose owners
-# come from a skip scan of slot_owner_idx (`owners`: one index seek per owner; none for classes without a budget).
+# Parts (first column): 0 a held slot, 1 a waiting head, 2 an alive node, 3 the settings version, 4 a membership of
+# an owner of parts 0-1 in a group with a team quota (%(teams)s; none without quotas); the last column is the owner.
+# Held slots and counts exclude %(excluded)s (0: none): the snapshot as it would be once that run is released.
+# LIMIT mirrors Snapshot.head_budget (min(free slots, class headroom)) plus %(window)s later runs for backfill: per
+# class, or per owner in the classes ordered per owner (fair share, per-user limit, team quotas), whose owners come
+# from a skip scan of slot_owner_idx per class (`owners`: one index seek per owner and one per class; none for
+# classes without a budget).
 SNAPSHOT_SQL = f"""WITH RECURSIVE
 held_rows AS (SELECT run_id, run_class, granted_at, time_limit_seconds, demand, placement, owner_id FROM runs_slot
               WHERE state = 'held' AND run_id <> %(excluded)s),
@@ -49,14 +51,14 @@ budget AS (SELECT c.run_class, c.per_owner,
            FROM unnest(%(classes)s::text[], %(limits)s::int[], %(per_owner)s::bool[]) AS c(run_class, lim, per_owner)
            LEFT JOIN held h ON h.run_class = c.run_class),
 fair AS (SELECT ARRAY(SELECT run_class FROM budget WHERE per_owner AND b > 0) AS cs),
-owners AS (SELECT * FROM (SELECT s.run_class, s.owner_id FROM runs_slot s
-                          WHERE s.state = 'waiting' AND s.run_class = ANY((SELECT cs FROM fair)::text[])
-                          ORDER BY s.state, s.run_class, s.owner_id LIMIT 1) first
+owners AS (SELECT f.run_class, f.owner_id FROM unnest((SELECT cs FROM fair)::text[]) AS c(run_class)
+           CROSS JOIN LATERAL (SELECT s.run_class, s.owner_id FROM runs_slot s
+                               WHERE s.state = 'waiting' AND s.run_class = c.run_class
+                               ORDER BY s.state, s.run_class, s.owner_id LIMIT 1) f
            UNION ALL
            SELECT n.run_class, n.owner_id FROM owners o CROSS JOIN LATERAL (
              SELECT s.run_class, s.owner_id FROM runs_slot s
-             WHERE s.state = 'waiting' AND s.run_class = ANY((SELECT cs FROM fair)::text[])
-               AND (s.run_class, s.owner_id) > (o.run_class, o.owner_id)
+             WHERE s.state = 'waiting' AND s.run_class = o.run_class AND s.owner_id > o.owner_id
              ORDER BY s.state, s.run_class, s.owner_id LIMIT 1) n),
 heads AS (SELECT w.* FROM budget CROSS JOIN LATERAL (
             SELECT s.run_class, s.run_id, s.requested_at, s.demand, s.strategy, s.time_limit_seconds, s.owner_id
@@ -78,7 +80,11 @@ SELECT 0, run_id, run_class::text, granted_at, time_limit_seconds, demand::text,
 FROM held_rows
 UNION ALL SELECT 1, run_id, run_class, requested_at, time_limit_seconds, demand::text, strategy, owner_id FROM heads
 UNION ALL SELECT 2, NULL, node_id, NULL, NULL, total::text, NULL, NULL FROM runs_clusternode WHERE alive
-UNION ALL SELECT 3, NULL, {VERSION_SQL}, NULL, NULL, NULL, NULL, NULL"""
+UNION ALL SELECT 3, NULL, {VERSION_SQL}, NULL, NULL, NULL, NULL, NULL
+UNION ALL SELECT 4, m.user_id, g.name::text, NULL, NULL, NULL, NULL, NULL
+FROM auth_user_groups m JOIN auth_group g ON g.id = m.group_id
+WHERE cardinality(%(teams)s::text[]) > 0 AND g.name = ANY(%(teams)s::text[])
+  AND m.user_id IN (SELECT owner_id FROM held_rows UNION SELECT owner_id FROM heads)"""
 
 
 def policy_params(policy: Policy, *, window: int) -> dict[str, Any]:
@@ -87,7 +93,8 @@ def policy_params(policy: Policy, *, window: int) -> dict[str, Any]:
         "classes": list(CLASSES),
         "limits": [policy.classes[c].limit for c in CLASSES],
         # Classes ordered per owner load each owner's FIFO prefix: owners found by a skip scan of slot_owner_idx.
-        "per_owner": [policy.fairness.of(c).per_owner for c in CLASSES],
+        "per_owner": [policy.per_owner(c) for c in CLASSES],
+        "teams": list(policy.quotas.names),  # groups with a quota: the owners' memberships come back as part 4
         "window": window,
     }
 
@@ -118,17 +125,17 @@ def policy_for_grant_reload() -> tuple[str | None, Policy]:
 
 @functools.lru_cache(maxsize=4096)
 def _bundles(text: str | None) -> tuple[Res, ...]:
-    return store.demand_of(json.loads(text) if text else [])
+    return columns.demand_of(json.loads(text) if text else [])
 
 
 @functools.lru_cache(maxsize=4096)
 def _nodes(text: str | None) -> tuple[str, ...]:
-    return store.placement_of(json.loads(text) if text else [])
+    return columns.placement_of(json.loads(text) if text else [])
 
 
 @functools.lru_cache(maxsize=256)
 def _node_total(text: str | None) -> Res:
-    return store.node_total_of(json.loads(text) if text else {})
+    return columns.node_total_of(json.loads(text) if text else {})
 
 
 def _snapshot_from(rows: list[tuple], policy: Policy) -> tuple[Snapshot, str | None]:
@@ -137,6 +144,7 @@ def _snapshot_from(rows: list[tuple], policy: Policy) -> tuple[Snapshot, str | N
     running: list[HeldSlot] = []
     heads: list[tuple] = []
     capacity: dict[str, Res] = {}
+    groups: dict[int, list[str]] = {}
     version = None
     for part, run_id, name, at, limit, demand, extra, owner in rows:
         if part == 0:
@@ -146,6 +154,8 @@ def _snapshot_from(rows: list[tuple], policy: Policy) -> tuple[Snapshot, str | N
             heads.append((at, run_id, name, demand, extra, limit, owner))
         elif part == 2:
             capacity[name] = _node_total(demand)
+        elif part == 4:
+            groups.setdefault(run_id, []).append(name)
         else:
             version = name
     running.sort(key=lambda h: h.run_id)
@@ -155,7 +165,9 @@ def _snapshot_from(rows: list[tuple], policy: Policy) -> tuple[Snapshot, str | N
         slot = WaitingSlot(run_id, at, _bundles(demand), strategy or "PACK", limit, owner)
         waiting.setdefault(name, []).append(slot)
     capacity = dict(sorted(capacity.items()))
-    return Snapshot(policy=policy, held=held, waiting=waiting, capacity=capacity, running=tuple(running)), version
+    teams = {owner: tuple(sorted(groups[owner])) for owner in sorted(groups)}
+    snapshot = Snapshot(policy, held, waiting, capacity, tuple(running), groups=teams)
+    return snapshot, version
 
 
 def query(*, exclude_run: int = 0, window: int) -> tuple[str, dict[str, Any], Callable[[list[tuple]], Snapshot | None]]:

@@ -1,6 +1,6 @@
-"""Concurrency policy: validation of stored/submitted settings and the effective values computed from them:
-the slot policy the grant uses (`Policy`) and the per-user caps and run time limits applied at submit
-(`UserLimits`). Both live in the one stored settings blob (`ConcurrencySettings.raw`).
+"""Concurrency policy: validation of stored/submitted settings and the effective slot policy the grant uses
+(`Policy`). The per-user caps and run time limits applied at submit (runs/slots/user_limits.py) live in the same
+stored settings blob (`ConcurrencySettings.raw`) and are validated here with the rest.
 
 Pure: no Django imports, so grant tests and the settings form share one definition of every rule.
 """
@@ -25,6 +25,8 @@ from runs.slots.preempt_policy import (
     preemption_check,
     preemption_effective,
 )
+from runs.slots.quota import QUOTA_CLASS_KEYS, TeamQuotas, quota_check, quota_check_merged, quotas_effective
+from runs.slots.user_limits import LIMIT_KEYS, LIMIT_RULES, time_limits_check
 
 if TYPE_CHECKING:
     from runs.messages import SlotPolicy
@@ -34,21 +36,14 @@ DEFAULT_PRIORITY: dict[str, int] = {"interactive": 40, "app": 30, "schedule": 20
 LIMIT_MIN, LIMIT_MAX = 1, 1000
 RESERVE_MIN, RESERVE_MAX = 0, 1000
 PRIORITY_MIN, PRIORITY_MAX = 0, 100
-# Per-user caps and time limits (checked at submit, not by the grant): key -> (low, high, default).
-TIME_LIMIT_CEILING = 10**9
-LIMIT_RULES: dict[str, tuple[int, int, int]] = {
-    "max_queued_per_user": (1, 100_000, 20),
-    "max_running_per_user": (1, 1000, 8),
-    "default_time_limit_seconds": (1, TIME_LIMIT_CEILING, 24 * 3600),
-    "max_time_limit_seconds": (1, TIME_LIMIT_CEILING, 7 * 24 * 3600),
-}
-LIMIT_KEYS = tuple(LIMIT_RULES)
 TOP_KEYS = ("max_total", "interactive_reserve", "classes", *LIMIT_KEYS, *FAIR_TOP_KEYS, *PREEMPT_TOP_KEYS)
-CLASS_KEYS = ("limit", "priority", "gpu_limit", *FAIR_CLASS_KEYS, *PREEMPT_CLASS_KEYS)
-# The options checked by their own modules (fair share and bounded waiting, preemption): key -> why a value is bad.
+CLASS_KEYS = ("limit", "priority", "gpu_limit", *FAIR_CLASS_KEYS, *PREEMPT_CLASS_KEYS, *QUOTA_CLASS_KEYS)
+# The options checked by their own modules (fair share and bounded waiting, preemption, team quotas): key -> why a
+# value is bad.
 OPTION_CHECKS = {
     **{k: functools.partial(fairness_check, k) for k in (*FAIR_TOP_KEYS, *FAIR_CLASS_KEYS)},
     **{k: functools.partial(preemption_check, k) for k in (*PREEMPT_TOP_KEYS, *PREEMPT_CLASS_KEYS)},
+    **{k: functools.partial(quota_check, k) for k in QUOTA_CLASS_KEYS},
 }
 GPU_LIMIT_MIN, GPU_LIMIT_MAX = 0, 1000
 
@@ -78,11 +73,21 @@ class Policy:
     classes: dict[str, ClassPolicy] = field(default_factory=dict)
     fairness: Fairness = field(default_factory=Fairness)  # fair share and bounded waiting (all off by default)
     preemption: Preemption = field(default_factory=Preemption)  # which classes preempt which (off by default)
+    quotas: TeamQuotas = field(default_factory=TeamQuotas)  # team quotas per class (none by default)
 
     @property
     def borrowable(self) -> int:
         """Slots the non-interactive classes may use together: everything except the interactive reserve."""
         return max(0, self.max_total - self.interactive_reserve)
+
+    @property
+    def limits(self) -> dict[str, int]:
+        return {k: c.limit for k, c in self.classes.items()}
+
+    def per_owner(self, run_class: str) -> bool:
+        """The class's order is not FIFO across owners (fair share, a per-user limit, team quotas): loaders fetch
+        each owner's FIFO prefix (`owner_prefix`) instead of the class's FIFO heads."""
+        return self.fairness.of(run_class).per_owner or self.quotas.of(run_class) is not None
 
     def to_dict(self) -> SlotPolicy:
         return {
@@ -92,20 +97,6 @@ class Policy:
                 k: {"limit": c.limit, "priority": c.priority, "gpu_limit": c.gpu_limit} for k, c in self.classes.items()
             },
         }
-
-
-@dataclass(frozen=True)
-class UserLimits:
-    """Effective per-user caps (queued runs; active = starting/running/stopping runs) and run time limits
-    (a submit without `time_limit_seconds` gets the default; above the maximum is refused)."""
-
-    max_queued_per_user: int
-    max_running_per_user: int
-    default_time_limit_seconds: int
-    max_time_limit_seconds: int
-
-    def to_dict(self) -> dict[str, int]:
-        return {k: getattr(self, k) for k in LIMIT_KEYS}
 
 
 def is_int(value: Any) -> TypeGuard[int]:
@@ -168,18 +159,8 @@ def policy_effective(raw: Any, *, default_max_total: int, default_reserve: int |
         classes=classes,
         fairness=fairness_effective(raw, CLASSES),
         preemption=preemption_effective(raw, CLASSES),
+        quotas=quotas_effective(raw, CLASSES),
     )
-
-
-def limits_effective(raw: Any) -> UserLimits:
-    """Stored settings -> effective caps and time limits; bad or missing values use defaults, and a default
-    time limit above the maximum is lowered to it (every run gets a finite limit within the maximum)."""
-    raw = raw if isinstance(raw, dict) else {}
-    values = {
-        k: raw[k] if _in_range(raw.get(k), low, high) else default for k, (low, high, default) in LIMIT_RULES.items()
-    }
-    values["default_time_limit_seconds"] = min(values["default_time_limit_seconds"], values["max_time_limit_seconds"])
-    return UserLimits(**values)
 
 
 def _check_int(field_name: str, value: Any, low: int, high: int) -> None:
@@ -249,7 +230,7 @@ def policy_merge(stored: Any, changes: dict[str, Any], *, partial: bool) -> dict
     for name, item in changes.get("classes", {}).items():
         merged = classes.setdefault(name, {})
         merged.update(item)
-        for key in ("gpu_limit", *FAIR_CLASS_KEYS, *PREEMPT_CLASS_KEYS):
+        for key in ("gpu_limit", *FAIR_CLASS_KEYS, *PREEMPT_CLASS_KEYS, *QUOTA_CLASS_KEYS):
             if key in merged and merged[key] is None:
                 del merged[key]  # null: no GPU limit, the option off
     out["classes"] = classes
@@ -258,8 +239,13 @@ def policy_merge(stored: Any, changes: dict[str, Any], *, partial: bool) -> dict
 
 def policy_check_merged(raw: dict[str, Any], *, default_max_total: int, changes: dict[str, Any]) -> None:
     """Cross-field rules: an explicitly set reserve must stay below max_total (when max_total > 1); the default
-    time limit may not exceed the maximum (the field named is the one being changed)."""
-    _check_time_limits(raw, changes)
+    time limit may not exceed the maximum (the field named is the one being changed); a class's team quotas may
+    not add up to more than its limit."""
+    if problem := time_limits_check(raw, changes):
+        raise PolicyError(*problem)
+    effective = policy_effective(raw, default_max_total=default_max_total)
+    if problem := quota_check_merged(effective.quotas, effective.limits):
+        raise PolicyError(*problem)
     if "interactive_reserve" not in changes or changes["interactive_reserve"] is None:
         return
     total = raw.get("max_total", default_max_total)
@@ -269,21 +255,3 @@ def policy_check_merged(raw: dict[str, Any], *, default_max_total: int, changes:
             "interactive_reserve",
             f"must be below max_total ({total}); a reserve of {reserve} would leave no slot for the other classes",
         )
-
-
-def _check_time_limits(raw: dict[str, Any], changes: dict[str, Any]) -> None:
-    """A stored default above the (stored or default) maximum is refused. An unset default follows the maximum
-    down (limits_effective), so lowering only the maximum is always accepted."""
-    if "default_time_limit_seconds" not in raw:
-        return
-    default = raw["default_time_limit_seconds"]
-    maximum = raw.get("max_time_limit_seconds", LIMIT_RULES["max_time_limit_seconds"][2])
-    if default <= maximum:
-        return
-    if changes.get("default_time_limit_seconds") is not None:
-        raise PolicyError(
-            "default_time_limit_seconds", f"must not exceed max_time_limit_seconds ({maximum}), got {default}"
-        )
-    raise PolicyError(
-        "max_time_limit_seconds", f"must be at least default_time_limit_seconds ({default}), got {maximum}"
-    )

@@ -11,7 +11,9 @@ forward:
   already being preempted and were preempted fewer than `max_preemptions_per_run_per_day` times in 24 hours;
 - candidates are taken lowest class priority first, then the most recent checkpoint (least work lost; never
   checkpointed last), then the latest grant, then the highest id; taken one by one until the waiting run fits
-  (class limits, total, reserve, GPU limit, its owner's per-user limit, and `pack` of its bundles onto the nodes
+  (class limits, total, reserve, GPU limit, its owner's per-user limit, its team's quota and borrowing limit (a
+  victim is of another class, so it never frees a team's quota: a run its team holds back gets no victim), and
+  `pack` of its bundles onto the nodes
   with the victims' bundles freed); then every victim the others make unnecessary is dropped again (the least
   preferred first), so no victim can be spared: never more than needed. No set fits: no victim at all;
 - a victim already being preempted for a waiting run counts as gone, and that waiting run as granted, so a next
@@ -27,6 +29,7 @@ from datetime import datetime
 from runs.slots.grant import HeldSlot, Snapshot, WaitingSlot, blocking_reason, gpu_blocked, user_blocked
 from runs.slots.order import queue_order
 from runs.slots.policy import CLASSES, Policy
+from runs.slots.quota import BLOCKED, TeamLedger
 from runs.slots.resources import Res, pack, total
 
 
@@ -59,12 +62,15 @@ class _Pass:
     by_owner: dict[tuple[str, int], int]
     free: dict[str, Res]
     running: dict[int, HeldSlot] = field(default_factory=dict)
+    teams: TeamLedger | None = None  # held runs per team, in classes with team quotas
 
     def release(self, h: HeldSlot) -> None:
         self.running.pop(h.run_id, None)
         self.held[h.run_class] -= 1
         self.gpus[h.run_class] -= total(h.demand).gpu
         self.by_owner[(h.run_class, h.owner)] -= 1
+        if self.teams is not None:
+            self.teams.release(h.run_class, h.owner)
         for bundle, node in zip(h.demand, h.placement):
             if node in self.free:
                 self.free[node] = self.free[node] + bundle
@@ -77,6 +83,8 @@ class _Pass:
             return None
         if user_blocked(self.policy.fairness.of(run_class), self.by_owner, run_class, w.owner):
             return None
+        if self.teams is not None and self.teams.standing(run_class, w.owner) == BLOCKED:
+            return None
         placement = pack(w.demand, self.free, w.strategy)
         return tuple(placement) if placement is not None else None
 
@@ -84,11 +92,14 @@ class _Pass:
         self.held[run_class] += 1
         self.gpus[run_class] += total(w.demand).gpu
         self.by_owner[(run_class, w.owner)] = self.by_owner.get((run_class, w.owner), 0) + 1
+        if self.teams is not None:
+            self.teams.take(run_class, w.owner)
         for bundle, node in zip(w.demand, placement):
             self.free[node] = self.free[node] - bundle
 
     def fits_without(self, run_class: str, w: WaitingSlot, victims: Sequence[HeldSlot]) -> bool:
-        trial = _Pass(self.policy, dict(self.held), dict(self.gpus), dict(self.by_owner), dict(self.free))
+        teams = self.teams.copy() if self.teams is not None else None
+        trial = _Pass(self.policy, dict(self.held), dict(self.gpus), dict(self.by_owner), dict(self.free), teams=teams)
         for h in victims:
             trial.release(h)
         return trial.place(run_class, w) is not None
@@ -118,6 +129,7 @@ def choose(
         snapshot.held_by_owner(),
         snapshot.free,
         {h.run_id: h for h in snapshot.running},
+        TeamLedger(policy.quotas, policy.limits, snapshot.running, snapshot.groups),
     )
     served: set[int] = set()
     for h in snapshot.running:  # preemptions under way: their victims are gone, their waiting runs served

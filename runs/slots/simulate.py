@@ -1,5 +1,5 @@
 """The queue played forward in simulated time with the platform's own decision code: what fair share, user
-weights, aging and `max_wait_seconds` do to who gets slots, measured without waiting hours for real runs
+weights, aging, `max_wait_seconds` and team quotas do to who gets slots, measured without waiting hours for real runs
 (bench/fairness.py, tests/runs/test_fairness_shares.py).
 
 Every grant is `runs.slots.grant.plan` on a `Snapshot` as the loaders build it, and every owner's usage is
@@ -66,9 +66,10 @@ def simulate(
     tick_s: float = 2.0,
     until_s: float | None = None,
     resource_weights: Mapping[str, float] = RESOURCE_WEIGHTS_DEFAULT,
+    groups: Mapping[int, tuple[str, ...]] | None = None,
 ) -> list[Outcome]:
     """Each job's grant and finish (None: not granted, or not finished, by the end). The simulation ends when
-    every job has finished, or at `until_s`."""
+    every job has finished, or at `until_s`. `groups`: owner -> its groups, sorted (team quotas)."""
     outcomes = [Outcome(job, run_id=i + 1) for i, job in enumerate(jobs)]
     events: list[tuple[float, int, int]] = [(o.job.at, SUBMIT, o.run_id) for o in outcomes]
     heapq.heapify(events)
@@ -90,7 +91,7 @@ def simulate(
                 state.waiting[outcome.job.run_class].append(slot)
         if at >= next_tick:
             next_tick = at + tick_s
-        _grant_pass(policy, capacity, state, outcomes, at, events, resource_weights)
+        _grant_pass(policy, capacity, state, outcomes, at, events, resource_weights, groups or {})
         if not events and not state.running:
             break  # nothing left that could free a slot: what still waits never fits
     return outcomes
@@ -104,12 +105,14 @@ def _grant_pass(
     at: float,
     events: list[tuple[float, int, int]],
     resource_weights: Mapping[str, float],
+    groups: Mapping[int, tuple[str, ...]],
 ) -> None:
     now = _when(at)
     running = tuple(sorted(state.running.values(), key=lambda h: h.run_id))
     held = {k: sum(h.run_class == k for h in running) for k in CLASSES}
     usage = _usage(policy, capacity, outcomes, now, resource_weights)
-    snapshot = Snapshot(policy, held, {k: list(v) for k, v in state.waiting.items()}, dict(capacity), running, usage)
+    waiting = {k: list(v) for k, v in state.waiting.items()}
+    snapshot = Snapshot(policy, held, waiting, dict(capacity), running, usage, groups)
     for decision in plan(snapshot, now).decisions:
         outcome = outcomes[decision.run_id - 1]
         job = outcome.job

@@ -20,10 +20,12 @@ from django.db import connection, transaction
 from django.db.models import Count
 
 from runs.models import ClusterNode, ConcurrencySettings, Slot, SlotState
+from runs.slots.columns import capacity_of, held_slot, waiting_slot
 from runs.slots.fairness import owner_prefix
 from runs.slots.grant import Decision, HeldSlot, Snapshot, WaitingSlot, grant
 from runs.slots.policy import CLASSES, Policy, policy_effective
 from runs.slots.resources import Res
+from runs.slots.teams import with_groups
 from runs.slots.usage import with_usage
 
 # Key of the transaction-scoped advisory lock that serializes grants on PostgreSQL ("RLslots").
@@ -144,44 +146,6 @@ def slot_counts() -> dict[str, dict[str, int]]:
     }
 
 
-def demand_of(bundles: Any) -> tuple[Res, ...]:
-    """Stored bundle JSON (Slot.demand) -> resource vectors; a damaged entry counts as nothing."""
-    out = []
-    for bundle in bundles if isinstance(bundles, list) else []:
-        try:
-            out.append(Res.from_json(bundle if isinstance(bundle, dict) else {}))
-        except ValueError:
-            out.append(Res())
-    return tuple(out)
-
-
-def placement_of(placement: Any) -> tuple[str, ...]:
-    """Stored placement JSON (Slot.placement) -> the node id of each bundle; a damaged entry is no node."""
-    return tuple(p if isinstance(p, str) else "" for p in (placement if isinstance(placement, list) else []))
-
-
-def held_slot(run_id: int, run_class: str, at: Any, limit: int | None, demand: Any, placement: Any, owner) -> HeldSlot:
-    """A held slot from its stored columns (the ORM loader; pg_snapshot.py parses the same columns the same way)."""
-    return HeldSlot(run_id, run_class, at, limit, demand_of(demand), placement_of(placement), owner or 0)
-
-
-def waiting_slot(run_id: int, at: datetime, demand: Any, strategy: str, limit: int | None, owner: Any) -> WaitingSlot:
-    return WaitingSlot(run_id, at, demand_of(demand), strategy or "PACK", limit, owner or 0)
-
-
-def node_total_of(node_total: Any) -> Res:
-    """A node's stored total JSON (ClusterNode.total) -> its capacity (a damaged total counts as empty)."""
-    try:
-        return Res.from_json(node_total if isinstance(node_total, dict) else {})
-    except ValueError:
-        return Res()
-
-
-def capacity_of(rows: Any) -> dict[str, Res]:
-    """(node_id, total JSON) of alive nodes -> capacity per node."""
-    return {node_id: node_total_of(node_total) for node_id, node_total in rows}
-
-
 def capacity_load() -> dict[str, Res]:
     """Alive nodes' total resources as the tick last read them from Ray ({}: not known yet)."""
     return capacity_of(ClusterNode.objects.filter(alive=True).order_by("node_id").values_list("node_id", "total"))
@@ -199,7 +163,7 @@ def held_load() -> tuple[HeldSlot, ...]:
 
 def snapshot_load(policy: Policy) -> Snapshot:
     """Held slots (counts per class, bundles, placement, ends), alive capacity, and per class only as many FIFO
-    waiting runs as one grant pass could use (`Snapshot.head_window`)."""
+    waiting runs as one grant pass could use (`Snapshot.head_window`); the owners' usage and quota'd groups."""
     running = held_load()
     held = {k: 0 for k in CLASSES}
     for h in running:
@@ -210,7 +174,7 @@ def snapshot_load(policy: Policy) -> Snapshot:
     columns = ("run_class", "run_id", "requested_at", "demand", "strategy", "time_limit_seconds", "owner_id")
     fifo = Slot.objects.filter(state=SlotState.WAITING).order_by("requested_at", "run_id").values_list(*columns)
     windows = {k: w for k in CLASSES if (w := probe.head_window(k)) > 0}
-    per_owner = [k for k in windows if policy.fairness.of(k).per_owner]  # each owner's FIFO prefix
+    per_owner = [k for k in windows if policy.per_owner(k)]  # each owner's FIFO prefix
     heads = [fifo.filter(run_class=k)[:w] for k, w in windows.items() if k not in per_owner]
     if connection.features.supports_slicing_ordering_in_compound and len(heads) > 1:
         rows = list(heads[0].union(*heads[1:], all=True))  # one round trip: each part is an index seek
@@ -220,7 +184,9 @@ def snapshot_load(policy: Policy) -> Snapshot:
     rows.sort(key=lambda r: (r[2], r[1]))
     for run_class, run_id, *rest in rows:
         waiting.setdefault(run_class, []).append(waiting_slot(run_id, *rest))
-    return with_usage(Snapshot(policy=policy, held=held, waiting=waiting, capacity=capacity, running=running))
+    return with_groups(
+        with_usage(Snapshot(policy=policy, held=held, waiting=waiting, capacity=capacity, running=running))
+    )
 
 
 def slots_grant_locked(*, now: datetime) -> list[Decision]:

@@ -41,6 +41,7 @@ def test_settings_are_staff_only(user, staff):
     ).json()
     off = {"fair_share": False, "max_running_per_user": None, "aging_per_hour": 0, "aging_cap": 0}
     off |= {"max_wait_seconds": None, "preemptible": False, "preempts": False}
+    off |= {"team_quotas": {}, "team_borrowing_limit": None}
     assert patched == {
         "max_total": 8,
         "interactive_reserve": 2,

@@ -54,3 +54,11 @@ def test_the_simulation_keeps_the_class_limit_and_grants_every_run():
         assert held <= 3
     start, end = contention_window(outcomes, [1, 2, 3])
     assert sum(shares(outcomes, start=start, end=end).values()) == pytest.approx(1.0)
+
+
+def test_a_team_that_borrowed_every_slot_gives_them_back_as_its_runs_end():
+    """Two teams of quota 2 + 2 in a 4-slot class: red borrows all four while blue is idle; blue arrives at t=30
+    and gets the slots freed by red's first two ends (60 s and 70 s); without quotas it waits behind all of red."""
+    case = fairness.teams(quotas=True)
+    assert case["b_granted_s"][:2] == case["a_first_ends_s"][:2] == [60.0, 70.0], case
+    assert fairness.teams(quotas=False)["b_granted_s"][0] > 90.0

@@ -78,11 +78,9 @@ class FairModel(Model):
     def snapshot(self, *, window: bool = True) -> Snapshot:
         snap = super().snapshot(window=window)
         waiting = dict(snap.waiting)
-        fairness = snap.policy.fairness
-        for k, q in self.waiting.items():  # fair classes: each owner's FIFO prefix, as the loaders fetch
-            rules = fairness.of(k)
+        for k, q in self.waiting.items():  # classes ordered per owner: each owner's FIFO prefix, as the loaders fetch
             size = snap.head_window(k) if window else snap.head_budget(k)
-            if (rules.fair_share or rules.max_running_per_user) and size:
+            if snap.policy.per_owner(k) and size:
                 per: dict[int, int] = {}
                 waiting[k] = [w for w in q if (per := {**per, w.owner: per.get(w.owner, 0) + 1})[w.owner] <= size]
         return dataclasses.replace(snap, waiting=waiting, usage=dict(self.usage))

@@ -17,7 +17,8 @@ from __future__ import annotations
 import random
 from datetime import UTC, datetime, timedelta
 
-from runs.slots.grant import BACKFILL_WINDOW, HeldSlot, Snapshot, WaitingSlot, latest_end, plan, shadow_time
+from runs.slots.fit import shadow_time
+from runs.slots.grant import BACKFILL_WINDOW, HeldSlot, Snapshot, WaitingSlot, latest_end, plan
 from runs.slots.policy import CLASSES, policy_effective
 from runs.slots.resources import Res, total
 

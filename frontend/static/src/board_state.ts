@@ -8,7 +8,7 @@ import type { BoardRun, ClusterJson, DashboardRunMsg, DashboardSlotsMsg, Dashboa
 export interface BoardState { slots: SlotsJson | null; queued: BoardRun[]; running: BoardRun[]; cluster?: ClusterJson | null }
 
 /** Reasons that belong to one run (its own demand), kept when a queue change only says "higher priority". */
-const RUN_REASONS = new Set(["insufficient_resources", "gpu_limit_reached", "user_limit_reached"]);
+const RUN_REASONS = new Set(["insufficient_resources", "gpu_limit_reached", "user_limit_reached", "team_quota_reached"]);
 export type DashboardMsg = DashboardSnapshotMsg | DashboardRunMsg | DashboardSlotsMsg;
 
 /** Whether the waiting slot `key` comes before `run` in grant order (priority, then request time). */

@@ -3,7 +3,7 @@
  * reconnect asks ?after=<last seq seen> and gets exactly the missed events (docs/realtime.md). Events and the run
  * are the generated types of lib/messages.ts: each `case` of `ingest` reads its event type's data model. */
 import { api, embedded } from "./lib/api";
-import { CLASS_LABEL, esc, num, timeOfDay } from "./lib/format";
+import { CLASS_LABEL, detailText, esc, num, reasonText, timeOfDay } from "./lib/format";
 import { LiveSocket, wsUrl } from "./lib/live";
 import type { CheckpointData, EventsMsg, GateEngine, RunJson, RunSnapshotMsg, StoredEvent, TruncatedMsg, WorkerData } from "./lib/messages";
 import { ACTIVE, FINISHED, runView } from "./lib/model";
@@ -118,8 +118,11 @@ function renderHeader(): void {
   const pct = v.datasetSize ? Math.min(100, ((v.consumed ?? 0) / v.datasetSize) * 100) : 0;
   const stat = (label: string, value: string, testid = "") => `<div class="stat"><div class="l">${label}</div><div class="v num"${testid ? ` data-testid="${testid}"` : ""}>${value}</div></div>`;
   const queueInfo = run.status === "queued" && run.position ? stat("Queue position", esc(run.position.overall)) : "";
+  const detail = run.pending_detail ? ` · ${detailText(run.pending_detail)}` : "";
+  const waiting = run.status === "queued" && run.pending_reason ? `<div class="stat"><div class="l">Waiting</div><div class="v" data-testid="pending-reason">${esc(reasonText(run.pending_reason) + detail)}</div></div>` : "";
   document.getElementById("stats")!.innerHTML = [
     queueInfo,
+    waiting,
     run.preempt_state ? `<div class="stat" title="${esc(run.preempt_reason)}"><div class="l">Preemption</div><div class="v" data-testid="preempt">${esc(run.preempt_state)}${run.preempted_by !== null ? ` · for <a href="/runs/${esc(run.preempted_by)}/">#${esc(run.preempted_by)}</a>` : ""}</div></div>` : "",
     stat("Weights", v.version === null ? "—" : `v${esc(v.version)}`, "version"),
     `<div class="stat"><div class="l">Gate</div><div class="v">${v.gateState ? `<span class="badge gate-${esc(v.gateState)}" data-testid="gate">${esc(v.gateState)}</span>` : "—"}</div></div>`,

@@ -57,6 +57,7 @@ const REASONS: Record<string, string> = {
   gpu_limit_reached: "Its class holds as many GPUs as its GPU limit allows",
   insufficient_resources: "Not enough free CPU, GPU or memory on the cluster",
   user_limit_reached: "Its owner holds as many runs of its class as the per-user limit allows",
+  team_quota_reached: "Its team holds its quota of the class (and may borrow no more now)",
   waiting_for_resources: "Granted; waiting for Ray to place all of its processes",
   starting_processes: "Placed; its processes are starting",
 };
@@ -80,6 +81,11 @@ export function detailText(detail: Record<string, unknown> | null | undefined): 
   }
   if (typeof detail.gpu_limit === "number") return `holds ${detail.held_gpus} of ${detail.gpu_limit} GPUs`;
   if (typeof detail.max_running_per_user === "number") return `owner holds ${detail.held} of ${detail.max_running_per_user}`;
+  if (typeof detail.quota === "number") {
+    const team = typeof detail.team === "string" ? `team ${detail.team}` : "runs of owners in no team";
+    const borrow = typeof detail.borrowing_limit === "number" ? `, may borrow ${detail.borrowing_limit}` : "";
+    return `${team} holds ${detail.held} of its quota ${detail.quota}${borrow}`;
+  }
   return "";
 }
 
@@ -100,6 +106,7 @@ export interface PriorityFactors {
   max_wait: { seconds: number | null; overdue: boolean };
   fair_share: { enabled: boolean; usage: number; weight: number; rank: number | null; owners: number };
   user_limit: { max_running_per_user: number | null; held: number; reached: boolean };
+  team?: { enabled: boolean; team: string | null; quota: number | null; held: number; borrowing_limit: number | null; state: string | null };
 }
 
 export function priorityText(f: PriorityFactors | null): string {
@@ -109,6 +116,7 @@ export function priorityText(f: PriorityFactors | null): string {
     f.max_wait.seconds === null ? "No maximum wait" : `Max wait ${f.max_wait.seconds} s: ${f.max_wait.overdue ? "overdue, goes first" : "not reached"}`,
     f.fair_share.enabled ? `Fair share: owner usage ${f.fair_share.usage} (weight ${f.fair_share.weight}), rank ${f.fair_share.rank} of ${f.fair_share.owners} owners` : "Fair share off: first come, first served",
     f.user_limit.max_running_per_user === null ? "No per-user limit" : `Per-user limit: owner holds ${f.user_limit.held} of ${f.user_limit.max_running_per_user}`,
+    !f.team?.enabled ? "No team quotas" : `Team ${f.team.team ?? "(no team)"}: holds ${f.team.held} of its quota ${f.team.quota}${f.team.borrowing_limit === null ? "" : `, borrowing up to ${f.team.borrowing_limit}`} (${(f.team.state ?? "").replace(/_/g, " ")})`,
     `Order: ${f.order}`,
   ];
   return lines.join("\n");
