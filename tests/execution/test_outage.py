@@ -190,7 +190,12 @@ def test_runs_survive_a_ray_outage_and_then_succeed(own_platform, own_head, gate
     started = time.monotonic()
     user = django_user_model.objects.create_user(username="ops", password="pw", is_staff=True)
     api = Api(own_platform.web_url, token_issue(user))
-    logs = lambda: own_platform.log("worker")  # noqa: E731
+
+    def logs() -> str:
+        """What the tick's last read of Ray said (why it was unreachable), then the worker's log."""
+        status = ClusterStatus.objects.values("reachable", "message").first()
+        return f"cluster: {status}\n{own_platform.log('worker')}"
+
     wait_for(lambda: cluster_reachable() is True, timeout=120, what="the tick to read the cluster", on_timeout=logs)
 
     cut()
