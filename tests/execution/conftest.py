@@ -336,3 +336,16 @@ def consumed(events: list[dict[str, Any]]) -> dict[int, list[tuple[int, int]]]:
         if e["type"] == "train":
             out[e["data"]["step"]] = list(zip(e["data"]["group_ids"], e["data"]["epochs"]))
     return out
+
+
+def resumed_exactly(events: list[dict[str, Any]], checkpoint_step: int) -> tuple[int, int]:
+    """Asserts that a preempted run lost no trained step past its checkpoint and resumed right after it (its
+    `resumed` event from that step, its first train step after the `preempted` event the next one); returns (the
+    last step trained before the stop, the first after the resume)."""
+    preempted = next(e for e in events if e["type"] == "preempted")
+    trained_before = max(e["data"]["step"] for e in events if e["type"] == "train" and e["seq"] < preempted["seq"])
+    first_after = next(e["data"]["step"] for e in events if e["type"] == "train" and e["seq"] > preempted["seq"])
+    resumed = next(e["data"] for e in events if e["type"] == "resumed")
+    assert resumed["from_step"] == checkpoint_step and first_after == checkpoint_step + 1
+    assert trained_before == checkpoint_step  # no trained step past the last checkpoint was lost
+    return trained_before, first_after

@@ -32,7 +32,14 @@ from django.utils.dateparse import parse_datetime
 from runs.execution import capacity
 from runs.models import Preemption
 from tests.conftest import REPO_ROOT, VENV_BIN, RayCluster, free_port, head_command, port_clashed
-from tests.execution.conftest import TINY_TRAIN_CONFIG, consumed, ray_jobs_of_run, wait_for, wait_jobs_accepted
+from tests.execution.conftest import (
+    TINY_TRAIN_CONFIG,
+    consumed,
+    ray_jobs_of_run,
+    resumed_exactly,
+    wait_for,
+    wait_jobs_accepted,
+)
 from tests.processes import die_with_parent, stop_ray_head
 
 pytestmark = pytest.mark.slow
@@ -262,12 +269,7 @@ def test_one_gpu_victim_frees_its_node_and_resumes_exactly(platform, api, ray_jo
     )
     assert api.run(victim)["preempt_state"] == "resumed" and api.run(control)["preempt_state"] == ""
     events = api.get(f"/api/runs/{victim}/events/?after=0")
-    preempted = next(e for e in events if e["type"] == "preempted")
-    trained_before = max(e["data"]["step"] for e in events if e["type"] == "train" and e["seq"] < preempted["seq"])
-    first_after = next(e["data"]["step"] for e in events if e["type"] == "train" and e["seq"] > preempted["seq"])
-    resumed = next(e["data"] for e in events if e["type"] == "resumed")
-    assert resumed["from_step"] == row.checkpoint_step and first_after == row.checkpoint_step + 1
-    assert trained_before == row.checkpoint_step  # no trained step past the last checkpoint was lost
+    resumed_exactly(events, row.checkpoint_step)
     victim_groups = consumed(events)
     control_groups = consumed(api.get(f"/api/runs/{control}/events/?after=0"))
     both = range(1, min(max(victim_groups), max(control_groups)) + 1)

@@ -24,7 +24,7 @@ from django.utils.dateparse import parse_datetime
 from runs.audit.models import AuditEntry
 from runs.models import Preemption
 from runs.webhooks.models import Delivery
-from tests.execution.conftest import TINY_TRAIN_CONFIG, consumed, wait_for
+from tests.execution.conftest import TINY_TRAIN_CONFIG, consumed, resumed_exactly, wait_for
 from tests.webhooks.receiver import Receiver, payload, signature_valid
 
 pytestmark = pytest.mark.slow
@@ -129,12 +129,7 @@ def trial(
     done = api.wait_status(victim["id"], {"succeeded", "failed"}, timeout=600, on_timeout=log)
     assert done["status"] == "succeeded" and done["preempt_state"] == "resumed"
     events = api.get(f"/api/runs/{victim['id']}/events/?after=0")
-    preempted = next(e for e in events if e["type"] == "preempted")
-    trained_before = max(e["data"]["step"] for e in events if e["type"] == "train" and e["seq"] < preempted["seq"])
-    first_after = next(e["data"]["step"] for e in events if e["type"] == "train" and e["seq"] > preempted["seq"])
-    resumed = next(e["data"] for e in events if e["type"] == "resumed")
-    assert resumed["from_step"] == row.checkpoint_step and first_after == row.checkpoint_step + 1
-    assert trained_before == row.checkpoint_step  # no trained step past the last checkpoint was lost
+    trained_before, first_after = resumed_exactly(events, row.checkpoint_step)
     assert consumed(events) == control_groups
     # Checked last, so that a slow start on a loaded machine still shows whether the resume was exact.
     assert to_running <= GRACE + 30, f"the interactive run was running {to_running:.1f} s after its submit"
