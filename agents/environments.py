@@ -75,19 +75,63 @@ class Environment(ABC):
     async def run_episode(self, client: Any, session_id: str, task: Task, *, model: str = "policy") -> EpisodeResult:
         """Drive one episode through `client` (openai.AsyncOpenAI) on session `session_id`, then score it."""
 
+    # A one-request environment may run a whole group as ONE request with `n` choices on one session (each
+    # choice an episode): one client request, one server request and one engine request of n rows for the group,
+    # where `run_episode` makes n of each. Set `runs_groups` and implement `run_group`.
+    runs_groups: ClassVar[bool] = False
+
+    async def run_group(
+        self, client: Any, session_id: str, task: Task, n: int, *, model: str = "policy"
+    ) -> list[EpisodeResult]:
+        """`n` episodes of `task` as one request with `n` choices on session `session_id`, scored in choice order."""
+        raise NotImplementedError(f"environment {self.name!r} runs one session per episode (runs_groups is False)")
+
 
 async def chat(
-    client: Any, session_id: str, messages: list[dict[str, str]], *, model: str, max_tokens: int, greedy: bool = False
+    client: Any,
+    session_id: str,
+    messages: list[dict[str, str]],
+    *,
+    model: str,
+    max_tokens: int,
+    greedy: bool = False,
+    logit_bias: dict[str, int] | None = None,
 ) -> str:
-    """One turn: the policy's reply to `messages` on `session_id` (the session id travels in the body)."""
+    """One turn: the policy's reply to `messages` on `session_id` (the session id travels in the body);
+    `logit_bias` is OpenAI's (token id as a string -> bias), e.g. to keep a reply to the characters that can
+    score."""
+    extra = {"logit_bias": logit_bias} if logit_bias else {}
     reply = await client.chat.completions.create(
         model=model,
         messages=messages,
         max_tokens=max_tokens,
         temperature=0.0 if greedy else 1.0,
         extra_body={"session_id": session_id},
+        **extra,
     )
     return reply.choices[0].message.content or ""
+
+
+async def chat_choices(
+    client: Any,
+    session_id: str,
+    messages: list[dict[str, str]],
+    *,
+    model: str,
+    max_tokens: int,
+    n: int,
+    logit_bias: dict[str, int] | None = None,
+) -> list[str]:
+    """One request for `n` sampled replies to `messages` (OpenAI's `n`), in choice order; the session takes no
+    further request (each choice is its own episode)."""
+    extra = {"logit_bias": logit_bias} if logit_bias else {}
+    reply = await client.chat.completions.create(
+        model=model, messages=messages, max_tokens=max_tokens, n=n, extra_body={"session_id": session_id}, **extra
+    )
+    by_index = {c.index: c.message.content or "" for c in reply.choices}
+    if sorted(by_index) != list(range(n)):
+        raise ValueError(f"asked {n} choices, got indices {sorted(by_index)}")
+    return [by_index[k] for k in range(n)]
 
 
 class UnknownEnvironment(ValueError):

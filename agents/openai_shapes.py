@@ -26,11 +26,37 @@ def models(run: str, version: int) -> dict[str, Any]:
     }
 
 
-def answer(chat: bool, run: str, session_id: str, s: Segment, text: str, logprobs: bool) -> dict[str, Any]:
-    version = s.versions[0] if s.versions else 0
+def answer(
+    chat: bool, run: str, session_id: str, segments: list[Segment], texts: list[str], logprobs: bool
+) -> dict[str, Any]:
+    """One body for a request's choices (one segment and text each); `rl` is the first choice's, and with n > 1
+    each choice carries its own `rl` {token_ids, versions}."""
+    first = segments[0]
+    version = first.versions[0] if first.versions else 0
+    choices = [_choice(chat, s, text, logprobs, len(segments) > 1) for s, text in zip(segments, texts)]
+    prompt, completion = len(first.prompt_ids), sum(len(s.completion_ids) for s in segments)
+    return {
+        "id": ("chatcmpl-" if chat else "cmpl-") + first.request_id,
+        "object": "chat.completion" if chat else "text_completion",
+        "created": int(time.time()),
+        "model": model_id(run, version),
+        "choices": choices,
+        "usage": {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion},
+        "session_id": session_id,
+        "rl": {
+            "request_id": first.request_id,
+            "engine": first.engine,
+            "version": version,
+            "versions": first.versions,
+            "token_ids": first.completion_ids,
+        },
+    }
+
+
+def _choice(chat: bool, s: Segment, text: str, logprobs: bool, own_rl: bool) -> dict[str, Any]:
     finish = "length" if s.finish_reason == "length" else "stop"
     pieces = [decode([t]) for t in s.completion_ids]
-    choice: dict[str, Any] = {"index": 0, "finish_reason": finish, "logprobs": None}
+    choice: dict[str, Any] = {"index": s.choice, "finish_reason": finish, "logprobs": None}
     if chat:
         choice["message"] = {"role": "assistant", "content": text}
         if logprobs:
@@ -44,23 +70,9 @@ def answer(chat: bool, run: str, session_id: str, s: Segment, text: str, logprob
         choice["text"] = text
         if logprobs:
             choice["logprobs"] = {"tokens": pieces, "token_logprobs": s.logprobs, "top_logprobs": None}
-    prompt, completion = len(s.prompt_ids), len(s.completion_ids)
-    return {
-        "id": ("chatcmpl-" if chat else "cmpl-") + s.request_id,
-        "object": "chat.completion" if chat else "text_completion",
-        "created": int(time.time()),
-        "model": model_id(run, version),
-        "choices": [choice],
-        "usage": {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion},
-        "session_id": session_id,
-        "rl": {
-            "request_id": s.request_id,
-            "engine": s.engine,
-            "version": version,
-            "versions": s.versions,
-            "token_ids": s.completion_ids,
-        },
-    }
+    if own_rl:
+        choice["rl"] = {"token_ids": s.completion_ids, "versions": s.versions}
+    return choice
 
 
 async def open_stream(request: web.Request) -> web.StreamResponse:

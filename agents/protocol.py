@@ -27,10 +27,20 @@ class Limits:
     max_content_chars: int = 16_384
     max_sessions: int = 1024  # live sessions the affinity router binds; more: 503 with Retry-After
     max_records: int = 4096  # session records kept (live, gone, not yet ended); more: 503
+    max_logit_bias: int = 300  # entries of one request's logit_bias (OpenAI's own cap)
+    max_choices: int = 64  # n: choices of one request (a GRPO group's episodes)
     retry_after_s: int = 1
 
     def __post_init__(self) -> None:
-        for name in ("max_body_bytes", "max_messages", "max_content_chars", "max_sessions", "max_records"):
+        for name in (
+            "max_body_bytes",
+            "max_messages",
+            "max_content_chars",
+            "max_sessions",
+            "max_records",
+            "max_logit_bias",
+            "max_choices",
+        ):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1")
 
@@ -74,6 +84,8 @@ class _Generation(_Body):
     seed: StrictInt | None = Field(default=None, ge=0, le=2**63 - 1)
     stop: StrictStr | list[StrictStr] | None = None
     logprobs: StrictBool | None = None
+    # OpenAI's: token id (a decimal string) -> a number in [-100, 100] added to its logit before sampling.
+    logit_bias: dict[StrictStr, StrictFloat] | None = None  # strict: ints are numbers, bools and strings are not
 
 
 class ChatRequest(_Generation):
@@ -102,6 +114,9 @@ def parse_body(model: type[_Generation], data: Any, limits: Limits) -> Any:
     messages = data.get("messages")
     if isinstance(messages, list) and len(messages) > limits.max_messages:
         raise bad_request("messages", f"at most {limits.max_messages} messages, got {len(messages)}")
+    bias = data.get("logit_bias")
+    if isinstance(bias, dict) and len(bias) > limits.max_logit_bias:
+        raise bad_request("logit_bias", f"at most {limits.max_logit_bias} entries, got {len(bias)}")
     try:
         req = model.model_validate(data)
     except ValidationError as exc:
@@ -110,8 +125,10 @@ def parse_body(model: type[_Generation], data: Any, limits: Limits) -> Any:
         raise bad_request(param, f"{param}: {first['msg']}") from None
     except RecursionError:
         raise bad_request(None, "request body is nested too deeply") from None
-    if req.n != 1:
-        raise bad_request("n", f"n must be 1 (one choice per request), got {req.n}")
+    if not 1 <= req.n <= limits.max_choices:
+        raise bad_request("n", f"n must be between 1 and {limits.max_choices}, got {req.n}")
+    if req.n > 1 and req.stream:
+        raise bad_request("n", "stream needs n = 1 (choices are not streamed)")
     if req.temperature is not None and req.temperature not in (0, 1):
         raise bad_request("temperature", "temperature must be 0 (greedy) or 1 (the run's sampling temperature)")
     if req.stop is not None and req.stop not in ("<|end|>", ["<|end|>"], []):
@@ -122,6 +139,20 @@ def parse_body(model: type[_Generation], data: Any, limits: Limits) -> Any:
     if isinstance(req, CompletionRequest) and len(req.prompt) > limits.max_content_chars * limits.max_messages:
         raise bad_request("prompt", f"at most {limits.max_content_chars * limits.max_messages} characters")
     return req
+
+
+def logit_bias(req: _Generation, vocab_size: int) -> tuple[tuple[int, float], ...]:
+    """The request's logit_bias as sorted (token id, bias) pairs; 400 naming `logit_bias.<key>` for a key that is
+    not a token id of the vocabulary or a bias outside [-100, 100]."""
+    pairs: dict[int, float] = {}
+    for key, value in (req.logit_bias or {}).items():
+        param = f"logit_bias.{key[:20]}"
+        if not (key.isascii() and key.isdigit() and len(key) <= 9 and int(key) < vocab_size):
+            raise bad_request(param, f"keys must be token ids in [0, {vocab_size}) written as decimal strings")
+        if not -100 <= value <= 100:  # also refuses NaN (json.loads reads it); infinities are outside the range
+            raise bad_request(param, f"bias must be a number in [-100, 100], got {value!r}")
+        pairs[int(key)] = float(value)
+    return tuple(sorted(pairs.items()))
 
 
 def requested_tokens(req: _Generation, block_size: int) -> int | None:

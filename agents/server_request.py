@@ -3,8 +3,9 @@ body and validation: the session's state (410 gone, 409 busy; a request without 
 session), the ids to feed and the context check (400: before any routing or lease), the affinity route
 (rollout.SessionAffinityRouter: 410 tombstoned, 503 full), the engine call with its error mapping (410 gone or
 dead engine, 503 gate sealed past its admission timeout or poisoned, 400 refused before generation, 502), and the
-record (agents.trajectory). The engine call is never cancelled: a client that goes away leaves it to settle, and
-its segment is recorded with finish_reason "disconnected". Formats: agents/openai_shapes.py.
+record (agents.trajectory). A request with `n` > 1 (a session's first and only one) is one engine request of n
+rows, and records one segment per choice. The engine call is never cancelled: a client that goes away leaves it
+to settle, and its segment is recorded with finish_reason "disconnected". Formats: agents/openai_shapes.py.
 """
 
 from __future__ import annotations
@@ -20,9 +21,9 @@ from typing import Any
 from aiohttp import web
 
 from agents import openai_shapes as shapes
-from agents.chat import STOP
-from agents.protocol import ApiError, ChatRequest, Limits, requested_tokens, session_of
-from agents.sessions import SessionState, chat_feed, completion_feed, max_new_tokens, record_answer
+from agents.chat import STOP, VOCAB_SIZE
+from agents.protocol import ApiError, ChatRequest, Limits, bad_request, logit_bias, requested_tokens, session_of
+from agents.sessions import SessionState, chat_feed, completion_feed, max_new_tokens, record_answer, record_choices
 from agents.trajectory import Segment, Trajectory
 from rollout.coalesce import CallCoalescer
 from rollout.errors import (
@@ -68,6 +69,8 @@ class RequestHandling:
             state = self.sessions.get(sid) or self._new_state(sid, "external")
         if state.record.state == "gone":
             raise _gone(state.record.session_id, state.record.gone_reason)
+        if state.record.choices > 1:
+            raise bad_request("session_id", f"session {sid!r} was answered with n choices: it takes no more requests")
         if state.busy:
             raise ApiError(409, f"session {sid!r} already has a request in flight", type="conflict", param="session_id")
         state.use(api)  # type: ignore[arg-type]
@@ -92,13 +95,19 @@ class RequestHandling:
         else:
             feed, history = completion_feed(state, req.prompt), None
         sid, prompt = state.record.session_id, "" if chat else req.prompt
+        if req.n > 1 and state.length:
+            raise bad_request("n", f"n > 1 only on a session's first request; session {sid!r} has one already")
         requested = requested_tokens(req, self.block_size)
         n = max_new_tokens(state, feed, requested, self.block_size, "messages" if chat else "prompt")
+        bias = logit_bias(req, VOCAB_SIZE)
         engine = self._route(sid)
         stream = await shapes.open_stream(request) if req.stream else None  # headers go out before generation
         self.counts["requests"] += 1
+        stop = [STOP] if chat or req.stop else []
         try:
-            result = await self._generate(state, engine, feed, n, req, [STOP] if chat or req.stop else None)
+            # n choices: n rows of one engine request (the prompt computed once); the engine stops only one-row
+            # requests, so each choice is cut after its first stop token here
+            result = await self._generate(state, engine, [feed] * req.n, n, req, stop if req.n == 1 else [], bias)
         except ApiError as exc:
             if stream is None:
                 raise
@@ -107,29 +116,22 @@ class RequestHandling:
                 self._forget(sid)
             await shapes.stream_error(stream, exc.body())
             return stream
-        finish = result["finish_reasons"][0]
-        if request.transport is None or request.transport.is_closing():
-            finish = "disconnected"
-        segment = Segment(
-            request_id=result["request_id"],
-            prompt_ids=feed,
-            completion_ids=result["tokens"][0],
-            logprobs=result["logprobs"][0],
-            versions=[result["version"]] * len(result["tokens"][0]),
-            finish_reason=finish,
-            engine=engine,
-        )
-        text = record_answer(state, segment, history, prompt)
-        self.counts["tokens"] += len(segment.completion_ids)
+        gone = request.transport is None or request.transport.is_closing()
+        segments = [_segment(result, k, feed, stop, engine, bias, gone) for k in range(req.n)]
+        if req.n == 1:
+            texts = [record_answer(state, segments[0], history, prompt)]
+        else:
+            texts = record_choices(state, segments)
+        self.counts["tokens"] += sum(len(s.completion_ids) for s in segments)
         if state.one_off:
             self._forget(sid)
-        body = shapes.answer(history is not None, self.run, sid, segment, text, bool(req.logprobs))
+        body = shapes.answer(history is not None, self.run, sid, segments, texts, bool(req.logprobs))
         if stream is None:
             return web.json_response(body)
         try:
             await shapes.finish_stream(stream, body)
         except (ConnectionError, RuntimeError):
-            segment.finish_reason = "disconnected"
+            segments[0].finish_reason = "disconnected"
         return stream
 
     def _route(self, sid: str) -> str:
@@ -143,7 +145,14 @@ class RequestHandling:
         return engine
 
     async def _generate(
-        self, state: SessionState, engine: str, feed: list[int], n: int, req: Any, stop: list[int] | None
+        self,
+        state: SessionState,
+        engine: str,
+        rows: list[list[int]],
+        n: int,
+        req: Any,
+        stop: list[int],
+        bias: tuple[tuple[int, float], ...] = (),
     ) -> dict[str, Any]:
         """The engine call, shielded: if this handler is cancelled the call still settles (a cancelled lease
         would be an unknown outcome and poison the gate); errors map to 410/503/400."""
@@ -151,7 +160,7 @@ class RequestHandling:
         seed = req.seed if req.seed is not None else next(self._ids) + int(time.time() * 1000) % 2**31
         rid = f"{sid}/{len(state.record.segments)}-{next(self._ids)}"
         turn = TurnCall(
-            sid, [feed], n, seed, rid, req.temperature == 0, state.length > 0, state.one_off, tuple(stop or ())
+            sid, rows, n, seed, rid, req.temperature == 0, state.length > 0, state.one_off, tuple(stop), bias
         )
         task = asyncio.ensure_future(self._turns[engine].submit(turn))  # one engine call per tick (coalesce.py)
         self._background.add(task)
@@ -191,6 +200,33 @@ class RequestHandling:
     def _forget(self, sid: str) -> None:
         self.sessions.pop(sid, None)
         self.router.release(sid)
+
+
+def _segment(
+    result: dict[str, Any],
+    k: int,
+    feed: list[int],
+    stop: list[int],
+    engine: str,
+    bias: tuple[tuple[int, float], ...],
+    disconnected: bool,
+) -> Segment:
+    """Choice k of an engine answer as a segment; a choice of several is cut after its first stop token."""
+    tokens, logprobs, finish = result["tokens"][k], result["logprobs"][k], result["finish_reasons"][k]
+    cut = next((i for i, t in enumerate(tokens) if t in stop), None) if len(result["tokens"]) > 1 else None
+    if cut is not None:
+        tokens, logprobs, finish = tokens[: cut + 1], logprobs[: cut + 1], "stop"
+    return Segment(
+        request_id=result["request_id"],
+        prompt_ids=feed,
+        completion_ids=tokens,
+        logprobs=logprobs,
+        versions=[result["version"]] * len(tokens),
+        finish_reason="disconnected" if disconnected else finish,
+        engine=engine,
+        logit_bias=list(bias),
+        choice=k,
+    )
 
 
 def _gone(sid: str, reason: str) -> ApiError:

@@ -86,6 +86,16 @@ def max_new_tokens(state: SessionState, feed: list[int], requested: int | None, 
     return requested or room
 
 
+def record_choices(state: SessionState, segments: list[Segment]) -> list[str]:
+    """Record a request's n choices (the session's first and only request); returns each choice's text."""
+    state.record.segments.extend(segments)
+    texts = []
+    for s in segments:
+        ids = s.completion_ids
+        texts.append(decode(ids[:-1] if ids and ids[-1] == STOP and s.finish_reason != "length" else ids))
+    return texts
+
+
 def record_answer(state: SessionState, segment: Segment, history: list[tuple[str, str]] | None, prompt: str) -> str:
     """Record the segment and what the client saw; returns the answer's text (without its stop token)."""
     state.record.segments.append(segment)

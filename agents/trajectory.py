@@ -25,6 +25,12 @@ class Segment(BaseModel):
     versions: list[int]  # per completion token: the gate version of the request's lease
     finish_reason: FinishReason
     engine: str
+    # the request's logit_bias, (token id, bias) pairs: its tokens were sampled from softmax(logits / T + bias),
+    # and training computes their log-probs under the same bias
+    logit_bias: list[tuple[int, float]] = Field(default_factory=list)
+    # which of the request's `n` choices this is: a request with n > 1 (a session's only request) records one
+    # segment per choice, all with the same request id and prompt; each choice is an episode of its own
+    choice: int = 0
 
 
 class Trajectory(BaseModel):
@@ -39,16 +45,23 @@ class Trajectory(BaseModel):
 
     @property
     def length(self) -> int:
-        return sum(len(s.prompt_ids) + len(s.completion_ids) for s in self.segments)
+        return sum(len(s.prompt_ids) + len(s.completion_ids) for s in self.segments if s.choice == 0)
+
+    @property
+    def choices(self) -> int:
+        return 1 + max((s.choice for s in self.segments), default=0)
 
     def training_arrays(self) -> tuple[list[int], list[int], list[float], list[int]]:
-        """(tokens, loss_mask, logprobs, versions), one entry per token of the session; fed tokens have mask 0,
-        logprob 0.0 and version -1; generated tokens mask 1 with their recorded log-prob and version."""
+        """(tokens, loss_mask, logprobs, versions), one entry per token of the session (of its first choice); fed
+        tokens have mask 0, logprob 0.0 and version -1; generated tokens mask 1 with their recorded log-prob and
+        version."""
         tokens: list[int] = []
         mask: list[int] = []
         logprobs: list[float] = []
         versions: list[int] = []
         for s in self.segments:
+            if s.choice:
+                continue
             tokens += s.prompt_ids + s.completion_ids
             mask += [0] * len(s.prompt_ids) + [1] * len(s.completion_ids)
             logprobs += [0.0] * len(s.prompt_ids) + s.logprobs

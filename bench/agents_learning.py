@@ -18,9 +18,10 @@ seed, batch, evaluation (greedy, `eval_every` 5, the same 240 training and 60 he
 budget. They differ only in how an episode reaches the policy:
 - in process (`inproc_s`): `TrainConfig()`, the trainer's digit task: a worker sends one engine request per group
   (G rows in lock step) over Ray, 12-token vocabulary, context 16;
-- HTTP (`http_s`): `environment="digits"`: a worker opens G sessions on the run's session server and the
-  environment drives each with the official openai client (one request per episode), the chat vocabulary (101
-  ids), context 16 (the in-process block size; the episode needs 11 positions).
+- HTTP (`http_s`): `environment="digits"`: a worker opens one session per group on the run's session server and
+  the environment asks for the group's G episodes with the official openai client as one request with `n` = G
+  choices, the reply kept to the digits with `logit_bias`; the chat vocabulary (101 ids), context 16 (the
+  in-process block size; the episode needs 11 positions).
 Rounds alternate the order (round 1: in process then HTTP; round 2 reversed, ...). Per side, seconds to greedy
 exact-match 0.5 on the training problems (the train event's `elapsed_s` at the first evaluation that reaches it)
 as the median over rounds; `ratio` is the median of per-round ratios (HTTP over in-process from the same round,

@@ -65,3 +65,4 @@ class TurnCall:
     continues: bool = False  # a later turn: the engine must still hold the session's cache
     last: bool = False  # the episode's final turn: the engine ends the session with its answer
     stop: tuple[int, ...] = ()  # ids that finish a one-row request when sampled
+    logit_bias: tuple[tuple[int, float], ...] = ()  # (id, bias) added to the logits / temperature before sampling

@@ -1,6 +1,8 @@
 """Episodes of an agent environment over HTTP (docs/agents.md): a rollout worker opens G internal sessions on
 the run's session server, the environment drives them at once with a real `openai.AsyncOpenAI` client, and the
 group is built from the server's token-exact records (trainer/trajectories.py), never from the replies' text.
+An environment that `runs_groups` (one turn per episode) runs the group as one session and one request with
+`n` = G choices instead, each choice an episode (`split_choices`).
 
 A session the server answers 410 for (its engine died or evicted it) or 503 for (the gate stayed sealed past
 its admission bound, or is poisoned; the router is full) aborts the group like the in-process path does: its
@@ -22,7 +24,7 @@ from rollout.invoke import call
 from trainer.config import TrainConfig
 from trainer.episodes import Group, GroupTicket
 from trainer.problems import policy_shape
-from trainer.trajectories import TrajectoryRecord, group_from_trajectories
+from trainer.trajectories import TrajectoryRecord, group_from_trajectories, split_choices
 
 REQUEST_TIMEOUT_S = 300.0  # one request may wait at a sealed gate for a whole publication
 
@@ -74,18 +76,28 @@ class AgentEpisodes:
         self.counts: Counter[str] = Counter()  # tool_calls, valid_tool_calls, tool_errors, episodes
 
     async def run_group(self, ticket: GroupTicket, session_id: str) -> Group:
-        """G episodes of the ticket's task, one internal session each; aborts raise EpisodeAbortedError or
-        SessionGoneError (the worker re-queues the ticket)."""
+        """G episodes of the ticket's task: one internal session each, or, for an environment that runs groups,
+        one session whose one request asks G choices; aborts raise EpisodeAbortedError or SessionGoneError (the
+        worker re-queues the ticket)."""
         task = self.tasks[ticket.prompt_index]
-        sids = [f"{session_id}:s{k}" for k in range(self.cfg.group_size)]
+        G = self.cfg.group_size
+        one = self.env.runs_groups
+        sids = [f"{session_id}:g"] if one else [f"{session_id}:s{k}" for k in range(G)]
         await call(self.serving.server, "open_sessions", sids)  # one actor call per group, each way
         try:
-            results = await asyncio.gather(
-                *(self.env.run_episode(self.client, sid, task) for sid in sids), return_exceptions=True
-            )
+            if one:
+                outcome: list[Any] = list(
+                    await asyncio.gather(self.env.run_group(self.client, sids[0], task, G), return_exceptions=True)
+                )
+            else:
+                outcome = list(
+                    await asyncio.gather(
+                        *(self.env.run_episode(self.client, sid, task) for sid in sids), return_exceptions=True
+                    )
+                )
         finally:
             records = await call(self.serving.server, "end_sessions", sids)
-        for sid, result in zip(sids, results):
+        for sid, result in zip(sids, outcome):
             if isinstance(result, BaseException):
                 kind = _abort_kind(result)
                 if kind == "engine_lost":
@@ -93,9 +105,13 @@ class AgentEpisodes:
                 if kind is not None:
                     raise EpisodeAbortedError(sid, kind, f"session server answered 503: {result}") from result
                 raise result
-        episodes: list[EpisodeResult] = [r for r in results if isinstance(r, EpisodeResult)]
+        episodes: list[EpisodeResult] = outcome[0] if one else outcome
         self._count(episodes)
-        plain = [TrajectoryRecord.from_plain(_plain(r), f"records[{k}]") for k, r in enumerate(records)]
+        plain = [
+            split
+            for k, r in enumerate(records)
+            for split in split_choices(TrajectoryRecord.from_plain(_plain(r), f"records[{k}]"), f"records[{k}]")
+        ]
         return group_from_trajectories(
             ticket,
             plain,

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import torch
 
-from trainer.episodes import Group
+from trainer.episodes import Group, Row
 from trainer.policy import TinyTransformer, sequence_logprobs
 
 
@@ -22,6 +22,21 @@ class TrainBatch:
     rewards: torch.Tensor  # (B,)
     exact: torch.Tensor  # (B,)
     versions: torch.Tensor  # (B, L-1) weight version that produced each next token, -1 elsewhere
+    # A request's logit_bias (agents over HTTP) changed the distribution its tokens were sampled from: position t is
+    # scored under softmax(logits / T + bias_table[bias_index[t]]). Row 0 of the table is no bias. None: none at all.
+    bias_index: torch.Tensor | None = None  # (B, L-1) long
+    bias_table: torch.Tensor | None = None  # (K + 1, V)
+
+    def select(self, idx: torch.Tensor) -> TrainBatch:
+        """The batch of rows `idx` (a minibatch); the bias table is shared."""
+        rows = {k: v[idx.to(v.device)] for k, v in self.__dict__.items() if k != "bias_table" and v is not None}
+        return TrainBatch(**rows, bias_table=self.bias_table)
+
+    def bias(self) -> torch.Tensor | None:
+        """(B, L-1, V) the bias of every position, or None when no row has one."""
+        if self.bias_index is None or self.bias_table is None:
+            return None
+        return self.bias_table[self.bias_index]
 
 
 def group_advantages(rewards: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
@@ -42,9 +57,9 @@ def batch_advantages(groups: list[Group]) -> torch.Tensor:
     return torch.cat([group_advantages(torch.tensor([g.rewards], dtype=torch.float32)).flatten() for g in groups])
 
 
-def batch_from_groups(groups: list[Group], device: torch.device | str = "cpu") -> TrainBatch:
+def batch_from_groups(groups: list[Group], device: torch.device | str = "cpu", vocab_size: int = 0) -> TrainBatch:
     """Every row of every group, in order, padded with `PAD_ID` to the batch's longest row (mask 0, behaviour
-    log-prob 0.0 and version -1 on the padding)."""
+    log-prob 0.0 and version -1 on the padding). Turns sampled under a logit_bias need `vocab_size`."""
     rows = [row for g in groups for row in g.rows]
     L = max(len(row.tokens) for row in rows)
     tokens = torch.full((len(rows), L), PAD_ID, dtype=torch.long)
@@ -58,6 +73,7 @@ def batch_from_groups(groups: list[Group], device: torch.device | str = "cpu") -
         mask[i, : n - 1] = torch.tensor(row.mask[1:]).float()
         behaviour[i, : n - 1] = torch.tensor(row.logprobs[1:])
         versions[i, : n - 1] = torch.tensor(row.versions[1:])
+    bias_index, bias_table = _biases(rows, L, vocab_size)
     return TrainBatch(
         tokens=tokens.to(device),
         mask=mask.to(device),
@@ -66,7 +82,32 @@ def batch_from_groups(groups: list[Group], device: torch.device | str = "cpu") -
         rewards=torch.tensor([r for g in groups for r in g.rewards], dtype=torch.float32),
         exact=torch.tensor([e for g in groups for e in g.exact], dtype=torch.float32),
         versions=versions,
+        bias_index=None if bias_index is None else bias_index.to(device),
+        bias_table=None if bias_table is None else bias_table.to(device),
     )
+
+
+def _biases(rows: list[Row], length: int, vocab_size: int) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    """(bias_index (B, L-1), bias_table (K + 1, V)) for the rows' biased turns, (None, None) when none is."""
+    table: dict[tuple[tuple[int, float], ...], int] = {}
+    index: torch.Tensor | None = None
+    for i, row in enumerate(rows):
+        for turn in row.turns:
+            if not turn.logit_bias:
+                continue
+            if index is None:
+                if vocab_size < 1:
+                    raise ValueError("a turn was sampled under a logit_bias: batch_from_groups needs vocab_size")
+                index = torch.zeros(len(rows), length - 1, dtype=torch.long)
+            k = table.setdefault(turn.logit_bias, len(table) + 1)
+            index[i, turn.start - 1 : turn.end - 1] = k  # position t predicts token t + 1
+    if index is None:
+        return None, None
+    bias_table = torch.zeros(len(table) + 1, vocab_size)
+    for pairs, k in table.items():
+        for token, value in pairs:
+            bias_table[k, token] = value
+    return index, bias_table
 
 
 def ppo_loss(
@@ -74,7 +115,7 @@ def ppo_loss(
 ) -> tuple[torch.Tensor, dict[str, float], torch.Tensor]:
     """Token-mean PPO clipped surrogate, minus an entropy bonus, plus an optional k3 KL to the behaviour policy.
     Also returns the learner's log-prob of each next token (B, L-1), detached (`logprob_parity` reads it)."""
-    logp, entropy = sequence_logprobs(model, b.tokens, temperature)  # (B, L-1) each
+    logp, entropy = sequence_logprobs(model, b.tokens, temperature, b.bias())  # (B, L-1) each
     n = b.mask.sum().clamp(min=1)
     log_ratio = (logp - b.behaviour_logp) * b.mask
     ratio = log_ratio.exp()

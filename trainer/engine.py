@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures as cf
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from rollout.errors import DrainTimeoutError, RejectedBeforeGeneration, SessionGoneError
@@ -102,6 +103,7 @@ class Engine(BatchRunner):
         continues: bool = False,
         last: bool = False,
         stop: list[int] | None = None,
+        logit_bias: list[tuple[int, float]] | None = None,
     ) -> dict[str, Any]:
         """Feed this turn's new tokens after the session's cache and sample up to `n` tokens per row.
 
@@ -110,9 +112,12 @@ class Engine(BatchRunner):
         it is answered the session ends here (its rows are freed), so the caller sends no `end_session`. `stop`: token
         ids that finish a one-row request when sampled (the stop token is its last token and stays pending, like
         any last token); a multi-row request with `stop` is refused (RejectedBeforeGeneration). The answer's
-        `finish_reasons` says per row "stop" or "length"."""
+        `finish_reasons` says per row "stop" or "length". `logit_bias`: (token id, bias) pairs added to every row's
+        logits / temperature before sampling; the answer's log-probs are under that biased distribution."""
         async with self.gate.lease(session_id, request_id=request_id, timeout=self.cfg.publish_deadline_s * 4) as lease:
-            request = self._request(lease, session_id, new_tokens, n, seed, greedy, continues, frozenset(stop or ()))
+            request = self._request(
+                lease, session_id, new_tokens, n, seed, greedy, continues, frozenset(stop or ()), logit_bias or ()
+            )
             request.last = last
             self._sessions_in_flight.add(session_id)
             self.batcher.submit(request)
@@ -135,7 +140,16 @@ class Engine(BatchRunner):
         tasks = [
             asyncio.ensure_future(
                 self.generate(
-                    c.session_id, c.new_tokens, c.n, c.seed, c.request_id, c.greedy, c.continues, c.last, list(c.stop)
+                    c.session_id,
+                    c.new_tokens,
+                    c.n,
+                    c.seed,
+                    c.request_id,
+                    c.greedy,
+                    c.continues,
+                    c.last,
+                    list(c.stop),
+                    list(c.logit_bias),
                 )
             )
             for c in calls
@@ -167,6 +181,7 @@ class Engine(BatchRunner):
         greedy: bool,
         continues: bool,
         stop: frozenset[int],
+        logit_bias: Sequence[tuple[int, float]] = (),
     ) -> GenRequest:
         try:
             if session_id in self._sessions_in_flight:
@@ -182,7 +197,8 @@ class Engine(BatchRunner):
         pending = sess.pending if sess is not None and sess.pending is not None else None
         feed = [([pending[i]] if pending else []) + list(row) for i, row in enumerate(rows)]
         cached = sess.length if sess is not None else 0
-        reason = self.ops.invalid_request(feed, n, cached, self.model.block_size, self.model.tok.num_embeddings, stop)
+        vocab = self.model.tok.num_embeddings
+        reason = self.ops.invalid_request(feed, n, cached, self.model.block_size, vocab, stop, logit_bias)
         if reason:
             self.rejections += 1
             raise RejectedBeforeGeneration(f"request {lease.request_id!r}: {reason}")
@@ -190,6 +206,7 @@ class Engine(BatchRunner):
         request: GenRequest = self.ops.GenRequest(
             session_id, lease.request_id, lease.version, feed, n, greedy, generator, stop=stop
         )
+        request.bias = self.ops.bias_vector(logit_bias, vocab)
         request.future = asyncio.get_running_loop().create_future()
         if sess is not None:
             sess.busy = True

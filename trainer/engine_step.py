@@ -13,6 +13,7 @@ each of 3 seeds: docs/trainer.md, "Held-out bisect".)
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -47,6 +48,7 @@ class GenRequest:
     last: bool = False  # the episode's final turn: the session ends when it is answered
     stop: frozenset[int] = frozenset()  # token ids that end the (one-row) request when sampled, kept in its tokens
     stopped: bool = False  # it sampled a stop token
+    bias: torch.Tensor | None = None  # (V,) added to every row's logits / temperature (the request's logit_bias)
 
     @property
     def done(self) -> bool:
@@ -143,9 +145,12 @@ def _advance(
     logits = pooled_step(model, pool, meta[0], tokens, meta[1], meta[2], row_span(rows))
     if targets:
         pool.copy_rows(sources, targets)
-    logp = F.log_softmax(logits.float() / temperature, dim=-1)
+    scaled = logits.float() / temperature
     if len(expand) != len(rows):  # a shared prompt's rows read its one computed row
-        logp = logp[torch.tensor(expand, device=device)]  # (B, V)
+        scaled = scaled[torch.tensor(expand, device=device)]  # (B, V)
+    if any(r.bias is not None for r in requests):
+        scaled = scaled + _row_biases(requests, scaled.shape[1]).to(device)
+    logp = F.log_softmax(scaled, dim=-1)
     tok = _pick(requests, logp, greedy)
     tok_logp = logp.gather(1, tok)  # (B, 1)
     if len(requests) == 1:  # a lone request: its rows are all of them
@@ -160,6 +165,22 @@ def _advance(
         r.logps.append(tok_logp[offset : offset + g])
         _check_stop(r)
         offset += g
+
+
+def bias_vector(pairs: Sequence[tuple[int, float]], vocab: int) -> torch.Tensor | None:
+    """A request's logit_bias as one (V,) vector (None without one); `invalid_request` checked the pairs."""
+    if not pairs:
+        return None
+    bias = torch.zeros(vocab)
+    for token, value in pairs:
+        bias[token] = value
+    return bias
+
+
+def _row_biases(requests: list[GenRequest], vocab: int) -> torch.Tensor:
+    """(sum G, V): each row its request's bias, zeros for a request without one."""
+    zeros = torch.zeros(vocab)
+    return torch.stack([r.bias if r.bias is not None else zeros for r in requests for _ in r.feed])
 
 
 def _pick(requests: list[GenRequest], logp: torch.Tensor, greedy: list[bool]) -> torch.Tensor:
@@ -195,9 +216,20 @@ def request_result(request: GenRequest, engine_id: str, inflight: int) -> dict[s
 
 
 def invalid_request(
-    feed: list[list[int]], n: int, cached: int, block_size: int, vocab: int, stop: frozenset[int] = frozenset()
+    feed: list[list[int]],
+    n: int,
+    cached: int,
+    block_size: int,
+    vocab: int,
+    stop: frozenset[int] = frozenset(),
+    logit_bias: Sequence[tuple[int, float]] = (),
 ) -> str:
     """Why a request must be refused before generation ('' if it can run)."""
+    for token, value in logit_bias:
+        if not (isinstance(token, int) and 0 <= token < vocab):
+            return f"logit_bias token {token!r} outside the vocabulary"
+        if not (isinstance(value, int | float) and -100 <= value <= 100):
+            return f"logit_bias of token {token} must be in [-100, 100], got {value!r}"
     if not feed or not feed[0]:
         return "no rows or no tokens to feed"
     if stop and len(feed) != 1:

@@ -41,6 +41,7 @@ class Turn:
     request_id: str
     engine: str
     finish_reason: str  # stop | length | disconnected (as the engine or the session server recorded it)
+    logit_bias: tuple[tuple[int, float], ...] = ()  # (id, bias) its tokens were sampled under (a request's)
 
 
 @dataclass

@@ -42,7 +42,7 @@ class Learner:
         (`logprob_diff_mean`, `logprob_diff_max`; absent when none was sampled with it)."""
         t0 = time.monotonic()
         cfg = self.cfg
-        batch = batch_from_groups(groups, self.device)
+        batch = batch_from_groups(groups, self.device, self.model.tok.num_embeddings)
         B = batch.tokens.shape[0]
         stats: dict[str, float] = {}
         parity: dict[str, float] | None = None
@@ -50,9 +50,7 @@ class Learner:
         for _ in range(cfg.ppo_epochs):
             order = torch.arange(B)
             for idx in order.chunk(cfg.minibatches):
-                sub = type(batch)(
-                    **{k: (v[idx.to(v.device)] if v.shape[0] == B else v) for k, v in batch.__dict__.items()}
-                )
+                sub = batch.select(idx)
                 loss, stats, logp = ppo_loss(
                     self.model,
                     sub,
@@ -83,8 +81,8 @@ class Learner:
     def logprobs(self, groups: list[Group]) -> list[list[list[float]]]:
         """The current policy's log-prob of every token of every row of `groups` given the tokens before it,
         laid out like `Group.logprobs`, each row its own length (the first position, which nothing predicts, is 0.0)."""
-        batch = batch_from_groups(groups, self.device)
-        logp, _ = sequence_logprobs(self.model, batch.tokens, self.cfg.temperature)
+        batch = batch_from_groups(groups, self.device, self.model.tok.num_embeddings)
+        logp, _ = sequence_logprobs(self.model, batch.tokens, self.cfg.temperature, batch.bias())
         rows = iter(logp.cpu().tolist())  # batch order: every group's rows in turn
         return [[[0.0] + next(rows)[: len(row.tokens) - 1] for row in g.rows] for g in groups]
 

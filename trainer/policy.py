@@ -119,11 +119,13 @@ def sample_tokens(
 
 
 def sequence_logprobs(
-    model: TinyTransformer, tokens: torch.Tensor, temperature: float
+    model: TinyTransformer, tokens: torch.Tensor, temperature: float, bias: torch.Tensor | None = None
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Log-prob and entropy of each next token: tokens (B, L) -> (B, L-1), (B, L-1)."""
+    """Log-prob and entropy of each next token: tokens (B, L) -> (B, L-1), (B, L-1); `bias` (B, L-1, V), when
+    given, is added to the logits / temperature as the engine added a request's logit_bias."""
     logits, _ = model(tokens[:, :-1])
-    logp_all = F.log_softmax(logits.float() / temperature, dim=-1)  # (B, L-1, V)
+    scaled = logits.float() / temperature
+    logp_all = F.log_softmax(scaled if bias is None else scaled + bias, dim=-1)  # (B, L-1, V)
     logp = logp_all.gather(2, tokens[:, 1:, None]).squeeze(2)
     entropy = -(logp_all.exp() * logp_all).sum(-1)
     return logp, entropy

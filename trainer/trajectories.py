@@ -16,6 +16,7 @@ naming the field (`records[2].segments[0].logprobs`).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -29,6 +30,8 @@ STATES = ("open", "ended", "gone")  # gone: its engine lost the session (410): t
 MAX_ROWS = 1024  # episodes in one group
 _RECORD_KEYS = {"session_id", "kind", "engine", "state", "gone_reason", "segments"}
 _SEGMENT_KEYS = {"request_id", "prompt_ids", "completion_ids", "logprobs", "versions", "finish_reason", "engine"}
+_OPTIONAL_SEGMENT_KEYS = {"logit_bias", "choice"}
+MAX_BIAS = 300  # logit_bias entries of one segment (the session server's own cap)
 
 
 class TrajectoryError(ValueError):
@@ -50,6 +53,8 @@ class TrajectorySegment:
     versions: list[int]  # per completion token: the weight version (the gate's, at the request's lease)
     finish_reason: str  # stop | length | disconnected
     engine: str
+    logit_bias: tuple[tuple[int, float], ...] = ()  # (id, bias) its tokens were sampled under; training uses it
+    choice: int = 0  # which of its request's n choices (a session answered with n > 1 holds one segment each)
 
 
 @dataclass(frozen=True)
@@ -75,6 +80,22 @@ class TrajectoryRecord:
             state=_string(body.get("state", "ended"), f"{where}.state"),
             segments=[_segment_from_plain(s, f"{where}.segments[{j}]") for j, s in enumerate(segments)],
         )
+
+
+def split_choices(record: TrajectoryRecord, where: str = "record") -> list[TrajectoryRecord]:
+    """One record per choice: a session whose only request asked n > 1 choices holds one segment per choice (the
+    same request and prompt), each an episode of its own, `<session>#<k>`; any other record is itself."""
+    choices = [s.choice for s in record.segments]
+    if not any(choices):
+        return [record]
+    if choices != list(range(len(choices))):
+        raise TrajectoryError(
+            f"{where}.segments", f"a session with choices holds one segment per choice 0..n-1, got {choices[:8]}"
+        )
+    return [
+        TrajectoryRecord(f"{record.session_id}#{k}", record.kind, record.state, [dataclasses.replace(seg, choice=0)])
+        for k, seg in enumerate(record.segments)
+    ]
 
 
 def group_from_trajectories(
@@ -126,6 +147,8 @@ def _row(record: TrajectoryRecord, where: str, max_tokens: int, vocab_size: int)
         )
     if not record.segments or not record.segments[0].prompt_ids:
         raise TrajectoryError(f"{where}.segments", "a session starts with a request that fed at least one token")
+    if any(seg.choice for seg in record.segments):
+        raise TrajectoryError(f"{where}.segments", "holds a request's n choices: one record per choice (split_choices)")
     if len(record.segments) > max_tokens:
         raise TrajectoryError(f"{where}.segments", f"more than {max_tokens} segments")
     tokens: list[int] = []
@@ -145,7 +168,14 @@ def _row(record: TrajectoryRecord, where: str, max_tokens: int, vocab_size: int)
         versions += [-1] * n
         if seg.completion_ids:
             turns.append(
-                Turn(len(tokens), len(tokens) + len(seg.completion_ids), seg.request_id, seg.engine, seg.finish_reason)
+                Turn(
+                    len(tokens),
+                    len(tokens) + len(seg.completion_ids),
+                    seg.request_id,
+                    seg.engine,
+                    seg.finish_reason,
+                    tuple(seg.logit_bias),
+                )
             )
             tokens += seg.completion_ids
             logprobs += [float(x) for x in seg.logprobs]
@@ -179,10 +209,18 @@ def _check_segment(seg: TrajectorySegment, at: str, vocab_size: int) -> None:
         raise TrajectoryError(f"{at}.request_id", "must be a non-empty string")
     if not isinstance(seg.engine, str):
         raise TrajectoryError(f"{at}.engine", "must be a string")
+    if len(seg.logit_bias) > MAX_BIAS:
+        raise TrajectoryError(f"{at}.logit_bias", f"at most {MAX_BIAS} entries")
+    for i, pair in enumerate(seg.logit_bias):
+        token, value = pair if isinstance(pair, tuple | list) and len(pair) == 2 else (None, None)
+        if isinstance(token, bool) or not isinstance(token, int) or not 0 <= token < vocab_size:
+            raise TrajectoryError(f"{at}.logit_bias[{i}]", f"must be [token id in [0, {vocab_size}), bias]")
+        if isinstance(value, bool) or not isinstance(value, int | float) or not -100 <= value <= 100:
+            raise TrajectoryError(f"{at}.logit_bias[{i}]", f"bias must be a number in [-100, 100], got {value!r}")
 
 
 def _segment_from_plain(data: Any, where: str) -> TrajectorySegment:
-    body = _mapping(data, where, _SEGMENT_KEYS)
+    body = _mapping(data, where, _SEGMENT_KEYS | _OPTIONAL_SEGMENT_KEYS)
     missing = sorted(_SEGMENT_KEYS - set(body))
     if missing:
         raise TrajectoryError(f"{where}.{missing[0]}", "missing")
@@ -190,7 +228,15 @@ def _segment_from_plain(data: Any, where: str) -> TrajectorySegment:
     for name, value in lists.items():
         if not isinstance(value, list):
             raise TrajectoryError(f"{where}.{name}", "must be a list")
+    choice = body.get("choice", 0)
+    if isinstance(choice, bool) or not isinstance(choice, int) or not 0 <= choice < MAX_ROWS:
+        raise TrajectoryError(f"{where}.choice", f"must be a choice index in [0, {MAX_ROWS}), got {choice!r}")
+    bias = body.get("logit_bias", [])
+    if not isinstance(bias, list | tuple):
+        raise TrajectoryError(f"{where}.logit_bias", "must be a list of [token id, bias] pairs")
     return TrajectorySegment(
+        logit_bias=tuple(tuple(p) if isinstance(p, list | tuple) else p for p in bias),
+        choice=choice,
         request_id=_string(body["request_id"], f"{where}.request_id"),
         finish_reason=_string(body["finish_reason"], f"{where}.finish_reason"),
         engine=_string(body["engine"], f"{where}.engine"),

@@ -13,7 +13,10 @@ from __future__ import annotations
 import random
 from typing import Any
 
-from agents.environments import Environment, EpisodeResult, Split, Task, chat
+from agents.chat import encode
+from agents.environments import Environment, EpisodeResult, Split, Task, chat, chat_choices
+
+DIGIT_BIAS = {str(encode(c)[0]): 100 for c in "0123456789"}
 
 
 def progression_tasks(
@@ -52,9 +55,13 @@ def prefix_score(want: str, got: str) -> tuple[float, float]:
 class DigitsEnvironment(Environment):
     name = "digits"
     max_turns = 1
+    runs_groups = True  # one turn: a group is one request with n choices
 
-    def __init__(self, seed: int = 0, *, modulus: int = 10, answer_terms: int = 3, **options: Any) -> None:
+    def __init__(
+        self, seed: int = 0, *, modulus: int = 10, answer_terms: int = 3, constrain: bool = True, **options: Any
+    ) -> None:
         super().__init__(seed, **options)
+        self.logit_bias = DIGIT_BIAS if constrain else None
         self.modulus, self.answer_terms = modulus, answer_terms
         self._tasks = progression_tasks(seed, modulus=modulus, answer_terms=answer_terms)
         self.max_tokens = answer_terms * len(str(modulus - 1))  # the answer's length, as DigitTask.turn_len
@@ -63,7 +70,26 @@ class DigitsEnvironment(Environment):
         return self._tasks[split]
 
     async def run_episode(self, client: Any, session_id: str, task: Task, *, model: str = "policy") -> EpisodeResult:
-        reply = await chat(client, session_id, list(task.messages), model=model, max_tokens=self.max_tokens)
+        reply = await chat(
+            client, session_id, list(task.messages), model=model, max_tokens=self.max_tokens, logit_bias=self.logit_bias
+        )
+        return self.score(task, reply)
+
+    async def run_group(
+        self, client: Any, session_id: str, task: Task, n: int, *, model: str = "policy"
+    ) -> list[EpisodeResult]:
+        replies = await chat_choices(
+            client,
+            session_id,
+            list(task.messages),
+            model=model,
+            max_tokens=self.max_tokens,
+            n=n,
+            logit_bias=self.logit_bias,
+        )
+        return [self.score(task, reply) for reply in replies]
+
+    def score(self, task: Task, reply: str) -> EpisodeResult:
         reward, exact = prefix_score(task.answer, reply)
         width = len(str(self.modulus - 1))
         parts = {

@@ -41,7 +41,7 @@ def test_hostile_bodies_are_refused_never_500(killable) -> None:
         ("{not json", 400, None),
         ("[1, 2]", 400, None),
         (json.dumps({**_chat(None), "n": 10**30}), 400, "n"),
-        (json.dumps({**_chat(None), "n": 2}), 400, "n"),
+        (json.dumps({**_chat(None), "n": 65}), 400, "n"),
         (json.dumps({**_chat(None), "max_tokens": 10**12}), 400, "max_tokens"),
         (json.dumps({**_chat(None), "max_tokens": -1}), 400, "max_tokens"),
         (json.dumps({**_chat(None), "temperature": 0.5}), 400, "temperature"),
@@ -57,6 +57,15 @@ def test_hostile_bodies_are_refused_never_500(killable) -> None:
         (json.dumps({"messages": [{"role": "user", "content": "caf\u00e9"}]}), 400, "messages.0.content"),
         (json.dumps({**_chat(None), "session_id": "bad id!"}), 400, "session_id"),
         (json.dumps({"prompt": ["a", "b"]}), 400, "prompt"),
+        (json.dumps({**_chat(None), "logit_bias": {"abc": 5}}), 400, "logit_bias.abc"),
+        (json.dumps({**_chat(None), "logit_bias": {"101": 5}}), 400, "logit_bias.101"),
+        (json.dumps({**_chat(None), "logit_bias": {"-1": 5}}), 400, "logit_bias.-1"),
+        (json.dumps({**_chat(None), "logit_bias": {"7": 101}}), 400, "logit_bias.7"),
+        ('{"messages": [{"role": "user", "content": "x"}], "logit_bias": {"7": NaN}}', 400, "logit_bias.7"),
+        (json.dumps({**_chat(None), "logit_bias": {"7": "up"}}), 400, "logit_bias.7"),
+        (json.dumps({**_chat(None), "logit_bias": {"7": True}}), 400, "logit_bias.7"),
+        (json.dumps({**_chat(None), "logit_bias": [7]}), 400, "logit_bias"),
+        (json.dumps({**_chat(None), "logit_bias": {str(i): 1 for i in range(400)}}), 400, "logit_bias"),
     ]
 
     async def main() -> None:

@@ -55,8 +55,9 @@ def test_a_local_digits_run_emits_one_agents_event_per_step() -> None:
         assert e["reward_parts"] and all(k.startswith("term_") for k in e["reward_parts"])
         assert all(0.0 <= v <= 1.0 for v in e["reward_parts"].values())
     first, last = events
-    # One request per episode: at least a step's worth of episodes per step, counters cumulative.
-    assert first["requests"] >= CFG.prompts_per_step * CFG.group_size
+    # digits runs a group as one request with n = G choices of 3 tokens each: at least a step's worth of groups
+    # and tokens per step, counters cumulative.
+    assert first["requests"] >= CFG.prompts_per_step and first["tokens"] >= CFG.prompts_per_step * CFG.group_size * 3
     assert last["requests"] > first["requests"] and last["tokens"] > first["tokens"] > 0
     assert last["episodes"] >= 2 * CFG.prompts_per_step * CFG.group_size
     assert last["status"]["410"] == last["status"]["503"] == 0
