@@ -178,6 +178,11 @@ def test_a_starting_and_a_queued_run_at_a_ctrl_c_both_succeed_after_the_next_sta
     assert {status_in_db(first, i) for i in ids} == {"queued"}
     second, headers = started(up, up.again(first))
     wait_succeeded(second, headers, ids)
-    # The starting run went back to the queue and started again (from step 0: it had no checkpoint yet).
-    assert assert_lost_nothing(second, ids[0])[:4] == ["queued", "starting", "queued", "starting"]
+    # The starting run went back to the queue and started again. The Ctrl-C reaches the platform a moment after the
+    # poll that saw it starting, so it may have reached running by then (seen once in a full `make test`): it goes
+    # back to the queue from either, and nothing it trained is lost or trained twice (assert_lost_nothing).
+    statuses = assert_lost_nothing(second, ids[0])
+    assert statuses[:2] == ["queued", "starting"], statuses
+    after = statuses[3:] if statuses[2:3] == ["running"] else statuses[2:]
+    assert after[:2] == ["queued", "starting"], statuses
     assert assert_lost_nothing(second, ids[-1], attempts=1)[:2] == ["queued", "starting"]
