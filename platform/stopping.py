@@ -11,6 +11,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from supervise import Supervisor
@@ -22,6 +23,7 @@ WORKER_STOP_SECONDS = 40
 RAY_STOP_SECONDS = 30
 # `manage.py runs_interrupted`: a Django start and one read of each job.
 REQUEUE_SECONDS = 120
+RETRY_PAUSE_S = 2.0  # between attempts of the start's requeue
 
 
 def say(message: str) -> None:
@@ -81,9 +83,10 @@ def stop_platform(supervisor: Supervisor, env: dict[str, str], hurry: threading.
     supervisor.stop(["redis"], grace=grace(10), hurry=hurry)
 
 
-def runs_interrupted(env: dict[str, str], when: str) -> None:
+def runs_interrupted(env: dict[str, str], when: str, timeout: float = REQUEUE_SECONDS) -> bool:
     """`manage.py runs_interrupted --<when>` ("stopping" or "starting"); says how many runs were requeued. A
-    failure is said, not fatal: the next start (or, failing that, the tick) deals with those runs."""
+    failure is said, not fatal: the next start (or, failing that, the tick) deals with those runs. True when it
+    read every job and did its work."""
     try:
         result = subprocess.run(
             [sys.executable, str(REPO / "manage.py"), "runs_interrupted", f"--{when}"],
@@ -91,14 +94,35 @@ def runs_interrupted(env: dict[str, str], when: str) -> None:
             env=env,
             capture_output=True,
             text=True,
-            timeout=REQUEUE_SECONDS,
+            timeout=max(1.0, timeout),
         )
     except subprocess.TimeoutExpired:
-        say(f"requeueing the interrupted runs took over {REQUEUE_SECONDS} s; left to the next start")
-        return
+        say(f"requeueing the interrupted runs took over {int(timeout)} s; left to the next start")
+        return False
     lines = (result.stdout if result.returncode == 0 else result.stderr or result.stdout).strip().splitlines()
     line = lines[-1] if lines else "no output"
     if result.returncode != 0:
         say(f"could not requeue the interrupted runs ({line})")
-    elif not line.startswith("0 run"):
+        return False
+    if not line.startswith("0 run"):
         say(line)
+    return True
+
+
+def runs_interrupted_at_start(
+    env: dict[str, str],
+    deadline_s: float = REQUEUE_SECONDS,
+    attempt: Callable[[dict[str, str], str, float], bool] = runs_interrupted,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> bool:
+    """`runs_interrupted(env, "starting")` until it has read every job, for up to `deadline_s`: a fresh Ray may not
+    answer its job API at once, and a run left `running` for the tick would be failed as lost with its node (the
+    old cluster's). True when it succeeded."""
+    end = clock() + deadline_s
+    while True:
+        if attempt(env, "starting", end - clock()):
+            return True
+        if clock() + RETRY_PAUSE_S >= end:
+            return False
+        sleep(RETRY_PAUSE_S)

@@ -31,7 +31,7 @@ from pathlib import Path
 
 # Modules next to this script (its directory is on sys.path).
 from embedded import port_is_free, private_dir, private_file, ray_service, redis_service, secret
-from stopping import runs_interrupted, say, stop_platform
+from stopping import runs_interrupted_at_start, say, stop_platform
 from supervise import Supervisor
 from terminal import banner_when_ready, shown_lines
 from web import daphne_argv
@@ -210,7 +210,7 @@ def main(argv: list[str] | None = None) -> int:
             supervisor.start(name, args, env=env, cwd=str(REPO), show=shown_lines(name, verbose))
         slots_line = size_slots(env, embedded_ray="ray" in services)
         nodes_refresh(env)
-        runs_interrupted(env, "starting")  # the runs the last stop or crash took from Ray resume, at their places
+        runs_interrupted_at_start(env)  # the runs the last stop or crash took from Ray resume, at their places
         for name, args in processes.items():
             if name not in services:
                 supervisor.start(name, args, env=env, cwd=str(REPO), show=shown_lines(name, verbose))

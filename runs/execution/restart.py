@@ -34,6 +34,7 @@ logger = logging.getLogger(__name__)
 
 STOP_REASON = "the platform stopped while it ran; it continues from its latest checkpoint"
 START_REASON = "the platform restarted and its job was gone; it continues from its latest checkpoint"
+UNREAD = "job not read"  # what `runs_interrupted` says of a run whose job Ray did not answer for (run unchanged)
 
 
 def runs_interrupted(*, stopping: bool, observed: dict[int, JobDetails | None] | None = None) -> dict[int, str] | None:
@@ -53,7 +54,8 @@ def runs_interrupted(*, stopping: bool, observed: dict[int, JobDetails | None] |
     done: dict[int, str] = {}
     for run in runs:
         if run.pk not in observed and run.pk in launched_ids:
-            continue  # its job could not be read: neither alive nor gone
+            done[run.pk] = UNREAD  # its job could not be read: neither alive nor gone (left as it is)
+            continue
         info, status = observed.get(run.pk), statuses.get(run.pk)
         ended_by_us = status is None or (stopping and status in (JOB_STOPPED, JOB_RUNNING))
         try:

@@ -6,19 +6,25 @@ by someone else still fails its run, as the tick would do."""
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+from unittest import mock
+
 import pytest
+from django.core.management import CommandError, call_command
 from django.utils import timezone
 from ray.job_submission import JobDetails, JobStatus
 
 from runs.core.events import run_events_record
 from runs.core.lifecycle import TRANSITIONS, run_transition
 from runs.execution.ray import submission_id_for
-from runs.execution.restart import runs_interrupted
+from runs.execution.restart import UNREAD, runs_interrupted
 from runs.models import Run, RunEvent, RunStatus, Slot, SlotState
 from runs.scheduling.concurrency import settings_update
 from tests.runs.test_services import submit
 
 pytestmark = pytest.mark.django_db
+REPO = Path(__file__).resolve().parents[2]
 
 
 def _details(status: JobStatus) -> JobDetails:
@@ -131,3 +137,44 @@ def test_ray_not_answering_changes_nothing(user, handoffs, settings):
     settings.RAY_ADDRESS = "http://127.0.0.1:9"  # nothing listens: the job API does not answer
     assert runs_interrupted(stopping=False) is None
     assert Run.objects.get(pk=run.pk).status == RunStatus.RUNNING
+
+
+def test_a_job_ray_did_not_answer_for_leaves_its_run_and_the_command_fails(user, handoffs):
+    """At a start, a launched run whose job Ray did not answer for (missing from `observed`) is left as it is and
+    reported, and `manage.py runs_interrupted --starting` exits 1, so platform/up.py tries again before the tick
+    (which would fail the run as lost with the old cluster's node) starts."""
+    settings_update(changes={"max_total": 4, "interactive_reserve": 0}, partial=True, by=None)
+    unread, gone = running(user, name="unread"), running(user, name="gone")
+    assert runs_interrupted(stopping=False, observed={gone.pk: None}) == {unread.pk: UNREAD, gone.pk: "requeued"}
+    assert Run.objects.get(pk=unread.pk).status == RunStatus.RUNNING
+    assert Run.objects.get(pk=gone.pk).status in (RunStatus.QUEUED, RunStatus.STARTING)
+    with mock.patch("runs.management.commands.runs_interrupted.runs_interrupted", return_value={unread.pk: UNREAD}):
+        with pytest.raises(CommandError, match=rf"runs \[{unread.pk}\] could not be read"):
+            call_command("runs_interrupted", "--starting")
+
+
+def test_the_start_tries_the_requeue_again_until_every_job_is_read_or_the_deadline():
+    sys.path.insert(0, str(REPO / "platform"))
+    try:
+        from stopping import RETRY_PAUSE_S, runs_interrupted_at_start  # a script directory, not a package
+    finally:
+        sys.path.remove(str(REPO / "platform"))
+    now = [0.0]
+    calls: list[float] = []
+
+    def attempt(outcomes):
+        def run(env, when, timeout):
+            assert when == "starting" and timeout > 0
+            calls.append(timeout)
+            return outcomes.pop(0)
+
+        return run
+
+    def sleep(s):
+        now[0] += s
+
+    ok = runs_interrupted_at_start({}, 60, attempt([False, False, True]), lambda: now[0], sleep)
+    assert ok and len(calls) == 3 and calls[0] == 60 and calls[2] == 60 - 2 * RETRY_PAUSE_S
+    now[0], calls[:] = 0.0, []
+    assert not runs_interrupted_at_start({}, 5, attempt([False] * 10), lambda: now[0], sleep)
+    assert len(calls) == 3 and now[0] < 5  # 0, 2, 4 s: never past its deadline
