@@ -100,16 +100,10 @@ async def chat(
     """One turn: the policy's reply to `messages` on `session_id` (the session id travels in the body);
     `logit_bias` is OpenAI's (token id as a string -> bias), e.g. to keep a reply to the characters that can
     score."""
-    extra = {"logit_bias": logit_bias} if logit_bias else {}
-    reply = await client.chat.completions.create(
-        model=model,
-        messages=messages,
-        max_tokens=max_tokens,
-        temperature=0.0 if greedy else 1.0,
-        extra_body={"session_id": session_id},
-        **extra,
+    [reply] = await chat_choices(
+        client, session_id, messages, model=model, max_tokens=max_tokens, n=1, greedy=greedy, logit_bias=logit_bias
     )
-    return reply.choices[0].message.content or ""
+    return reply
 
 
 async def chat_choices(
@@ -120,13 +114,20 @@ async def chat_choices(
     model: str,
     max_tokens: int,
     n: int,
+    greedy: bool = False,
     logit_bias: dict[str, int] | None = None,
 ) -> list[str]:
-    """One request for `n` sampled replies to `messages` (OpenAI's `n`), in choice order; the session takes no
-    further request (each choice is its own episode)."""
+    """One request for `n` replies to `messages` (OpenAI's `n`), in choice order. With n > 1 the session takes no
+    further request: each choice is its own episode."""
     extra = {"logit_bias": logit_bias} if logit_bias else {}
     reply = await client.chat.completions.create(
-        model=model, messages=messages, max_tokens=max_tokens, n=n, extra_body={"session_id": session_id}, **extra
+        model=model,
+        messages=messages,
+        max_tokens=max_tokens,
+        n=n,
+        temperature=0.0 if greedy else 1.0,
+        extra_body={"session_id": session_id},
+        **extra,
     )
     by_index = {c.index: c.message.content or "" for c in reply.choices}
     if sorted(by_index) != list(range(n)):

@@ -86,23 +86,28 @@ def max_new_tokens(state: SessionState, feed: list[int], requested: int | None, 
     return requested or room
 
 
+def _stopped(segment: Segment) -> bool:
+    """The segment ended with its stop token (kept in its ids, not in the text the client sees)."""
+    ids = segment.completion_ids
+    return bool(ids) and ids[-1] == STOP and segment.finish_reason != "length"
+
+
+def _text(segment: Segment) -> str:
+    ids = segment.completion_ids
+    return decode(ids[:-1] if _stopped(segment) else ids)
+
+
 def record_choices(state: SessionState, segments: list[Segment]) -> list[str]:
     """Record a request's n choices (the session's first and only request); returns each choice's text."""
     state.record.segments.extend(segments)
-    texts = []
-    for s in segments:
-        ids = s.completion_ids
-        texts.append(decode(ids[:-1] if ids and ids[-1] == STOP and s.finish_reason != "length" else ids))
-    return texts
+    return [_text(s) for s in segments]
 
 
 def record_answer(state: SessionState, segment: Segment, history: list[tuple[str, str]] | None, prompt: str) -> str:
     """Record the segment and what the client saw; returns the answer's text (without its stop token)."""
     state.record.segments.append(segment)
-    ids = segment.completion_ids
-    stopped = bool(ids) and ids[-1] == STOP and segment.finish_reason != "length"
-    text = decode(ids[:-1] if stopped else ids)
-    state.last_stopped = stopped
+    text = _text(segment)
+    state.last_stopped = _stopped(segment)
     if history is not None:
         state.messages = [*history, ("assistant", text)]
     else:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
+from collections.abc import Awaitable
 from dataclasses import dataclass
 from typing import Any
 
@@ -84,17 +85,13 @@ class AgentEpisodes:
         one = self.env.runs_groups
         sids = [f"{session_id}:g"] if one else [f"{session_id}:s{k}" for k in range(G)]
         await call(self.serving.server, "open_sessions", sids)  # one actor call per group, each way
+        runs: list[Awaitable[Any]]
+        if one:
+            runs = [self.env.run_group(self.client, sids[0], task, G)]
+        else:
+            runs = [self.env.run_episode(self.client, sid, task) for sid in sids]
         try:
-            if one:
-                outcome: list[Any] = list(
-                    await asyncio.gather(self.env.run_group(self.client, sids[0], task, G), return_exceptions=True)
-                )
-            else:
-                outcome = list(
-                    await asyncio.gather(
-                        *(self.env.run_episode(self.client, sid, task) for sid in sids), return_exceptions=True
-                    )
-                )
+            outcome: list[Any] = list(await asyncio.gather(*runs, return_exceptions=True))
         finally:
             records = await call(self.serving.server, "end_sessions", sids)
         for sid, result in zip(sids, outcome):

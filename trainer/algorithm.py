@@ -99,7 +99,8 @@ def _biases(rows: list[Row], length: int, vocab_size: int) -> tuple[torch.Tensor
                 if vocab_size < 1:
                     raise ValueError("a turn was sampled under a logit_bias: batch_from_groups needs vocab_size")
                 index = torch.zeros(len(rows), length - 1, dtype=torch.long)
-            k = table.setdefault(turn.logit_bias, len(table) + 1)
+            key = tuple((int(t), float(v)) for t, v in turn.logit_bias)  # lists once through plain data
+            k = table.setdefault(key, len(table) + 1)
             index[i, turn.start - 1 : turn.end - 1] = k  # position t predicts token t + 1
     if index is None:
         return None, None

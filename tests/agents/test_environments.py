@@ -48,7 +48,8 @@ class Scripted:
     async def create(self, **kwargs):
         self.asked.append(kwargs)
         content = self.replies.pop(0)
-        return type("R", (), {"choices": [type("C", (), {"message": type("M", (), {"content": content})})]})
+        choice = type("C", (), {"index": 0, "message": type("M", (), {"content": content})})  # as openai's Choice
+        return type("R", (), {"choices": [choice]})
 
 
 def _episode(env, task, *replies):
