@@ -41,6 +41,16 @@ class Task:
     meta: dict[str, Any] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class OneTurn:
+    """The one request an episode of a one-turn environment makes (`Environment.one_turn`): its messages, its
+    max_tokens and its logit_bias (OpenAI's: token id as a string -> bias)."""
+
+    messages: tuple[dict[str, str], ...]
+    max_tokens: int
+    logit_bias: dict[str, int] | None = None
+
+
 @dataclass
 class EpisodeResult:
     """What an episode earned. `parts` are the reward's named components (the run page charts them);
@@ -75,16 +85,41 @@ class Environment(ABC):
     async def run_episode(self, client: Any, session_id: str, task: Task, *, model: str = "policy") -> EpisodeResult:
         """Drive one episode through `client` (openai.AsyncOpenAI) on session `session_id`, then score it."""
 
-    # A one-request environment may run a whole group as ONE request with `n` choices on one session (each
-    # choice an episode): one client request, one server request and one engine request of n rows for the group,
-    # where `run_episode` makes n of each. Set `runs_groups` and implement `run_group`.
+    # A one-turn environment (an episode is one request, scored on its reply alone) describes that request in
+    # `one_turn` and scores a reply in `score_reply`. Then:
+    # - a whole group runs as ONE request with `n` choices on one session (each choice an episode): one client
+    #   request, one server request and one engine request of n rows for the group, where `run_episode` makes
+    #   n of each (`runs_groups`, `run_group`);
+    # - evaluation asks the same request greedily of the learner's weights, the version just published
+    #   (trainer/agent_episodes.py `evaluate_one_turn`), as the in-process task is evaluated.
     runs_groups: ClassVar[bool] = False
+
+    def one_turn(self, task: Task) -> OneTurn | None:
+        """The one request of an episode of `task`; None (the default) for an environment whose episodes take
+        several requests or tools."""
+        return None
+
+    def score_reply(self, task: Task, reply: str) -> EpisodeResult:
+        """A one-turn episode's result from its reply's text."""
+        raise NotImplementedError(f"environment {self.name!r} is not a one-turn environment")
 
     async def run_group(
         self, client: Any, session_id: str, task: Task, n: int, *, model: str = "policy"
     ) -> list[EpisodeResult]:
         """`n` episodes of `task` as one request with `n` choices on session `session_id`, scored in choice order."""
-        raise NotImplementedError(f"environment {self.name!r} runs one session per episode (runs_groups is False)")
+        turn = self.one_turn(task)
+        if not self.runs_groups or turn is None:
+            raise NotImplementedError(f"environment {self.name!r} runs one session per episode (runs_groups is False)")
+        replies = await chat_choices(
+            client,
+            session_id,
+            list(turn.messages),
+            model=model,
+            max_tokens=turn.max_tokens,
+            n=n,
+            logit_bias=turn.logit_bias,
+        )
+        return [self.score_reply(task, reply) for reply in replies]
 
 
 async def chat(

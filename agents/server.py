@@ -105,6 +105,42 @@ class SessionServer(RequestHandling):
     async def end_sessions(self, session_ids: list[str]) -> list[Trajectory]:
         """End a group's sessions in one actor call: their final records in order (KeyError naming the first
         unknown id, before any is ended); their engines free the caches concurrently."""
+        records, ending = self._end(session_ids)
+        await self._free(ending)
+        return records
+
+    def open_many(self, groups: list[list[str]]) -> list[BaseException | None]:
+        """`open_sessions` for several groups in one actor call (a worker's groups of one tick: rollout/coalesce.py);
+        one outcome per group, in order: None, or the exception that group's `open_sessions` raised."""
+        out: list[BaseException | None] = []
+        for sids in groups:
+            try:
+                self.open_sessions(sids)
+                out.append(None)
+            except (KeyError, ValueError, ApiError) as exc:
+                out.append(exc)
+        return out
+
+    async def end_many(self, groups: list[list[str]]) -> list[list[Trajectory] | BaseException]:
+        """`end_sessions` for several groups in one actor call, one cache-freeing call per engine for them all;
+        one outcome per group, in order: its records, or the exception its `end_sessions` raised."""
+        out: list[list[Trajectory] | BaseException] = []
+        ending: dict[str, list[str]] = {}
+        for sids in groups:
+            try:
+                records, frees = self._end(sids)
+            except (KeyError, ValueError) as exc:
+                out.append(exc)
+                continue
+            out.append(records)
+            for engine, freed in frees.items():
+                ending.setdefault(engine, []).extend(freed)
+        await self._free(ending)
+        return out
+
+    def _end(self, session_ids: list[str]) -> tuple[list[Trajectory], dict[str, list[str]]]:
+        """End the sessions (all or, on a bad id, none): their records, and per engine the sessions whose caches it
+        still holds (a session answered with n choices had its rows freed when it was answered)."""
         for sid in session_ids:
             if sid not in self.sessions:
                 raise KeyError(f"no session {sid!r}")
@@ -116,13 +152,15 @@ class SessionServer(RequestHandling):
             state = self.sessions.pop(sid)
             engine = self.router.engine_of(sid)
             self.router.release(sid)
-            if engine is not None and engine in self.engines:
+            if engine is not None and engine in self.engines and not state.freed:
                 ending.setdefault(engine, []).append(sid)
             state.record.state = "ended" if state.record.state == "open" else state.record.state
             records.append(state.record)
+        return records, ending
+
+    async def _free(self, ending: dict[str, list[str]]) -> None:
         frees = [call(self.engines[engine], "end_sessions", sids) for engine, sids in ending.items()]  # one per engine
         await asyncio.gather(*frees, return_exceptions=True)  # a dead engine holds no cache to free
-        return records
 
     def engine_lost(self, engine_id: str, reason: str = "engine died") -> list[str]:
         """Stop routing to a dead engine; its sessions become tombstones (their next request: 410)."""

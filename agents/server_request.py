@@ -107,7 +107,9 @@ class RequestHandling:
         try:
             # n choices: n rows of one engine request (the prompt computed once); the engine stops only one-row
             # requests, so each choice is cut after its first stop token here
+            # a session answered with n > 1 choices takes no more requests: its rows are freed with the answer
             result = await self._generate(state, engine, [feed] * req.n, n, req, stop if req.n == 1 else [], bias)
+            state.freed = req.n > 1
         except ApiError as exc:
             if stream is None:
                 raise
@@ -159,9 +161,8 @@ class RequestHandling:
         sid = state.record.session_id
         seed = req.seed if req.seed is not None else next(self._ids) + int(time.time() * 1000) % 2**31
         rid = f"{sid}/{len(state.record.segments)}-{next(self._ids)}"
-        turn = TurnCall(
-            sid, rows, n, seed, rid, req.temperature == 0, state.length > 0, state.one_off, tuple(stop), bias
-        )
+        last = state.one_off or len(rows) > 1  # no end_session follows: the engine frees the rows with the answer
+        turn = TurnCall(sid, rows, n, seed, rid, req.temperature == 0, state.length > 0, last, tuple(stop), bias)
         task = asyncio.ensure_future(self._turns[engine].submit(turn))  # one engine call per tick (coalesce.py)
         self._background.add(task)
         task.add_done_callback(self._background.discard)

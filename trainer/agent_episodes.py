@@ -6,20 +6,22 @@ An environment that `runs_groups` (one turn per episode) runs the group as one s
 
 A session the server answers 410 for (its engine died or evicted it) or 503 for (the gate stayed sealed past
 its admission bound, or is poisoned; the router is full) aborts the group like the in-process path does: its
-ticket goes back to the sampler and runs again as new sessions. Greedy evaluation runs the same way on
-held-out and training tasks (`evaluate_env`), from the driver.
+ticket goes back to the sampler and runs again as new sessions. Greedy evaluation of held-out and training
+tasks runs from the driver: episodes through the session server (`evaluate_env`), or, for a one-turn environment,
+its one request asked of the learner's weights (`evaluate_one_turn`), the version just published.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections import Counter
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from agents.chat import VOCAB_SIZE
-from agents.environments import Environment, EpisodeResult, Task, resolve
+from agents.chat import VOCAB_SIZE, decode, render
+from agents.environments import Environment, EpisodeResult, OneTurn, Task, resolve
+from rollout.coalesce import CallCoalescer
 from rollout.errors import EpisodeAbortedError, SessionGoneError
 from rollout.invoke import call
 from trainer.config import TrainConfig
@@ -73,6 +75,9 @@ class AgentEpisodes:
         self.env = build_environment(cfg)
         self.tasks = self.env.tasks("train")
         self.client = openai_client(serving)
+        # one actor call per tick each way for the groups opened or ended in it (rollout/coalesce.py)
+        self._open = CallCoalescer(serving.server, "open_many")
+        self._end = CallCoalescer(serving.server, "end_many")
         self.block_size = policy_shape(cfg)[1]
         self.counts: Counter[str] = Counter()  # tool_calls, valid_tool_calls, tool_errors, episodes
 
@@ -84,7 +89,7 @@ class AgentEpisodes:
         G = self.cfg.group_size
         one = self.env.runs_groups
         sids = [f"{session_id}:g"] if one else [f"{session_id}:s{k}" for k in range(G)]
-        await call(self.serving.server, "open_sessions", sids)  # one actor call per group, each way
+        await self._open.submit(sids)
         runs: list[Awaitable[Any]]
         if one:
             runs = [self.env.run_group(self.client, sids[0], task, G)]
@@ -93,7 +98,7 @@ class AgentEpisodes:
         try:
             outcome: list[Any] = list(await asyncio.gather(*runs, return_exceptions=True))
         finally:
-            records = await call(self.serving.server, "end_sessions", sids)
+            records = await self._end.submit(sids)
         for sid, result in zip(sids, outcome):
             if isinstance(result, BaseException):
                 kind = _abort_kind(result)
@@ -169,6 +174,31 @@ async def evaluate_env(env: Environment, serving: Serving, tasks: list[Task], pr
     finally:
         await call(serving.server, "end_sessions", sids)
         await client.close()
+    n = max(1, len(results))
+    return {"exact_match": sum(r.exact for r in results) / n, "reward": sum(r.reward for r in results) / n}
+
+
+OneTurnRequest = tuple[list[int], int, list[tuple[int, float]]]  # prompt ids, max_tokens, logit_bias pairs
+
+
+def evaluate_one_turn(
+    env: Environment, tasks: list[Task], turns: list[OneTurn], replies_of: Callable[[list[OneTurnRequest]], Any]
+) -> dict[str, float]:
+    """Greedy episodes of a one-turn environment's `tasks` without the session server: each task's one request
+    (`turns`, the environment's `one_turn`) rendered with the chat template, answered greedily by `replies_of`
+    (the learner's `greedy_replies`: the weights just published, the same logit_bias, cut before `<|end|>` as
+    a chat reply is), and scored by `score_reply`. The same answers as greedy requests through the server, at a
+    fraction of the CPU: one call for all tasks, where the server path makes one request per task."""
+    requests: list[OneTurnRequest] = [
+        (
+            render(list(turn.messages)),
+            turn.max_tokens,
+            sorted((int(k), float(v)) for k, v in (turn.logit_bias or {}).items()),
+        )
+        for turn in turns
+    ]
+    replies = replies_of(requests)
+    results = [env.score_reply(task, decode(ids)) for task, ids in zip(tasks, replies)]
     n = max(1, len(results))
     return {"exact_match": sum(r.exact for r in results) / n, "reward": sum(r.reward for r in results) / n}
 

@@ -48,3 +48,36 @@ def eval_prompts(prompts: list[Prompt], n: int) -> list[Prompt]:
         return list(prompts)
     stride = len(prompts) / n
     return [prompts[int(i * stride)] for i in range(n)]
+
+
+@torch.no_grad()
+def greedy_replies(
+    model: TinyTransformer,
+    requests: list[tuple[list[int], int, list[tuple[int, float]]]],
+    stop: int,
+    temperature: float,
+) -> list[list[int]]:
+    """Greedy replies to one-turn requests (prompt ids, max_tokens, logit_bias pairs), each cut before its first
+    `stop` token, as the engine answers a one-row chat request; requests of the same shape run as one batch.
+    ValueError for a request that does not fit the model's context (the session server's 400)."""
+    was_training = model.training
+    model.eval()
+    device = next(model.parameters()).device
+    vocab = model.head.out_features
+    buckets: dict[tuple[int, int, tuple[tuple[int, float], ...]], list[int]] = defaultdict(list)
+    for i, (prompt, max_tokens, pairs) in enumerate(requests):
+        if not prompt or max_tokens < 1 or len(prompt) + max_tokens - 1 > model.block_size:
+            raise ValueError(f"request {i}: {len(prompt)} prompt tokens and max_tokens {max_tokens} do not fit")
+        buckets[(len(prompt), max_tokens, tuple(pairs))].append(i)
+    out: list[list[int]] = [[] for _ in requests]
+    for (_, n, bias), rows in buckets.items():
+        add = None
+        if bias:
+            add = torch.zeros(vocab, device=device)
+            add[torch.tensor([t for t, _ in bias], device=device)] = torch.tensor([b for _, b in bias], device=device)
+        feed = torch.tensor([requests[i][0] for i in rows], device=device)
+        toks, *_ = sample_tokens(model, feed, None, n, temperature=temperature, generator=None, greedy=True, bias=add)
+        for i, ids in zip(rows, toks.tolist()):
+            out[i] = ids[: ids.index(stop)] if stop in ids else ids
+    model.train(was_training)
+    return out

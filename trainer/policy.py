@@ -95,8 +95,10 @@ def sample_tokens(
     temperature: float,
     generator: torch.Generator | None,
     greedy: bool = False,
+    bias: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, KVCache, torch.Tensor]:
-    """Feed `new_tokens` (B, t) after `cache`, then sample `n` tokens.
+    """Feed `new_tokens` (B, t) after `cache`, then sample `n` tokens; `bias` (V,), when given, is added to the
+    logits / temperature (a request's logit_bias, as the engine adds it).
 
     Returns (tokens (B, n), log-probs (B, n) under the sampling distribution, cache, pending (B, 1)): the last
     sampled token is not yet in the cache and must lead the next call's new tokens.
@@ -105,7 +107,8 @@ def sample_tokens(
     out, logps = [], []
     for _ in range(n):
         logits, cache = model(feed, cache)
-        logp = F.log_softmax(logits[:, -1, :].float() / temperature, dim=-1)  # (B, V)
+        scaled = logits[:, -1, :].float() / temperature
+        logp = F.log_softmax(scaled if bias is None else scaled + bias, dim=-1)  # (B, V)
         if greedy:
             tok = logp.argmax(dim=-1, keepdim=True)
         else:

@@ -10,8 +10,9 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any
 
+from agents.chat import STOP
 from trainer import reports
-from trainer.agent_episodes import evaluate_env, spread
+from trainer.agent_episodes import evaluate_env, evaluate_one_turn, spread
 from trainer.episodes import Group
 from trainer.samples import samples_capture
 
@@ -54,8 +55,9 @@ def emit_agents(run: TrainingRun, groups: list[Group]) -> None:
 
 
 def _evaluate(run: TrainingRun) -> dict[str, float]:
-    """Greedy exact-match and reward on training and held-out tasks: by the learner on its own weights, or
-    for an agent environment, episodes through the session server at the version just published."""
+    """Greedy exact-match and reward on training and held-out tasks: by the learner on its own weights, or for
+    an agent environment, episodes through the session server at the version just published (a one-turn
+    environment's one request is asked of the learner's weights, the same version: `evaluate_one_turn`)."""
     n = run.cfg.eval_prompts
     if run.env is None or run.rt.serving is None:
         result: dict[str, float] = run.rt.trainer_call("evaluate", n)
@@ -63,6 +65,11 @@ def _evaluate(run: TrainingRun) -> dict[str, float]:
     out: dict[str, float] = {}
     for split in ("train", "held_out"):
         tasks = spread(run.env.tasks(split), n)
-        got = run.rt.loop.run(evaluate_env(run.env, run.rt.serving, tasks, f"eval:v{run.version}:{split}"))
+        turns = [run.env.one_turn(t) for t in tasks]
+        if tasks and all(turn is not None for turn in turns):
+            ask = [t for t in turns if t is not None]
+            got = evaluate_one_turn(run.env, tasks, ask, lambda r: run.rt.trainer_call("greedy_replies", r, STOP))
+        else:
+            got = run.rt.loop.run(evaluate_env(run.env, run.rt.serving, tasks, f"eval:v{run.version}:{split}"))
         out[f"{split}_exact_match"], out[f"{split}_reward"] = got["exact_match"], got["reward"]
     return out

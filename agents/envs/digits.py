@@ -14,7 +14,7 @@ import random
 from typing import Any
 
 from agents.chat import encode
-from agents.environments import Environment, EpisodeResult, Split, Task, chat, chat_choices
+from agents.environments import Environment, EpisodeResult, OneTurn, Split, Task, chat
 
 DIGIT_BIAS = {str(encode(c)[0]): 100 for c in "0123456789"}
 
@@ -69,27 +69,16 @@ class DigitsEnvironment(Environment):
     def tasks(self, split: Split) -> list[Task]:
         return self._tasks[split]
 
+    def one_turn(self, task: Task) -> OneTurn:
+        return OneTurn(task.messages, self.max_tokens, self.logit_bias)
+
     async def run_episode(self, client: Any, session_id: str, task: Task, *, model: str = "policy") -> EpisodeResult:
         reply = await chat(
             client, session_id, list(task.messages), model=model, max_tokens=self.max_tokens, logit_bias=self.logit_bias
         )
-        return self.score(task, reply)
+        return self.score_reply(task, reply)
 
-    async def run_group(
-        self, client: Any, session_id: str, task: Task, n: int, *, model: str = "policy"
-    ) -> list[EpisodeResult]:
-        replies = await chat_choices(
-            client,
-            session_id,
-            list(task.messages),
-            model=model,
-            max_tokens=self.max_tokens,
-            n=n,
-            logit_bias=self.logit_bias,
-        )
-        return [self.score(task, reply) for reply in replies]
-
-    def score(self, task: Task, reply: str) -> EpisodeResult:
+    def score_reply(self, task: Task, reply: str) -> EpisodeResult:
         reward, exact = prefix_score(task.answer, reply)
         width = len(str(self.modulus - 1))
         parts = {

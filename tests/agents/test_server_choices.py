@@ -38,6 +38,28 @@ def _client(url: str) -> openai.AsyncOpenAI:
     return openai.AsyncOpenAI(base_url=url + "/v1", api_key=KEY, max_retries=0)
 
 
+def test_a_session_answered_with_n_choices_frees_its_rows_with_the_answer(stack) -> None:
+    """It takes no further request, so the engine frees its rows at once (the request is the session's last) and
+    ending it calls no engine; a one-choice session keeps its rows until it is ended."""
+    handles, srv, url = stack
+
+    async def main() -> None:
+        before = (await handles["c0"].snapshot.remote())["sessions"]
+        await srv.open_sessions.remote(["free-n", "free-1"])
+        client = _client(url)
+        for sid, n in (("free-n", 4), ("free-1", 1)):
+            await client.chat.completions.create(
+                model="x", messages=MSGS, max_tokens=3, n=n, logit_bias=DIGIT_BIAS, extra_body={"session_id": sid}
+            )
+        assert (await handles["c0"].snapshot.remote())["sessions"] == before + 1  # only free-1 holds rows
+        records = await srv.end_sessions.remote(["free-n", "free-1"])
+        assert [len(r.segments) for r in records] == [4, 1]
+        assert (await handles["c0"].snapshot.remote())["sessions"] == before
+        await client.close()
+
+    asyncio.run(main())
+
+
 def test_n_choices_are_one_request_recorded_per_choice_and_split_into_episodes(stack) -> None:
     handles, srv, url = stack
 

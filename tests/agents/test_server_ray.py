@@ -165,6 +165,44 @@ def test_a_groups_sessions_open_and_end_in_one_call_each_over_the_workers_aiohtt
     asyncio.run(main())
 
 
+def test_a_workers_groups_of_one_tick_open_and_end_in_one_call_with_an_outcome_each(stack) -> None:
+    """A rollout worker coalesces its groups' `open_many` and `end_many` calls (rollout/coalesce.py): the groups
+    of one tick travel as one call each way; each group gets its own outcome (a taken or unknown id fails only
+    its group, which opens or ends none of its sessions); the engines' caches are freed."""
+    from rollout.coalesce import CallCoalescer
+
+    ray, handles, srv, url = stack
+    groups = [["many-0", "many-1"], ["many-2"], ["many-3", "many-1"]]  # the third reuses a taken id
+
+    async def cached() -> int:
+        return sum([(await _snap(h))["sessions"] for h in handles.values()])
+
+    async def main() -> None:
+        in_engines = await cached()
+        opens, ends = CallCoalescer(srv, "open_many"), CallCoalescer(srv, "end_many")
+        opened = await asyncio.gather(*(opens.submit(g) for g in groups), return_exceptions=True)
+        assert opens.stats() == {"calls": 1, "requests": 3}
+        assert opened[:2] == [None, None] and isinstance(opened[2], ValueError) and "many-1" in str(opened[2])
+        with pytest.raises(ray.exceptions.RayTaskError, match="many-3"):
+            await srv.trajectory.remote("many-3")  # none of the failed group's sessions opened
+        client = _client(url)
+        for sid in ("many-0", "many-1", "many-2"):
+            msgs = [{"role": "user", "content": sid}]
+            await client.chat.completions.create(model="x", messages=msgs, max_tokens=2, extra_body={"session_id": sid})
+        assert await cached() == in_engines + 3
+        ending = [["many-0", "many-1"], ["many-2", "nope"]]
+        ended = await asyncio.gather(*(ends.submit(g) for g in ending), return_exceptions=True)
+        assert ends.stats() == {"calls": 1, "requests": 2}
+        assert [r.session_id for r in ended[0]] == ["many-0", "many-1"] and all(r.state == "ended" for r in ended[0])
+        assert isinstance(ended[1], KeyError) and "nope" in str(ended[1])
+        assert await cached() == in_engines + 1  # many-2 is still open: its group failed as a whole
+        [[record]] = await srv.end_many.remote([["many-2"]])
+        assert record.session_id == "many-2" and await cached() == in_engines
+        await client.close()
+
+    asyncio.run(main())
+
+
 def test_request_at_a_sealed_gate_is_admitted_at_reopen_under_the_new_version(stack) -> None:
     ray, handles, srv, url = stack
 
