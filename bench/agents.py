@@ -57,6 +57,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from agents.chat import STOP, render  # noqa: E402
+from bench.cpu import cpu_by_role  # noqa: E402
 from rollout.coalesce import CallCoalescer  # noqa: E402
 from rollout.invoke import call  # noqa: E402
 from rollout.types import TurnCall  # noqa: E402
@@ -140,16 +141,21 @@ class Sides:
 
 
 async def measure(run_one: Any, tag: str, concurrency: int, sessions: int) -> dict[str, Any]:
-    """Tokens/s of `concurrency` clients running `sessions` sessions back to back, and every request's latency."""
+    """Tokens/s of `concurrency` clients running `sessions` sessions back to back, every request's latency, and
+    the CPU milliseconds per request of each role (`driver`: the clients; the engine, the session server, Ray's
+    own processes, `other`: daphne), which say where the side's time went."""
     todo = iter(range(sessions))
     lat: dict[tuple[int, int], float] = {}
 
     async def client() -> int:
         return sum([await run_one(f"{tag}-s{s}", s, lat) for s in todo])
 
-    t0 = time.perf_counter()
+    cpu0, t0 = cpu_by_role(), time.perf_counter()
     made = sum(await asyncio.gather(*(client() for _ in range(concurrency))))
-    return {"tokens_s": made / (time.perf_counter() - t0), "tokens": made, "lat": lat}
+    seconds, cpu1 = time.perf_counter() - t0, cpu_by_role()
+    used = {role: cpu1[role] - cpu0.get(role, 0.0) for role in cpu1}
+    cpu_ms = {role: round(1000 * v / len(lat), 3) for role, v in sorted(used.items()) if v >= 0.005}
+    return {"tokens_s": made / seconds, "tokens": made, "lat": lat, "cpu_ms_per_request": cpu_ms}
 
 
 def pct(values: list[float], q: float) -> float:
@@ -226,6 +232,7 @@ async def one_round(sides: Sides, r: int, size: str) -> dict[str, Any]:
 def compare(per: list[dict[str, Any]], slow: str, fast: str) -> dict[str, Any]:
     """`slow` against `fast` over rounds: the median of per-round tokens/s ratios, its spread, added latency."""
     ratios = [p[slow]["tokens_s"] / p[fast]["tokens_s"] for p in per]
+    sides = (fast, slow)
     added = [added_ms(p[slow]["lat"], p[fast]["lat"]) for p in per]
     return {
         "ratio": statistics.median(ratios),
@@ -236,7 +243,14 @@ def compare(per: list[dict[str, Any]], slow: str, fast: str) -> dict[str, Any]:
         "ratios": ratios,
         "p50_ms": {side: statistics.median(_p50(p[side]) for p in per) for side in (fast, slow)},
         "tokens": {side: [p[side]["tokens"] for p in per] for side in (fast, slow)},
+        "cpu_ms_per_request": {side: _median_cpu([p[side]["cpu_ms_per_request"] for p in per]) for side in sides},
     }
+
+
+def _median_cpu(rounds: list[dict[str, float]]) -> dict[str, float]:
+    """Per role, the median over rounds of its CPU ms per request (0 in a round where it used none)."""
+    roles = sorted({role for r in rounds for role in r})
+    return {role: round(statistics.median(r.get(role, 0.0) for r in rounds), 3) for role in roles}
 
 
 def summarize(rounds: list[dict[str, Any]]) -> tuple[dict[str, Any], dict[str, Any]]:

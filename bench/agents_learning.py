@@ -13,9 +13,11 @@ A bench of its own, not a mode of bench/agents.py: that one measures request thr
 keys, so one never has to be rerun for the other.
 
 All runs go to ONE Ray head (the first run starts it, or RAY_ADDRESS), one after the other, at the trainer's
-defaults (colocated, 2 engines, 2 workers, 128 prompts x 8 per step, seed 0), so both digit sides get the same
-seed, batch, evaluation (greedy, `eval_every` 5, the same 240 training and 60 held-out problems) and wall
-budget. They differ only in how an episode reaches the policy:
+defaults (colocated, 2 engines, 2 workers, 128 prompts x 8 per step), so both digit sides get the same batch,
+evaluation (greedy on the learner's weights, `eval_every` 5, the same 240 training and 60 held-out problems) and
+wall budget. Round r runs both sides at seed r: one seed is one draw of the (a, d) split, the initial weights
+and the samples, and the in-process side at seed 0 took 70 steps where seeds 1-3 took 80-110, so a single
+seed said more about that draw than about HTTP. They differ only in how an episode reaches the policy:
 - in process (`inproc_s`): `TrainConfig()`, the trainer's digit task: a worker sends one engine request per group
   (G rows in lock step) over Ray, 12-token vocabulary, context 16;
 - HTTP (`http_s`): `environment="digits"`: a worker opens one session per group on the run's session server and
@@ -58,6 +60,7 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 # the priority this process runs at. Only a head this process starts reads it.
 os.environ.setdefault("RAY_worker_niceness", "0")
 
+from bench.cpu import cpu_by_role  # noqa: E402
 from trainer.config import TrainConfig  # noqa: E402
 from trainer.loop import TrainingRun  # noqa: E402
 from trainer.sinks import EventEmitter  # noqa: E402
@@ -79,38 +82,6 @@ TOOLS = {
     "eval_every": 0,
     "lr": 0.003,
 }
-
-
-def cpu_by_role() -> dict[str, float]:
-    """CPU seconds (user + system) so far of this process and of the Ray actors it started, by role (`ray::Engine`,
-    `ray::RolloutWorker.generate_group` -> Engine, RolloutWorker): the processes below this one in /proc, so other
-    Ray heads on the machine do not count. Empty on a cluster this process did not start (RAY_ADDRESS)."""
-    tick = os.sysconf("SC_CLK_TCK")
-    parent, cpu, name = {}, {}, {}
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            stat = Path(f"/proc/{pid}/stat").read_text()
-            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0].decode(errors="replace")
-        except OSError:
-            continue
-        fields = stat.rsplit(")", 1)[1].split()
-        parent[int(pid)], cpu[int(pid)], name[int(pid)] = (
-            int(fields[1]),
-            (int(fields[11]) + int(fields[12])) / tick,
-            cmd,
-        )
-    mine, out = {os.getpid()}, {"driver": cpu.get(os.getpid(), 0.0)}
-    changed = True  # a child's pid may be lower than its parent's: grow the set to a fixed point
-    while changed:
-        changed = False
-        for pid, ppid in parent.items():
-            if ppid in mine and pid not in mine:
-                mine.add(pid)
-                changed = True
-    for pid in mine - {os.getpid()}:
-        role = name[pid].removeprefix("ray::").split(".")[0] if name[pid].startswith("ray::") else "ray_system"
-        out[role] = out.get(role, 0.0) + cpu[pid]
-    return out
 
 
 class Events:
@@ -206,11 +177,12 @@ def median_or_none(values: list[float | None]) -> float | None:
 
 
 def learning(base: TrainConfig, rounds: int) -> dict[str, Any]:
-    """The two digit sides in alternating rounds; medians, the paired ratio and its spread."""
+    """The two digit sides in alternating rounds, round r at seed r on both; medians, the paired ratio and its
+    spread."""
     per: dict[str, list[dict[str, Any]]] = {side: [] for side in SIDES}
     for r in range(rounds):
         for side in list(SIDES) if r % 2 == 0 else list(reversed(SIDES)):
-            per[side].append(digits_run(base, side))
+            per[side].append({"seed": r, **digits_run(base.replace(seed=r), side)})
     return summarize(per)
 
 
