@@ -88,3 +88,39 @@ def test_a_multi_turn_environment_has_no_one_turn() -> None:
     assert tools.one_turn(tools.tasks("train")[0]) is None
     with pytest.raises(NotImplementedError):
         tools.score_reply(tools.tasks("train")[0], "1")
+
+
+def test_the_loop_evaluates_a_one_turn_environment_on_the_learner_and_others_through_the_server() -> None:
+    """`step_report._evaluate` asks the learner (`greedy_replies`) for digits, and runs episodes through the
+    session server (the run's loop) for a multi-turn environment."""
+    from types import SimpleNamespace
+
+    from trainer import step_report
+
+    calls: list[str] = []
+
+    class Runtime:
+        serving = object()
+
+        def trainer_call(self, method: str, requests: list, stop: int) -> list[list[int]]:
+            calls.append(method)
+            assert stop == STOP and all(n == 3 for _, n, _ in requests)
+            return [[] for _ in requests]
+
+        class loop:  # noqa: N801 - stands for the run's event loop
+            @staticmethod
+            def run(coro):
+                coro.close()
+                calls.append("server")
+                return {"exact_match": 0.25, "reward": 0.5}
+
+    def run_with(env) -> dict:
+        run = SimpleNamespace(cfg=SimpleNamespace(eval_prompts=8), env=env, rt=Runtime(), version=3)
+        return step_report._evaluate(run)
+
+    got = run_with(DigitsEnvironment(seed=0))
+    assert calls == ["greedy_replies", "greedy_replies"]  # training and held-out tasks
+    assert got == {"train_exact_match": 0.0, "train_reward": 0.0, "held_out_exact_match": 0.0, "held_out_reward": 0.0}
+    calls.clear()
+    got = run_with(ToolsEnvironment(seed=0))
+    assert calls == ["server", "server"] and got["train_exact_match"] == 0.25
