@@ -152,7 +152,8 @@ class SessionServer(RequestHandling):
             state = self.sessions.pop(sid)
             engine = self.router.engine_of(sid)
             self.router.release(sid)
-            if engine is not None and engine in self.engines and not state.freed:
+            freed = state.record.choices > 1  # answered with n choices: the engine freed its rows with the answer
+            if engine is not None and engine in self.engines and not freed:
                 ending.setdefault(engine, []).append(sid)
             state.record.state = "ended" if state.record.state == "open" else state.record.state
             records.append(state.record)

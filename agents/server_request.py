@@ -107,9 +107,7 @@ class RequestHandling:
         try:
             # n choices: n rows of one engine request (the prompt computed once); the engine stops only one-row
             # requests, so each choice is cut after its first stop token here
-            # a session answered with n > 1 choices takes no more requests: its rows are freed with the answer
             result = await self._generate(state, engine, [feed] * req.n, n, req, stop if req.n == 1 else [], bias)
-            state.freed = req.n > 1
         except ApiError as exc:
             if stream is None:
                 raise

@@ -26,7 +26,6 @@ class SessionState:
     last_stopped: bool = True  # the last completion ended with <|end|> (else one is fed before the next turn)
     busy: bool = False  # a request is in flight (a second one answers 409)
     one_off: bool = False  # no session id was given: ended after its answer
-    freed: bool = False  # the engine freed its rows with its answer (n choices: the session takes no more requests)
 
     @property
     def length(self) -> int:

@@ -6,6 +6,7 @@ from collections import defaultdict
 
 import torch
 
+from trainer.engine_step import bias_vector
 from trainer.policy import TinyTransformer, sample_tokens
 from trainer.problems import Prompt, SequenceTask
 
@@ -71,10 +72,8 @@ def greedy_replies(
         buckets[(len(prompt), max_tokens, tuple(pairs))].append(i)
     out: list[list[int]] = [[] for _ in requests]
     for (_, n, bias), rows in buckets.items():
-        add = None
-        if bias:
-            add = torch.zeros(vocab, device=device)
-            add[torch.tensor([t for t, _ in bias], device=device)] = torch.tensor([b for _, b in bias], device=device)
+        vector = bias_vector(bias, vocab)
+        add = None if vector is None else vector.to(device)
         feed = torch.tensor([requests[i][0] for i in rows], device=device)
         toks, *_ = sample_tokens(model, feed, None, n, temperature=temperature, generator=None, greedy=True, bias=add)
         for i, ids in zip(rows, toks.tolist()):

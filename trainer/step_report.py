@@ -65,10 +65,9 @@ def _evaluate(run: TrainingRun) -> dict[str, float]:
     out: dict[str, float] = {}
     for split in ("train", "held_out"):
         tasks = spread(run.env.tasks(split), n)
-        turns = [run.env.one_turn(t) for t in tasks]
-        if tasks and all(turn is not None for turn in turns):
-            ask = [t for t in turns if t is not None]
-            got = evaluate_one_turn(run.env, tasks, ask, lambda r: run.rt.trainer_call("greedy_replies", r, STOP))
+        turns = [turn for t in tasks if (turn := run.env.one_turn(t)) is not None]
+        if tasks and len(turns) == len(tasks):
+            got = evaluate_one_turn(run.env, tasks, turns, lambda r: run.rt.trainer_call("greedy_replies", r, STOP))
         else:
             got = run.rt.loop.run(evaluate_env(run.env, run.rt.serving, tasks, f"eval:v{run.version}:{split}"))
         out[f"{split}_exact_match"], out[f"{split}_reward"] = got["exact_match"], got["reward"]

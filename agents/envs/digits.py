@@ -14,7 +14,7 @@ import random
 from typing import Any
 
 from agents.chat import encode
-from agents.environments import Environment, EpisodeResult, OneTurn, Split, Task, chat
+from agents.environments import Environment, EpisodeResult, OneTurn, Split, Task
 
 DIGIT_BIAS = {str(encode(c)[0]): 100 for c in "0123456789"}
 
@@ -73,10 +73,8 @@ class DigitsEnvironment(Environment):
         return OneTurn(task.messages, self.max_tokens, self.logit_bias)
 
     async def run_episode(self, client: Any, session_id: str, task: Task, *, model: str = "policy") -> EpisodeResult:
-        reply = await chat(
-            client, session_id, list(task.messages), model=model, max_tokens=self.max_tokens, logit_bias=self.logit_bias
-        )
-        return self.score_reply(task, reply)
+        [result] = await self.run_group(client, session_id, task, 1, model=model)
+        return result
 
     def score_reply(self, task: Task, reply: str) -> EpisodeResult:
         reward, exact = prefix_score(task.answer, reply)
