@@ -16,8 +16,9 @@ rollout worker does and the comparison isolates what the server adds:
   trainer/worker.py sends it (the turn's chat-template ids, the session's cache reused by `continues`, the last
   turn ends the session);
 - HTTP (`http_tokens_s`): the official `openai.AsyncOpenAI` client as a rollout worker builds it
-  (trainer/agent_episodes.py `openai_client`: the openai package's aiohttp transport), `chat.completions.create`
-  on loopback, the whole history resent each turn, the session opened and ended through the server's actor methods as
+  (trainer/agent_episodes.py `openai_client`: the openai package's aiohttp transport), each turn sent as the
+  shipped environments send theirs (`agents.environments.chat_completion`: the client's low-level `post`) on
+  loopback, the whole history resent each turn, the session opened and ended through the server's actor methods as
   trainer/agent_episodes.py does (those two calls count in the wall time, not in a request's latency);
 - proxy (`proxy."64"`): the same clients against `/api/runs/<id>/v1` of a real daphne (runs/api/proxy.py) on a
   temporary SQLite database (or `--database-url`), a running Run whose serving_url is the server and whose
@@ -57,6 +58,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from agents.chat import STOP, render  # noqa: E402
+from agents.environments import chat_completion  # noqa: E402
 from bench.cpu import cpu_by_role  # noqa: E402
 from rollout.coalesce import CallCoalescer  # noqa: E402
 from rollout.invoke import call  # noqa: E402
@@ -130,13 +132,11 @@ class Sides:
         for t in range(TURNS):
             messages.append({"role": "user", "content": user_text(s, t)})
             t0 = time.perf_counter()
-            answer = await client.chat.completions.create(
-                model="policy", messages=messages, max_tokens=MAX_TOKENS, seed=seed(s, t),
-                extra_body={"session_id": sid},
-            )  # fmt: skip
+            body = {"model": "policy", "messages": messages, "max_tokens": MAX_TOKENS, "seed": seed(s, t)}
+            answer = await chat_completion(client, {**body, "session_id": sid})
             lat[(s, t)] = time.perf_counter() - t0
-            made += answer.usage.completion_tokens
-            messages.append({"role": "assistant", "content": answer.choices[0].message.content or ""})
+            made += answer["usage"]["completion_tokens"]
+            messages.append({"role": "assistant", "content": answer["choices"][0]["message"]["content"] or ""})
         return made
 
 

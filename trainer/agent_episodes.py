@@ -213,3 +213,7 @@ class _Greedy:
 
     async def create(self, **kwargs: Any) -> Any:
         return await self._client.chat.completions.create(**{**kwargs, "temperature": 0.0})
+
+    async def post(self, path: str, *, cast_to: Any, body: dict[str, Any]) -> Any:
+        """The low-level call `agents.environments.chat_completion` makes, greedy as well."""
+        return await self._client.post(path, cast_to=cast_to, body={**body, "temperature": 0.0})

@@ -51,6 +51,11 @@ class Scripted:
         choice = type("C", (), {"index": 0, "message": type("M", (), {"content": content})})  # as openai's Choice
         return type("R", (), {"choices": [choice]})
 
+    async def post(self, path, *, cast_to, body):  # the call agents.environments.chat_completion makes
+        assert (path, cast_to) == ("/chat/completions", object)
+        self.asked.append(body)
+        return {"choices": [{"index": 0, "message": {"role": "assistant", "content": self.replies.pop(0)}}]}
+
 
 def _episode(env, task, *replies):
     client = Scripted(*replies)
