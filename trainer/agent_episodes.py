@@ -17,7 +17,7 @@ import asyncio
 from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agents.chat import VOCAB_SIZE, decode, render
 from agents.environments import Environment, EpisodeResult, OneTurn, Task, resolve
@@ -28,6 +28,9 @@ from trainer.config import TrainConfig
 from trainer.episodes import Group, GroupTicket
 from trainer.problems import policy_shape
 from trainer.trajectories import TrajectoryRecord, group_from_trajectories, split_choices
+
+if TYPE_CHECKING:
+    from trainer.evaluate import OneTurnRequest
 
 REQUEST_TIMEOUT_S = 300.0  # one request may wait at a sealed gate for a whole publication
 
@@ -174,11 +177,7 @@ async def evaluate_env(env: Environment, serving: Serving, tasks: list[Task], pr
     finally:
         await call(serving.server, "end_sessions", sids)
         await client.close()
-    n = max(1, len(results))
-    return {"exact_match": sum(r.exact for r in results) / n, "reward": sum(r.reward for r in results) / n}
-
-
-OneTurnRequest = tuple[list[int], int, list[tuple[int, float]]]  # prompt ids, max_tokens, logit_bias pairs
+    return _summary(results)
 
 
 def evaluate_one_turn(
@@ -199,6 +198,11 @@ def evaluate_one_turn(
     ]
     replies = replies_of(requests)
     results = [env.score_reply(task, decode(ids)) for task, ids in zip(tasks, replies)]
+    return _summary(results)
+
+
+def _summary(results: list[EpisodeResult]) -> dict[str, float]:
+    """Greedy evaluation's numbers: mean exact-match and reward over the episodes (0 for none)."""
     n = max(1, len(results))
     return {"exact_match": sum(r.exact for r in results) / n, "reward": sum(r.reward for r in results) / n}
 

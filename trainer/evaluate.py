@@ -51,25 +51,26 @@ def eval_prompts(prompts: list[Prompt], n: int) -> list[Prompt]:
     return [prompts[int(i * stride)] for i in range(n)]
 
 
+# One one-turn request, as the driver sends it to the learner: prompt ids, max_tokens, logit_bias (id, bias) pairs.
+OneTurnRequest = tuple[list[int], int, list[tuple[int, float]]]
+
+
 @torch.no_grad()
 def greedy_replies(
-    model: TinyTransformer,
-    requests: list[tuple[list[int], int, list[tuple[int, float]]]],
-    stop: int,
-    temperature: float,
+    model: TinyTransformer, requests: list[OneTurnRequest], stop: int, temperature: float
 ) -> list[list[int]]:
-    """Greedy replies to one-turn requests (prompt ids, max_tokens, logit_bias pairs), each cut before its first
-    `stop` token, as the engine answers a one-row chat request; requests of the same shape run as one batch.
-    ValueError for a request that does not fit the model's context (the session server's 400)."""
-    was_training = model.training
-    model.eval()
-    device = next(model.parameters()).device
-    vocab = model.head.out_features
+    """Greedy replies to one-turn requests, each cut before its first `stop` token, as the engine answers a
+    one-row chat request; requests of the same shape run as one batch. ValueError for a request that does not fit
+    the model's context (the session server's 400), before the model is touched."""
     buckets: dict[tuple[int, int, tuple[tuple[int, float], ...]], list[int]] = defaultdict(list)
     for i, (prompt, max_tokens, pairs) in enumerate(requests):
         if not prompt or max_tokens < 1 or len(prompt) + max_tokens - 1 > model.block_size:
             raise ValueError(f"request {i}: {len(prompt)} prompt tokens and max_tokens {max_tokens} do not fit")
         buckets[(len(prompt), max_tokens, tuple(pairs))].append(i)
+    was_training = model.training
+    model.eval()
+    device = next(model.parameters()).device
+    vocab = model.head.out_features
     out: list[list[int]] = [[] for _ in requests]
     for (_, n, bias), rows in buckets.items():
         vector = bias_vector(bias, vocab)

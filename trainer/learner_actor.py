@@ -16,7 +16,7 @@ from rollout.channel import Channel
 from trainer.config import TrainConfig
 from trainer.data_path import channel_key
 from trainer.episodes import Group
-from trainer.evaluate import eval_prompts, evaluate, greedy_replies
+from trainer.evaluate import OneTurnRequest, eval_prompts, evaluate, greedy_replies
 from trainer.learner import Learner
 from trainer.problems import task_build
 
@@ -76,9 +76,7 @@ class LearnerActor(Learner):
             raise ValueError("step_delay_s must be within [0, 60]")
         self._step_delay_s = step_delay_s
 
-    def greedy_replies(
-        self, requests: list[tuple[list[int], int, list[tuple[int, float]]]], stop: int
-    ) -> list[list[int]]:
+    def greedy_replies(self, requests: list[OneTurnRequest], stop: int) -> list[list[int]]:
         """Greedy replies of this learner's weights to one-turn requests (an agent environment's evaluation:
         trainer/agent_episodes.py `evaluate_one_turn`)."""
         return greedy_replies(self.model, requests, stop, self.cfg.temperature)

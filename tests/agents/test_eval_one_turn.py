@@ -79,8 +79,10 @@ def test_evaluate_one_turn_scores_with_the_environment() -> None:
 
 def test_a_request_over_the_context_is_refused() -> None:
     model = _model(0)
+    model.train()
     with pytest.raises(ValueError, match="request 1"):
         greedy_replies(model, [([1, 20], 3, []), ([1] * 14, 4, [])], STOP, 1.0)
+    assert model.training  # refused before the learner's model was switched to eval mode
 
 
 def test_a_multi_turn_environment_has_no_one_turn() -> None:
