@@ -13,10 +13,38 @@ from pathlib import Path
 VENV_BIN = Path(sys.executable).parent
 
 
+# Ports for servers come from below the kernel's ephemeral range, where outgoing connections take their local
+# ports: a port the kernel picked there and released can go to one of them before the server binds it (EADDRINUSE,
+# seen in a full `make test`). And from above Ray's worker ports (10002-19999 by default).
+PORTS_FROM = 20000
+_given: set[int] = set()
+
+
+def _ephemeral_low() -> int:
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768  # Linux's default
+
+
 def free_port() -> int:
-    with socket.socket() as s:
+    """A port nothing is bound to now, not handed out before by this process, outside the ephemeral range (a
+    random one, so that processes picking at once rarely pick the same)."""
+    ports = range(PORTS_FROM, _ephemeral_low())
+    for _ in range(100 if len(ports) > 1000 else 0):
+        port = secrets.choice(ports)
+        if port in _given:
+            continue
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        _given.add(port)
+        return port
+    with socket.socket() as s:  # no room below the ephemeral range on this machine: the kernel's pick
         s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+        return int(s.getsockname()[1])
 
 
 def port_is_free(port: int) -> bool:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -29,6 +28,10 @@ if "RAY_AUTH_MODE" not in os.environ:
 REPO_ROOT = Path(__file__).resolve().parent.parent
 VENV_BIN = Path(sys.executable).parent
 
+# The ports the tests give their servers: platform/up.py's own pick (outside the kernel's ephemeral range).
+sys.path.insert(0, str(REPO_ROOT / "platform"))
+from embedded import free_port  # noqa: E402
+
 
 def pytest_configure(config: pytest.Config) -> None:
     """STATIC_ROOT exists, private like platform/up.py makes it: without it WhiteNoise warns at every handler
@@ -38,12 +41,6 @@ def pytest_configure(config: pytest.Config) -> None:
     static = Path(settings.STATIC_ROOT)
     for folder in (static.parent, static):
         folder.mkdir(mode=0o700, exist_ok=True)  # the outage pytest beside the suite may make it first
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import math
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -17,6 +16,7 @@ from typing import Any
 
 import requests
 
+from tests.conftest import free_port
 from tests.processes import die_with_parent, stop_process_group
 from trainer.histograms import histogram, run_edges
 
@@ -30,12 +30,6 @@ CHROMIUM_ARGS = [
     "--disable-sync",
 ]
 ARTIFACTS = REPO_ROOT / "tests" / "artifacts"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @dataclass

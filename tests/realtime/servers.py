@@ -16,16 +16,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+from tests.conftest import free_port
 from tests.processes import die_with_parent, stop_process_group
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 VENV_BIN = Path(sys.executable).parent
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def wait_port(port: int, proc: subprocess.Popen, log: Path, timeout: float = 120) -> None:
