@@ -41,23 +41,27 @@ lint: $(BIN)/.installed node_modules/.installed
 	DJANGO_DEBUG=1 DATABASE_URL=sqlite:///:memory: $(BIN)/python manage.py makemigrations --check --dry-run
 	node_modules/.bin/tsc --noEmit -p tsconfig.json
 
-# The Ray-outage acceptance (tests/execution/test_outage.py) mostly waits out two 3-minute outages of its own Ray
-# head (a restart and a partition): it runs beside the rest of the suite, in a second pytest with its own
-# database and Redis db, and its output follows the suite's. Either one failing fails `make test`.
+# Tests marked `beside` start their own platform, Ray head or databases and share nothing with the rest: they run
+# in a second pytest beside the suite, with its own database and Redis db, and its output follows the suite's.
+# Either one failing fails `make test`. They are the Ray-outage acceptance (tests/execution/test_outage.py: it
+# mostly waits out two 3-minute outages of its own Ray head), the restarts of `make run` (tests/test_restart.py),
+# up.py's own checks (tests/test_platform_quiet.py, tests/security/test_platform_up.py) and the multi-process
+# slot stress (tests/runs/test_stress.py, on databases of its own): about 7 minutes of the suite's 37 here, which
+# keeps about one of the two cores busy on average, so the second pytest mostly uses the idle one.
 # `PYTEST_CPU_ACCOUNT=var/cpu.txt make test` also writes the CPU each test cost (tests/cpu_account.py; root and a
-# cgroup v1 cpuacct hierarchy needed), the outage pytest's to var/cpu.txt.outage.
-TEST_OUTAGE_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/root
-TEST_OUTAGE_REDIS_URL ?= redis://127.0.0.1:6379/2
+# cgroup v1 cpuacct hierarchy needed), the second pytest's to var/cpu.txt.beside.
+TEST_BESIDE_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/root
+TEST_BESIDE_REDIS_URL ?= redis://127.0.0.1:6379/2
 
 test: setup lint
 	@mkdir -p var; \
-	DATABASE_URL=$(TEST_OUTAGE_DATABASE_URL) REDIS_URL=$(TEST_OUTAGE_REDIS_URL) \
-	  PYTEST_CPU_ACCOUNT=$${PYTEST_CPU_ACCOUNT:+$$PYTEST_CPU_ACCOUNT.outage} \
-	  $(BIN)/python -m pytest -m outage $(PYTEST_ARGS) > var/test-outage.log 2>&1 & outage=$$!; \
-	DATABASE_URL=$(TEST_DATABASE_URL) REDIS_URL=$(TEST_REDIS_URL) $(BIN)/python -m pytest -m "not outage" $(PYTEST_ARGS); \
-	suite=$$?; wait $$outage; outage_rc=$$?; \
-	echo "--- the Ray-outage acceptance (ran beside the suite) ---"; cat var/test-outage.log; \
-	test $$suite -eq 0 && test $$outage_rc -eq 0
+	DATABASE_URL=$(TEST_BESIDE_DATABASE_URL) REDIS_URL=$(TEST_BESIDE_REDIS_URL) \
+	  PYTEST_CPU_ACCOUNT=$${PYTEST_CPU_ACCOUNT:+$$PYTEST_CPU_ACCOUNT.beside} \
+	  $(BIN)/python -m pytest -m beside $(PYTEST_ARGS) > var/test-beside.log 2>&1 & beside=$$!; \
+	DATABASE_URL=$(TEST_DATABASE_URL) REDIS_URL=$(TEST_REDIS_URL) $(BIN)/python -m pytest -m "not beside" $(PYTEST_ARGS); \
+	suite=$$?; wait $$beside; beside_rc=$$?; \
+	echo "--- the tests marked beside (ran in a second pytest beside the suite) ---"; cat var/test-beside.log; \
+	test $$suite -eq 0 && test $$beside_rc -eq 0
 
 bench-slots: setup
 	DATABASE_URL=$(TEST_DATABASE_URL) $(BIN)/python bench/slots.py $(BENCH_ARGS)

@@ -40,7 +40,7 @@ def pytest_configure(config: pytest.Config) -> None:
 
     static = Path(settings.STATIC_ROOT)
     for folder in (static.parent, static):
-        folder.mkdir(mode=0o700, exist_ok=True)  # the outage pytest beside the suite may make it first
+        folder.mkdir(mode=0o700, exist_ok=True)  # the pytest beside the suite may make it first
 
 
 @dataclass(frozen=True)

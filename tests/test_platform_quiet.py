@@ -18,6 +18,8 @@ import requests
 
 from tests.platform_up import up  # noqa: F401 - the fixture that starts and cleans up up.py
 
+pytestmark = pytest.mark.beside  # its own platforms: in the pytest beside the suite (Makefile)
+
 BANNER_END = "=" * 80
 IDLE_SECONDS = 20
 

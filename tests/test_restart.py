@@ -28,7 +28,7 @@ from runs.core.lifecycle import TRANSITIONS
 from tests.held import Held
 from tests.platform_up import UpProcess, up  # noqa: F401 - up: the fixture
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.beside]  # its own platforms: beside the suite
 
 STEPS = 30
 # The default model and sizes (about 2 s a step here: a tiny model trains 30 steps before a stop takes hold).

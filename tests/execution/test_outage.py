@@ -14,7 +14,8 @@ of its own, reached through the gateway; the test stops and starts that head on 
 group; no other Ray on the machine is touched). The outage length is a parameter: RAY_OUTAGE_SECONDS (default
 180, what the suite runs).
 Marked `outage` (and `slow`): each case takes about 4 to 8 minutes, mostly the outage itself and three training
-runs on two cores, so they run in a pytest process of their own beside the rest of the suite (`-m outage`)."""
+runs on two cores, so they run in a pytest process of their own beside the rest of the suite (marked `beside`:
+`make test` runs `-m beside` there)."""
 
 from __future__ import annotations
 
@@ -37,7 +38,7 @@ from tests.execution.conftest import TINY_TRAIN_CONFIG, Api, Platform, wait_for
 from tests.execution.gateway import Gateway
 from tests.processes import committed_database_url, die_with_parent, stop_ray_head
 
-pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow, pytest.mark.outage]
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow, pytest.mark.outage, pytest.mark.beside]
 
 OUTAGE_SECONDS = float(os.environ.get("RAY_OUTAGE_SECONDS", "180"))
 LIVENESS_SETTINGS = (

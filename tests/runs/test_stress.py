@@ -17,6 +17,7 @@ import pytest
 
 WORKER = Path(__file__).with_name("stress_worker.py")
 PG_BASE = "postgres://postgres@127.0.0.1:5432"
+pytestmark = pytest.mark.beside  # databases of its own: in the pytest beside the suite (Makefile)
 
 
 def run_worker(env: dict[str, str], *args: str, timeout: float = 900) -> dict:

@@ -25,6 +25,8 @@ import redis
 from tests.conftest import REPO_ROOT
 from tests.platform_up import UP, names, start_without_ray, up  # noqa: F401 - up: the fixture
 
+pytestmark = pytest.mark.beside  # its own platforms: in the pytest beside the suite (Makefile)
+
 
 def test_var_is_private_and_no_secret_is_in_argv_and_children_die_on_sigkill(up, tmp_path):
     (tmp_path / "var").mkdir(mode=0o755)  # an older var/ that anyone could enter, with a readable database
