@@ -48,6 +48,8 @@ lint: $(BIN)/.installed node_modules/.installed
 # up.py's own checks (tests/test_platform_quiet.py, tests/security/test_platform_up.py) and the multi-process
 # slot stress (tests/runs/test_stress.py, on databases of its own): about 7 minutes of the suite's 37 here, which
 # keeps about one of the two cores busy on average, so the second pytest mostly uses the idle one.
+# A test that times runs against a baseline (tests/test_capacity.py) holds the tests beside back while it runs
+# (tests/quiet.py), and every platform a test starts gets a free dashboard port, never Ray's 8265.
 # `PYTEST_CPU_ACCOUNT=var/cpu.txt make test` also writes the CPU each test cost (tests/cpu_account.py; root and a
 # cgroup v1 cpuacct hierarchy needed), the second pytest's to var/cpu.txt.beside.
 TEST_BESIDE_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/root

@@ -49,6 +49,10 @@ class UpProcess:
                 "PORT": str(self.port),
                 "PYTHONUNBUFFERED": "1",
                 "SLOTS_HEARTBEAT_TIMEOUT_SECONDS": "600",
+                # Never Ray's default 8265: up.py takes it when it looks free, and two platforms started at once
+                # (the suite's and one beside it) both saw it free; the later Ray head failed to bind and its
+                # up.py stopped (seen in CI: test_restart).
+                "RAY_DASHBOARD_PORT": str(free_port()),
                 **extra_env,
             }
         )

@@ -14,7 +14,9 @@ and the six take about the serial time (docs/slots.md), within the noise of sing
 what admission controls exactly: no crowd run waits while the machine is idle (at most IDLE_S before each
 grant), no more runs are held at once than max_total, and none fails or is reclaimed on the way (a run
 requeued after a placement timeout shows as idle time before its grant). The ratio to the serial time is
-reported, and bounded by SLOWER_THAN_SERIAL against gross slowdowns.
+reported, and bounded by SLOWER_THAN_SERIAL against gross slowdowns. No test runs beside this one
+(`quiet_machine`, tests/quiet.py): a platform training next to it weighed on its single runs or its crowd
+alone.
 """
 
 from __future__ import annotations
@@ -95,7 +97,7 @@ def statuses_seen(url: str, headers: dict[str, str], run_id: int) -> list[str]:
 
 
 @pytest.mark.slow
-def test_six_default_runs_at_once_all_succeed_and_none_fails(shared_platform):  # noqa: F811 - the imported fixture
+def test_six_default_runs_at_once_all_succeed_and_none_fails(quiet_machine, shared_platform):  # noqa: F811
     # A fresh platform, liveness settings the defaults of config/knobs.py; left running for the Ctrl-C test of
     # tests/security/test_platform_ray.py if this test passes (tests/platform_up.py, SHARED_PLATFORM).
     platform = shared_platform.take()
