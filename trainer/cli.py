@@ -75,7 +75,37 @@ def _emitter(target: str | None, progress_total: int | None = None) -> EventEmit
     return EventEmitter(sinks, run=os.environ.get("RUN_ID") or None)
 
 
+class EarlyStop:
+    """SIGTERM and SIGINT from the first line of `run` on: a stop that arrives while the job still imports torch
+    and Ray (seconds) is kept and handed to the run once it exists. Left to Python, such a SIGINT raised
+    KeyboardInterrupt inside whatever import was running, and one of them let a Ctrl-C of `make run` go unseen:
+    the run trained to its end while the platform stopped (seen in tests/test_restart.py)."""
+
+    def __init__(self) -> None:
+        self.reason: str | None = None
+        self.run: Any = None  # a TrainingRun once attached
+
+    def install(self) -> None:
+        signal.signal(signal.SIGTERM, self.on_signal)
+        signal.signal(signal.SIGINT, self.on_signal)
+
+    def on_signal(self, signum: int, frame: Any) -> None:
+        reason = f"received {signal.Signals(signum).name}"
+        if self.run is None:
+            self.reason = self.reason or reason
+        else:
+            self.run.request_stop(reason)
+
+    def attach(self, run: Any) -> None:
+        """From now on a signal goes to `run`; one that came before is handed over now."""
+        self.run = run
+        if self.reason is not None:
+            run.request_stop(self.reason)
+
+
 def cmd_run(args: argparse.Namespace) -> int:
+    stop = EarlyStop()
+    stop.install()
     try:
         cfg = config_load(args.config, allow_debug=not args.sandboxed)
     except (ConfigError, OSError) as exc:
@@ -96,12 +126,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from trainer.loop import PLACEMENT_TIMEOUT, TrainingRun
 
     run = TrainingRun(cfg, emitter=emitter, checkpoint_dir=args.checkpoint_dir, resume=args.resume)
-
-    def on_term(signum: int, frame: Any) -> None:
-        run.request_stop(f"received {signal.Signals(signum).name}")
-
-    signal.signal(signal.SIGTERM, on_term)
-    signal.signal(signal.SIGINT, on_term)
+    stop.attach(run)
     try:
         result = run.run()
     except Exception as exc:  # noqa: BLE001 - reported as the run's final status

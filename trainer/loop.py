@@ -101,6 +101,8 @@ class TrainingRun:
     # --- the algorithm ------------------------------------------------------------------------------------
     def run(self) -> RunResult:
         cfg = self.cfg
+        if self.stop_control.is_set():  # asked to stop before it started: nothing to build, train or save
+            return finish_stopped(self)
         restored = load_for_resume(self)
         try:
             self._rt = rt = build_runtime(

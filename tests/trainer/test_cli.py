@@ -172,6 +172,40 @@ def test_sigterm_checkpoints_emits_a_final_status_and_resume_continues(tmp_path:
     assert not set(more) & set(consumed)  # nothing trained twice; groups in flight at the stop come back
 
 
+def caught_signals(pid: int) -> int:
+    """The signals the process has handlers for (the SigCgt mask of /proc/<pid>/status), 0 once it is gone."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except FileNotFoundError:
+        return 0
+    return int(next(line.split()[1] for line in status.splitlines() if line.startswith("SigCgt:")), 16)
+
+
+def test_a_stop_while_the_job_still_imports_cancels_it_before_it_trains(tmp_path: Path) -> None:
+    """Ray stops a job with SIGINT: one that comes while `run` still imports torch (a second or more) is kept
+    and ends the run before it starts, with its final status; it used to raise KeyboardInterrupt mid-import."""
+    events_path = tmp_path / "events.jsonl"
+    config = write_config(tmp_path, steps=400, checkpoint_every=0, eval_every=0)
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
+    cmd = [sys.executable, "-m", "trainer", "run", "--config", str(config), "--events", str(events_path)]
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    # Python catches SIGINT from its start, SIGTERM only once `run` installed its handlers (its first line).
+    wait_until(
+        lambda: proc.poll() is not None or caught_signals(proc.pid) & (1 << (signal.SIGTERM - 1)),
+        timeout=30,
+        what="the handlers",
+        interval=0.005,
+    )
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 143, err[-2000:]
+    assert "KeyboardInterrupt" not in err
+    events = read_events(events_path)
+    assert [e["data"]["status"] for e in events if e["type"] == "status"] == ["stopping", "cancelled"]
+    assert not [e for e in events if e["type"] in ("train", "resources", "worker")]  # nothing started
+    assert json.loads(out.strip().splitlines()[-1])["status"] == "cancelled"
+
+
 def test_debug_phases_rollout_only_then_train_only(tmp_path: Path) -> None:
     from trainer.config import TrainConfig
     from trainer.loop import TrainingRun
