@@ -24,6 +24,7 @@ RAY_STOP_SECONDS = 30
 # `manage.py runs_interrupted`: a Django start and one read of each job.
 REQUEUE_SECONDS = 120
 RETRY_PAUSE_S = 2.0  # between attempts of the start's requeue
+RESTOP_SECONDS = 5.0  # a job not ended this long after its stop is asked again
 
 
 def say(message: str) -> None:
@@ -57,8 +58,15 @@ def stop_ray_jobs(env: dict[str, str], timeout: float, hurry: threading.Event) -
             say(f"stopping Ray job {job} (it writes a checkpoint) ...")
             client.stop_job(job)
         deadline = time.monotonic() + timeout
+        asked = time.monotonic()
         while jobs and time.monotonic() < deadline and not hurry.is_set():
             jobs = [j for j in jobs if not client.get_job_status(j).is_terminal()]
+            if time.monotonic() - asked >= RESTOP_SECONDS:
+                # Ray's stop is fire-and-forget and answers False (nothing sent) for a job whose supervisor it
+                # cannot find yet; asking again is harmless (the driver checkpoints once) and may be needed.
+                for job in jobs:
+                    client.stop_job(job)
+                asked = time.monotonic()
             time.sleep(1)
         if jobs:
             say(f"Ray jobs still running after {timeout:.0f} s: {', '.join(jobs)}; stopping Ray")
@@ -73,7 +81,9 @@ def stop_platform(supervisor: Supervisor, env: dict[str, str], hurry: threading.
     def grace(seconds: float) -> float:
         return 0 if hurry.is_set() else seconds
 
-    supervisor.stop(["tick", "worker"], grace=grace(WORKER_STOP_SECONDS), hurry=hurry)
+    # The leaders only: SIGTERM to the worker's whole group would end its pool processes mid-task (a launch
+    # lost halfway, WorkerLostError in the terminal) instead of the warm shutdown that lets them finish.
+    supervisor.stop(["tick", "worker"], grace=grace(WORKER_STOP_SECONDS), hurry=hurry, leaders_only=True)
     if "ray" in supervisor.children and not supervisor.children["ray"].exited():
         stop_ray_jobs(env, timeout=grace(int(env.get("RUN_STOP_GRACE_SECONDS", "60")) + 15), hurry=hurry)
         if not hurry.is_set():  # hurried: the next start requeues them instead

@@ -87,6 +87,13 @@ class Child:
         except ProcessLookupError:
             pass
 
+    def signal_leader(self, sig: int) -> None:
+        if not self.reaped:
+            try:
+                os.kill(self.pid, sig)
+            except ProcessLookupError:
+                pass
+
     def signal_session(self, sig: int) -> None:
         """Signal every process left in the child's session (Ray puts its workers in groups of their own)."""
         if self.reaped:
@@ -192,14 +199,19 @@ class Supervisor:
         sig: int = signal.SIGTERM,
         grace: float = 10.0,
         hurry: threading.Event | None = None,
+        leaders_only: bool = False,
     ) -> None:
-        """Signal the named children's process groups together, wait up to `grace` seconds (less once `hurry`
-        is set) for their leaders, then SIGKILL whatever is left in each group and session, and reap."""
+        """Signal the named children's process groups together (`leaders_only`: the group leaders, which stop
+        their own children, as a Celery worker's warm shutdown does), wait up to `grace` seconds (less once
+        `hurry` is set) for their leaders, then SIGKILL whatever is left in each group and session, and reap."""
         group = [self.children[n] for n in names if n in self.children and not self.children[n].reaped]
         for child in group:
             if not child.exited():
                 self.say(child.name, f"stopping (signal {signal.Signals(sig).name}, up to {grace:.0f} s)")
-            child.signal_group(sig)
+            if leaders_only:
+                child.signal_leader(sig)
+            else:
+                child.signal_group(sig)
         deadline = time.monotonic() + grace
         while time.monotonic() < deadline and not all(c.exited() for c in group):
             if hurry is not None and hurry.is_set():

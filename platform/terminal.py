@@ -12,6 +12,7 @@ terminal has settled, and again if start-up output scrolled it away soon after.
 from __future__ import annotations
 
 import re
+import threading
 import time
 import urllib.error
 import urllib.parse
@@ -117,20 +118,31 @@ def settled(supervisor: Supervisor, until: float) -> None:
         time.sleep(0.2)
 
 
-def banner_when_ready(supervisor: Supervisor, env: dict[str, str], login: dict[str, str], verbose: bool) -> None:
+def banner_when_ready(
+    supervisor: Supervisor, env: dict[str, str], login: dict[str, str], verbose: bool, stopping: threading.Event
+) -> None:
+    """The banner once the platform answers, and again after start-up output scrolled it away; never once the
+    stop began (the stop's own lines would bring it back, as if the platform were up again)."""
     url = env["PLATFORM_PUBLIC_URL"]
-    ready = wait_until(lambda: http_ok(f"{url}/admin/login/") and http_ok(f"{env['RAY_ADDRESS']}/api/version"), 180)
+    ready = wait_until(
+        lambda: stopping.is_set() or http_ok(f"{url}/admin/login/") and http_ok(f"{env['RAY_ADDRESS']}/api/version"),
+        180,
+    )
     text = banner(env, login, "is up" if ready else "is still starting (see the log lines above)")
     settled(supervisor, time.monotonic() + SETTLE_MAX_SECONDS)
+    if stopping.is_set():
+        return
     supervisor.announce(text)
     if verbose:
         return  # every tick is shown: the terminal never settles, and --verbose asked for that
     # Start-up output that comes soon after (a late service, a warning) scrolls the banner away: print it again
     # once the terminal has settled.
     shown_at, window_end = supervisor.last_shown, time.monotonic() + REPRINT_WINDOW_SECONDS
-    while time.monotonic() < window_end:
+    while time.monotonic() < window_end and not stopping.is_set():
         time.sleep(0.5)
         if supervisor.last_shown > shown_at:
             settled(supervisor, time.monotonic() + SETTLE_MAX_SECONDS)
+            if stopping.is_set():
+                return
             supervisor.announce(text)
             shown_at = supervisor.last_shown

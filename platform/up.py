@@ -215,7 +215,7 @@ def main(argv: list[str] | None = None) -> int:
             if name not in services:
                 supervisor.start(name, args, env=env, cwd=str(REPO), show=shown_lines(name, verbose))
         env["PLATFORM_SLOTS_LINE"] = slots_line
-        threading.Thread(target=banner_when_ready, args=(supervisor, env, login, verbose), daemon=True).start()
+        threading.Thread(target=banner_when_ready, args=(supervisor, env, login, verbose, stop), daemon=True).start()
         exited = supervisor.wait_any(stop)
         if exited is not None:  # a half-up platform is worse than a stopped one
             returncode = exited.reap() or 1

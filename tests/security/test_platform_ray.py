@@ -97,6 +97,9 @@ def test_real_platform_ray_is_closed_and_ctrl_c_stops_jobs_first(shared_platform
     ]
     positions = [log.index(line) for line in order]
     assert positions == sorted(positions), log[-4000:]
+    stopping = log[log.index("stopping the platform") :]
+    # The banner is not printed again among the stop's lines; the worker's pool is not SIGTERMed mid-task.
+    assert "The platform is up" not in stopping and "WorkerLostError" not in stopping, stopping
     # steps=5000 is far from done and checkpoint_every is 0: a checkpoint can only come from the stop.
     assert list((var / "runs" / str(run["id"]) / "checkpoints").glob("step-*")), log[-4000:]
 
