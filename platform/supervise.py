@@ -79,20 +79,14 @@ class Child:
         except ChildProcessError:
             return True
 
-    def signal_group(self, sig: int) -> None:
+    def signal_group(self, sig: int, *, leader_only: bool = False) -> None:
+        """`sig` to the child's process group, or only to its leader (which then stops its own children)."""
         if self.reaped:
             return
         try:
-            os.killpg(self.pid, sig)
+            (os.kill if leader_only else os.killpg)(self.pid, sig)
         except ProcessLookupError:
             pass
-
-    def signal_leader(self, sig: int) -> None:
-        if not self.reaped:
-            try:
-                os.kill(self.pid, sig)
-            except ProcessLookupError:
-                pass
 
     def signal_session(self, sig: int) -> None:
         """Signal every process left in the child's session (Ray puts its workers in groups of their own)."""
@@ -208,10 +202,7 @@ class Supervisor:
         for child in group:
             if not child.exited():
                 self.say(child.name, f"stopping (signal {signal.Signals(sig).name}, up to {grace:.0f} s)")
-            if leaders_only:
-                child.signal_leader(sig)
-            else:
-                child.signal_group(sig)
+            child.signal_group(sig, leader_only=leaders_only)
         deadline = time.monotonic() + grace
         while time.monotonic() < deadline and not all(c.exited() for c in group):
             if hurry is not None and hurry.is_set():

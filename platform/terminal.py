@@ -129,20 +129,22 @@ def banner_when_ready(
         180,
     )
     text = banner(env, login, "is up" if ready else "is still starting (see the log lines above)")
-    settled(supervisor, time.monotonic() + SETTLE_MAX_SECONDS)
-    if stopping.is_set():
-        return
-    supervisor.announce(text)
-    if verbose:
-        return  # every tick is shown: the terminal never settles, and --verbose asked for that
+
+    def show_when_settled() -> bool:
+        settled(supervisor, time.monotonic() + SETTLE_MAX_SECONDS)
+        if stopping.is_set():
+            return False
+        supervisor.announce(text)
+        return True
+
+    if not show_when_settled() or verbose:
+        return  # --verbose: every tick is shown, the terminal never settles, and --verbose asked for that
     # Start-up output that comes soon after (a late service, a warning) scrolls the banner away: print it again
     # once the terminal has settled.
     shown_at, window_end = supervisor.last_shown, time.monotonic() + REPRINT_WINDOW_SECONDS
-    while time.monotonic() < window_end and not stopping.is_set():
+    while time.monotonic() < window_end:
         time.sleep(0.5)
         if supervisor.last_shown > shown_at:
-            settled(supervisor, time.monotonic() + SETTLE_MAX_SECONDS)
-            if stopping.is_set():
+            if not show_when_settled():
                 return
-            supervisor.announce(text)
             shown_at = supervisor.last_shown

@@ -17,10 +17,13 @@ import sys
 import traceback
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from trainer.config import ConfigError, TrainConfig
 from trainer.sinks import EventEmitter, sink_for
+
+if TYPE_CHECKING:
+    from trainer.loop import TrainingRun
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_STOPPED = 0, 1, 2, 143
 
@@ -78,12 +81,11 @@ def _emitter(target: str | None, progress_total: int | None = None) -> EventEmit
 class EarlyStop:
     """SIGTERM and SIGINT from the first line of `run` on: a stop that arrives while the job still imports torch
     and Ray (seconds) is kept and handed to the run once it exists. Left to Python, such a SIGINT raised
-    KeyboardInterrupt inside whatever import was running, and one of them let a Ctrl-C of `make run` go unseen:
-    the run trained to its end while the platform stopped (seen in tests/test_restart.py)."""
+    KeyboardInterrupt inside whatever import was running (a traceback, no final status)."""
 
     def __init__(self) -> None:
         self.reason: str | None = None
-        self.run: Any = None  # a TrainingRun once attached
+        self.run: TrainingRun | None = None
 
     def install(self) -> None:
         signal.signal(signal.SIGTERM, self.on_signal)
@@ -96,7 +98,7 @@ class EarlyStop:
         else:
             self.run.request_stop(reason)
 
-    def attach(self, run: Any) -> None:
+    def attach(self, run: TrainingRun) -> None:
         """From now on a signal goes to `run`; one that came before is handed over now."""
         self.run = run
         if self.reason is not None:
