@@ -178,8 +178,10 @@ class SessionServer(RequestHandling):
         self.router.add_engine(engine_id)
 
     def stats(self) -> dict[str, Any]:
+        idle = sum(1 for state in self.sessions.values() if state.api is None)
         return {
-            "sessions": len(self.sessions),
+            "sessions": len(self.sessions) - idle,  # live: a request taken (opened ahead and unused: `idle`)
+            "idle_sessions": idle,  # opened by a worker ahead of its groups (trainer/agent_episodes.py), no request yet
             "sessions_per_engine": self.router.in_flight(),
             "waiting": self.waiting,
             "requests": self.counts["requests"],

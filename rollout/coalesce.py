@@ -7,6 +7,12 @@ that request's failure (the shape of `asyncio.gather(..., return_exceptions=True
 call itself (a dead actor, a cancelled call) is every request's failure. Why: a Ray actor call costs the caller
 a task submission and the callee a task and its deserialisation, whatever it carries; per request, that was a
 third of a rollout worker's CPU (docs/trainer.md, "Coalesced turns").
+
+`single_flight=True`: at most one call in flight; what is submitted while it runs goes in the next call, sent
+when it returns. For short bookkeeping calls (a rollout worker ending its sessions on the session server) whose
+callers arrive one or two per tick: they then share calls across ticks (a digit-task worker's `end_many` carried
+1.9 groups per call per tick, 2.9 single-flight).
+Not for generation, where a request must reach the engine's running batch at once.
 """
 
 from __future__ import annotations
@@ -20,8 +26,8 @@ from rollout.invoke import call
 class CallCoalescer:
     """Batches the requests submitted to one handle in one event-loop tick into one `method` call."""
 
-    def __init__(self, handle: Any, method: str) -> None:
-        self.handle, self.method = handle, method
+    def __init__(self, handle: Any, method: str, *, single_flight: bool = False) -> None:
+        self.handle, self.method, self.single_flight = handle, method, single_flight
         self._pending: list[tuple[Any, asyncio.Future[Any]]] = []
         self._sends: set[asyncio.Task[None]] = set()  # strong references: a bare task may be collected mid-call
         self.calls = 0  # batch calls made
@@ -31,8 +37,8 @@ class CallCoalescer:
         """This request's outcome: its answer, or its exception raised here."""
         loop = asyncio.get_running_loop()
         future: asyncio.Future[Any] = loop.create_future()
-        if not self._pending:  # the first of this tick: send them all once the tick's other callers have run
-            loop.call_soon(self._flush)
+        if not self._pending and not (self.single_flight and self._sends):
+            loop.call_soon(self._flush)  # the first of this tick: send them all once the tick's other callers ran
         self._pending.append((request, future))
         return await future
 
@@ -45,7 +51,12 @@ class CallCoalescer:
         self.requests += len(batch)
         task = asyncio.get_running_loop().create_task(self._send(batch))
         self._sends.add(task)
-        task.add_done_callback(self._sends.discard)
+        task.add_done_callback(self._sent)
+
+    def _sent(self, task: asyncio.Task[None]) -> None:
+        self._sends.discard(task)
+        if self.single_flight and self._pending:  # submitted while the call ran: they go now, in one call
+            self._flush()
 
     async def _send(self, batch: list[tuple[Any, asyncio.Future[Any]]]) -> None:
         try:

@@ -14,6 +14,8 @@ its one request asked of the learner's weights (`evaluate_one_turn`), the versio
 from __future__ import annotations
 
 import asyncio
+import itertools
+import secrets
 from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -33,6 +35,9 @@ if TYPE_CHECKING:
     from trainer.evaluate import OneTurnRequest
 
 REQUEST_TIMEOUT_S = 300.0  # one request may wait at a sealed gate for a whole publication
+# Internal sessions a worker opens per `open_sessions` call, ahead of the groups that use them: a group takes its
+# sessions from that pool, so opening costs an actor call per POOL_SESSIONS sessions, not one per tick or two.
+POOL_SESSIONS = 32
 
 
 @dataclass(frozen=True)
@@ -70,29 +75,58 @@ def _abort_kind(exc: BaseException) -> str | None:
     return {410: "engine_lost", 503: "gate_wait"}.get(status) if isinstance(status, int) else None
 
 
+class ServerSessions:
+    """A worker's internal sessions on the session server, opened ahead in batches and ended in shared calls.
+
+    `take(k)` hands out k opened sessions from a pool that one `open_sessions` call refills (POOL_SESSIONS at a
+    time); `end(sids)` ends them and returns their records through one `end_many` call in flight at a time (the
+    groups that end while it runs share the next: rollout/coalesce.py `single_flight`). Opening per group, one
+    `open_many` per tick, cost a worker one actor call per 1.9 groups (the digit task's 180 groups per step). Ids are
+    `<prefix>-<random>:p<n>`: a restarted worker never reuses one that is still open."""
+
+    def __init__(self, server: Any, prefix: str = "") -> None:
+        self.server, self.prefix = server, f"{prefix or 'w'}-{secrets.token_hex(3)}"
+        self._pool: list[str] = []  # opened, not taken yet
+        self._opening = asyncio.Lock()  # one refill at a time; callers that need sessions meanwhile wait for it
+        self._ids = itertools.count()
+        self._end = CallCoalescer(server, "end_many", single_flight=True)
+
+    async def take(self, k: int) -> list[str]:
+        if k < 1:
+            raise ValueError(f"take needs at least one session, got {k}")
+        async with self._opening:
+            if len(self._pool) < k:
+                fresh = [f"{self.prefix}:p{next(self._ids)}" for _ in range(max(k, POOL_SESSIONS))]
+                await call(self.server, "open_sessions", fresh)
+                self._pool += fresh
+            taken, self._pool = self._pool[:k], self._pool[k:]
+            return taken
+
+    async def end(self, sids: list[str]) -> Any:
+        """The sessions' final records, in order (the server's `end_sessions` for them)."""
+        return await self._end.submit(sids)
+
+
 class AgentEpisodes:
     """One worker's agent episodes: G sessions per group on the session server, driven by the environment."""
 
-    def __init__(self, cfg: TrainConfig, serving: Serving) -> None:
+    def __init__(self, cfg: TrainConfig, serving: Serving, prefix: str = "") -> None:
         self.cfg, self.serving = cfg, serving
         self.env = build_environment(cfg)
         self.tasks = self.env.tasks("train")
         self.client = openai_client(serving)
-        # one actor call per tick each way for the groups opened or ended in it (rollout/coalesce.py)
-        self._open = CallCoalescer(serving.server, "open_many")
-        self._end = CallCoalescer(serving.server, "end_many")
+        self.sessions = ServerSessions(serving.server, prefix)
         self.block_size = policy_shape(cfg)[1]
         self.counts: Counter[str] = Counter()  # tool_calls, valid_tool_calls, tool_errors, episodes
 
-    async def run_group(self, ticket: GroupTicket, session_id: str) -> Group:
+    async def run_group(self, ticket: GroupTicket) -> Group:
         """G episodes of the ticket's task: one internal session each, or, for an environment that runs groups,
-        one session whose one request asks G choices; aborts raise EpisodeAbortedError or SessionGoneError (the
-        worker re-queues the ticket)."""
+        one session whose one request asks G choices (sessions from the pool, `ServerSessions`); aborts raise
+        EpisodeAbortedError or SessionGoneError (the worker re-queues the ticket)."""
         task = self.tasks[ticket.prompt_index]
         G = self.cfg.group_size
         one = self.env.runs_groups
-        sids = [f"{session_id}:g"] if one else [f"{session_id}:s{k}" for k in range(G)]
-        await self._open.submit(sids)
+        sids = await self.sessions.take(1 if one else G)
         runs: list[Awaitable[Any]]
         if one:
             runs = [self.env.run_group(self.client, sids[0], task, G)]
@@ -101,7 +135,7 @@ class AgentEpisodes:
         try:
             outcome: list[Any] = list(await asyncio.gather(*runs, return_exceptions=True))
         finally:
-            records = await self._end.submit(sids)
+            records = await self.sessions.end(sids)
         for sid, result in zip(sids, outcome):
             if isinstance(result, BaseException):
                 kind = _abort_kind(result)

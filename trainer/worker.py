@@ -74,7 +74,7 @@ class RolloutWorker:
 
             if serving is None:
                 raise ValueError(f"environment {cfg.environment!r} needs the run's session server")
-            self.agents = AgentEpisodes(cfg, serving)
+            self.agents = AgentEpisodes(cfg, serving, prefix=worker_id)
         self.engines = dict(engines)
         # One generate_many call per engine per tick of this worker's loop carries every turn sent that tick.
         self._turns = {e: CallCoalescer(h, "generate_many") for e, h in self.engines.items()}
@@ -109,7 +109,7 @@ class RolloutWorker:
         self._live += 1
         try:
             if self.agents is not None:  # G sessions on the session server, driven by the environment's agent
-                group = await self.agents.run_group(ticket, session_id)
+                group = await self.agents.run_group(ticket)
             else:
                 group = await run_group(
                     self.task,

@@ -118,3 +118,47 @@ def test_every_caller_is_answered_whatever_the_batch_size(n: int) -> None:
         return list(await asyncio.gather(*(co.submit(i) for i in range(n))))
 
     assert asyncio.run(main()) == [2 * i for i in range(n)]
+
+
+def test_single_flight_holds_later_ticks_until_the_call_in_flight_returns_then_sends_them_together() -> None:
+    async def main() -> tuple[list[object], Callee]:
+        callee = Callee()
+        callee.release.clear()
+        co = CallCoalescer(callee, "double_many", single_flight=True)
+        first = [asyncio.ensure_future(co.submit(i)) for i in (1, 2)]
+        await asyncio.sleep(0.01)  # the first call is in flight, held by the callee
+        later = [asyncio.ensure_future(co.submit(3))]
+        await asyncio.sleep(0.01)
+        later.append(asyncio.ensure_future(co.submit(4)))  # another tick, still while the first call runs
+        await asyncio.sleep(0.01)
+        assert callee.batches == [[1, 2]]  # nothing else sent while one call is in flight
+        callee.release.set()
+        got = list(await asyncio.gather(*first, *later))
+        assert co.stats() == {"calls": 2, "requests": 4}
+        return got, callee
+
+    got, callee = asyncio.run(main())
+    assert got == [2, 4, 6, 8]
+    assert callee.batches == [[1, 2], [3, 4]]
+
+
+def test_single_flight_after_a_failed_call_still_sends_what_waited() -> None:
+    class FailsFirst(Callee):
+        async def double_many(self, requests: list[int]) -> list[object]:
+            self.broken = not self.batches  # only the first call fails
+            return await super().double_many(requests)
+
+    async def main() -> tuple[list[object], Callee]:
+        callee = FailsFirst()
+        callee.release.clear()
+        co = CallCoalescer(callee, "double_many", single_flight=True)
+        failed = asyncio.ensure_future(co.submit(1))
+        await asyncio.sleep(0.01)
+        waiting = asyncio.ensure_future(co.submit(2))
+        await asyncio.sleep(0.01)
+        callee.release.set()
+        return list(await asyncio.gather(failed, waiting, return_exceptions=True)), callee
+
+    got, callee = asyncio.run(main())
+    assert callee.batches == [[1], [2]]
+    assert isinstance(got[0], ConnectionError) and got[1] == 4
