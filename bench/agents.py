@@ -18,8 +18,9 @@ rollout worker does and the comparison isolates what the server adds:
 - HTTP (`http_tokens_s`): the official `openai.AsyncOpenAI` client as a rollout worker builds it
   (trainer/agent_episodes.py `openai_client`: the openai package's aiohttp transport), each turn sent as the
   shipped environments send theirs (`agents.environments.chat_completion`: the client's low-level `post`) on
-  loopback, the whole history resent each turn, the session opened and ended through the server's actor methods as
-  trainer/agent_episodes.py does (those two calls count in the wall time, not in a request's latency);
+  loopback, the whole history resent each turn, the session taken from and ended through a
+  `trainer.agent_episodes.ServerSessions` as a rollout worker's are (opened 32 at a time, ended in shared calls;
+  those calls count in the wall time, not in a request's latency);
 - proxy (`proxy."64"`): the same clients against `/api/runs/<id>/v1` of a real daphne (runs/api/proxy.py) on a
   temporary SQLite database (or `--database-url`), a running Run whose serving_url is the server and whose
   serving key is the server's bearer key, an API token of its owner; the per-user throttle raised out of the way.
@@ -86,11 +87,12 @@ class Sides:
     def __init__(self, engine: Any, server: Any, url: str, key: str, proxy: tuple[str, str, int]) -> None:
         from openai import AsyncOpenAI, DefaultAioHttpClient
 
-        from trainer.agent_episodes import Serving, openai_client
+        from trainer.agent_episodes import ServerSessions, Serving, openai_client
 
         self.engine, self.server = engine, server
         self.turns = CallCoalescer(engine, "generate_many")  # a rollout worker's engine calls, one per loop tick
         self.direct = openai_client(Serving(server, url, key))  # the rollout worker's client, transport included
+        self.sessions = ServerSessions(server, "bench")  # and its sessions
         base, token, self.user_id = proxy
         self.proxy = AsyncOpenAI(
             base_url=base, api_key=token, max_retries=0, timeout=120, http_client=DefaultAioHttpClient(timeout=120)
@@ -115,9 +117,9 @@ class Sides:
         return made
 
     async def http(self, sid: str, s: int, lat: dict) -> int:
-        await call(self.server, "open_session", sid)
-        made = await self._chat(self.direct, sid, s, lat)
-        await call(self.server, "end_session", sid)
+        [opened] = await self.sessions.take(1)  # `sid` names the in-process side's session; the pool names its own
+        made = await self._chat(self.direct, opened, s, lat)
+        await self.sessions.end([opened])
         return made
 
     async def via_proxy(self, sid: str, s: int, lat: dict) -> int:
