@@ -104,9 +104,11 @@ class Environment(ABC):
         raise NotImplementedError(f"environment {self.name!r} is not a one-turn environment")
 
     async def run_group(
-        self, client: Any, session_id: str, task: Task, n: int, *, model: str = "policy"
+        self, client: Any, session_id: str, task: Task, n: int, *, model: str = "policy", seed: int | None = None
     ) -> list[EpisodeResult]:
-        """`n` episodes of `task` as one request with `n` choices on session `session_id`, scored in choice order."""
+        """`n` episodes of `task` as one request with `n` choices on session `session_id`, scored in choice order;
+        `seed` (OpenAI's) fixes the request's samples (the worker passes the group's, as the in-process path
+        seeds a group's turn: the same tokens whichever engine serves it, and a rerun draws them again)."""
         turn = self.one_turn(task)
         if not self.runs_groups or turn is None:
             raise NotImplementedError(f"environment {self.name!r} runs one session per episode (runs_groups is False)")
@@ -118,6 +120,7 @@ class Environment(ABC):
             max_tokens=turn.max_tokens,
             n=n,
             logit_bias=turn.logit_bias,
+            seed=seed,
         )
         return [self.score_reply(task, reply) for reply in replies]
 
@@ -151,6 +154,7 @@ async def chat_choices(
     n: int,
     greedy: bool = False,
     logit_bias: dict[str, int] | None = None,
+    seed: int | None = None,
 ) -> list[str]:
     """One request for `n` replies to `messages` (OpenAI's `n`), in choice order. With n > 1 the session takes no
     further request: each choice is its own episode."""
@@ -164,6 +168,8 @@ async def chat_choices(
     }
     if logit_bias:
         body["logit_bias"] = logit_bias
+    if seed is not None:
+        body["seed"] = seed
     reply = await chat_completion(client, body)
     by_index = {c["index"]: c["message"].get("content") or "" for c in reply["choices"]}
     if sorted(by_index) != list(range(n)):

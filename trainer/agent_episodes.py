@@ -27,7 +27,7 @@ from rollout.coalesce import CallCoalescer
 from rollout.errors import EpisodeAbortedError, SessionGoneError
 from rollout.invoke import call
 from trainer.config import TrainConfig
-from trainer.episodes import Group, GroupTicket
+from trainer.episodes import Group, GroupTicket, generation_seed
 from trainer.problems import policy_shape
 from trainer.trajectories import TrajectoryRecord, group_from_trajectories, split_choices
 
@@ -129,7 +129,8 @@ class AgentEpisodes:
         sids = await self.sessions.take(1 if one else G)
         runs: list[Awaitable[Any]]
         if one:
-            runs = [self.env.run_group(self.client, sids[0], task, G)]
+            seed = generation_seed(self.cfg.seed, ticket.group_id, 0)  # the in-process path's seed for this turn
+            runs = [self.env.run_group(self.client, sids[0], task, G, seed=seed)]
         else:
             runs = [self.env.run_episode(self.client, sid, task) for sid in sids]
         try:

@@ -77,6 +77,25 @@ def test_digits_asks_for_exactly_the_answer_and_scores_it_like_the_in_process_ta
     assert (result.reward, result.exact) == task.score(task.train_prompts[0], [int(c) for c in wrong_last])
 
 
+def test_a_group_request_carries_the_seed_it_is_given_and_none_without_one():
+    env = DigitsEnvironment(seed=0)
+    t = env.tasks("train")[0]
+    for seed, want in ((123, {"seed": 123}), (None, {})):
+        client = Scripted(t.answer)
+        client.post = _n_choices(client, 2)
+        asyncio.run(env.run_group(client, "s", t, 2, seed=seed))
+        assert {k: v for k, v in client.asked[0].items() if k == "seed"} == want and client.asked[0]["n"] == 2
+
+
+def _n_choices(client, n):
+    async def post(path, *, cast_to, body):
+        client.asked.append(body)
+        reply = client.replies[0]
+        return {"choices": [{"index": k, "message": {"role": "assistant", "content": reply}} for k in range(n)]}
+
+    return post
+
+
 @pytest.mark.parametrize(
     "reply, shape",
     [("calc:7*8+3", 1.0), (" lookup:pear ", 1.0), ("c:1", 1.0), ("l:pear", 1.0), ("looku:x", 1.0),

@@ -141,3 +141,28 @@ def test_bad_n_is_a_400_naming_n(stack) -> None:
         assert stats["status"]["400"] >= 5
 
     asyncio.run(main())
+
+
+def test_a_seeded_group_draws_the_same_choices_again_whichever_session_asks(stack) -> None:
+    """The digits environment's group request with the worker's group seed (trainer/agent_episodes.py): the same
+    seed on another session gives the same n choices, token for token; another seed gives others. So a group
+    rerun after an abort, or a whole run from its seed, samples what it sampled before, as in process."""
+    handles, srv, url = stack
+    from agents.envs.digits import DigitsEnvironment
+    from trainer.agent_episodes import ServerSessions
+
+    env = DigitsEnvironment(seed=0)
+    task = env.tasks("train")[5]
+
+    async def main() -> list[list[list[int]]]:
+        client, pool = _client(url), ServerSessions(srv, "seeded")
+        sids = await pool.take(3)
+        for sid, seed in zip(sids, (11, 11, 12)):
+            await env.run_group(client, sid, task, 8, seed=seed)
+        records = await pool.end(sids)
+        await client.close()
+        return [[s.completion_ids for s in r.segments] for r in records]
+
+    first, again, other = asyncio.run(main())
+    assert first == again and len(first) == 8
+    assert other != first
