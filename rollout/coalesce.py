@@ -55,8 +55,14 @@ class CallCoalescer:
 
     def _sent(self, task: asyncio.Task[None]) -> None:
         self._sends.discard(task)
-        if self.single_flight and self._pending:  # submitted while the call ran: they go now, in one call
-            self._flush()
+        if not (self.single_flight and self._pending):
+            return
+        if task.cancelled():  # the loop is shutting down: what waited for this call is cancelled with it
+            batch, self._pending = self._pending, []
+            for _, future in batch:
+                future.cancel()
+            return
+        self._flush()  # submitted while the call ran: they go now, in one call
 
     async def _send(self, batch: list[tuple[Any, asyncio.Future[Any]]]) -> None:
         try:

@@ -162,3 +162,23 @@ def test_single_flight_after_a_failed_call_still_sends_what_waited() -> None:
     got, callee = asyncio.run(main())
     assert callee.batches == [[1], [2]]
     assert isinstance(got[0], ConnectionError) and got[1] == 4
+
+
+def test_single_flight_a_cancelled_call_cancels_what_waited_for_it_instead_of_sending_it() -> None:
+    async def main() -> tuple[list[object], Callee]:
+        callee = Callee()
+        callee.release.clear()
+        co = CallCoalescer(callee, "double_many", single_flight=True)
+        first = asyncio.ensure_future(co.submit(1))
+        await asyncio.sleep(0.01)
+        waiting = asyncio.ensure_future(co.submit(2))
+        await asyncio.sleep(0.01)
+        for task in list(co._sends):  # as the loop's shutdown cancels the sending task
+            task.cancel()
+        got = list(await asyncio.gather(first, waiting, return_exceptions=True))
+        await asyncio.sleep(0.01)
+        return got, callee
+
+    got, callee = asyncio.run(main())
+    assert all(isinstance(g, asyncio.CancelledError) for g in got)
+    assert callee.batches == [[1]]  # the waiting request was never sent
