@@ -109,18 +109,6 @@ class SessionServer(RequestHandling):
         await self._free(ending)
         return records
 
-    def open_many(self, groups: list[list[str]]) -> list[BaseException | None]:
-        """`open_sessions` for several groups in one actor call (a worker's groups of one tick: rollout/coalesce.py);
-        one outcome per group, in order: None, or the exception that group's `open_sessions` raised."""
-        out: list[BaseException | None] = []
-        for sids in groups:
-            try:
-                self.open_sessions(sids)
-                out.append(None)
-            except (KeyError, ValueError, ApiError) as exc:
-                out.append(exc)
-        return out
-
     async def end_many(self, groups: list[list[str]]) -> list[list[Trajectory] | BaseException]:
         """`end_sessions` for several groups in one actor call, one cache-freeing call per engine for them all;
         one outcome per group, in order: its records, or the exception its `end_sessions` raised."""

@@ -80,9 +80,9 @@ class ServerSessions:
 
     `take(k)` hands out k opened sessions from a pool that one `open_sessions` call refills (POOL_SESSIONS at a
     time); `end(sids)` ends them and returns their records through one `end_many` call in flight at a time (the
-    groups that end while it runs share the next: rollout/coalesce.py `single_flight`). Opening per group, one
-    `open_many` per tick, cost a worker one actor call per 1.9 groups (the digit task's 180 groups per step). Ids are
-    `<prefix>-<random>:p<n>`: a restarted worker never reuses one that is still open."""
+    groups that end while it runs share the next: rollout/coalesce.py `single_flight`). Opening per group (an
+    `open_many` call per tick, since removed) cost a worker one actor call per 1.9 groups (the digit task's 180 groups
+    per step). Ids are `<prefix>-<random>:p<n>`: a restarted worker never reuses one that is still open."""
 
     def __init__(self, server: Any, prefix: str = "") -> None:
         self.server, self.prefix = server, f"{prefix or 'w'}-{secrets.token_hex(3)}"
@@ -103,7 +103,7 @@ class ServerSessions:
             return taken
 
     async def end(self, sids: list[str]) -> Any:
-        """The sessions' final records, in order (the server's `end_sessions` for them)."""
+        """The sessions' final records, in order (their group's outcome of `end_many`: a bad id raises here)."""
         return await self._end.submit(sids)
 
 

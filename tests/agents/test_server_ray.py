@@ -165,10 +165,11 @@ def test_a_groups_sessions_open_and_end_in_one_call_each_over_the_workers_aiohtt
     asyncio.run(main())
 
 
-def test_a_workers_groups_of_one_tick_open_and_end_in_one_call_with_an_outcome_each(stack) -> None:
-    """A rollout worker coalesces its groups' `open_many` and `end_many` calls (rollout/coalesce.py): the groups
-    of one tick travel as one call each way; each group gets its own outcome (a taken or unknown id fails only
-    its group, which opens or ends none of its sessions); the engines' caches are freed."""
+def test_a_workers_groups_open_all_or_none_and_end_in_one_call_with_an_outcome_each(stack) -> None:
+    """A rollout worker opens sessions with `open_sessions` (all or none: a taken id opens none of the call's) and
+    ends its groups through `end_many` (rollout/coalesce.py): the groups ending together travel as one call; each
+    gets its own outcome (an unknown id fails only its group, which ends none of its sessions); the engines'
+    caches are freed."""
     from rollout.coalesce import CallCoalescer
 
     ray, handles, srv, url = stack
@@ -179,10 +180,10 @@ def test_a_workers_groups_of_one_tick_open_and_end_in_one_call_with_an_outcome_e
 
     async def main() -> None:
         in_engines = await cached()
-        opens, ends = CallCoalescer(srv, "open_many"), CallCoalescer(srv, "end_many")
-        opened = await asyncio.gather(*(opens.submit(g) for g in groups), return_exceptions=True)
-        assert opens.stats() == {"calls": 1, "requests": 3}
-        assert opened[:2] == [None, None] and isinstance(opened[2], ValueError) and "many-1" in str(opened[2])
+        ends = CallCoalescer(srv, "end_many")
+        opened = [await asyncio.gather(srv.open_sessions.remote(g), return_exceptions=True) for g in groups]
+        assert opened[:2] == [[None], [None]] and isinstance(opened[2][0], ray.exceptions.RayTaskError)
+        assert "many-1" in str(opened[2][0])
         with pytest.raises(ray.exceptions.RayTaskError, match="many-3"):
             await srv.trajectory.remote("many-3")  # none of the failed group's sessions opened
         client = _client(url)

@@ -150,12 +150,7 @@ def test_single_flight_after_a_failed_call_still_sends_what_waited() -> None:
 
     async def main() -> tuple[list[object], Callee]:
         callee = FailsFirst()
-        callee.release.clear()
-        co = CallCoalescer(callee, "double_many", single_flight=True)
-        failed = asyncio.ensure_future(co.submit(1))
-        await asyncio.sleep(0.01)
-        waiting = asyncio.ensure_future(co.submit(2))
-        await asyncio.sleep(0.01)
+        _, failed, waiting = await _one_sent_one_waiting(callee)
         callee.release.set()
         return list(await asyncio.gather(failed, waiting, return_exceptions=True)), callee
 
@@ -167,12 +162,7 @@ def test_single_flight_after_a_failed_call_still_sends_what_waited() -> None:
 def test_single_flight_a_cancelled_call_cancels_what_waited_for_it_instead_of_sending_it() -> None:
     async def main() -> tuple[list[object], Callee]:
         callee = Callee()
-        callee.release.clear()
-        co = CallCoalescer(callee, "double_many", single_flight=True)
-        first = asyncio.ensure_future(co.submit(1))
-        await asyncio.sleep(0.01)
-        waiting = asyncio.ensure_future(co.submit(2))
-        await asyncio.sleep(0.01)
+        co, first, waiting = await _one_sent_one_waiting(callee)
         for task in list(co._sends):  # as the loop's shutdown cancels the sending task
             task.cancel()
         got = list(await asyncio.gather(first, waiting, return_exceptions=True))
@@ -182,3 +172,14 @@ def test_single_flight_a_cancelled_call_cancels_what_waited_for_it_instead_of_se
     got, callee = asyncio.run(main())
     assert all(isinstance(g, asyncio.CancelledError) for g in got)
     assert callee.batches == [[1]]  # the waiting request was never sent
+
+
+async def _one_sent_one_waiting(callee: Callee) -> tuple[CallCoalescer, asyncio.Future[object], asyncio.Future[object]]:
+    """A single-flight coalescer with request 1 in flight (held by the callee) and request 2 waiting behind it."""
+    callee.release.clear()
+    co = CallCoalescer(callee, "double_many", single_flight=True)
+    first = asyncio.ensure_future(co.submit(1))
+    await asyncio.sleep(0.01)
+    waiting = asyncio.ensure_future(co.submit(2))
+    await asyncio.sleep(0.01)
+    return co, first, waiting
