@@ -1,8 +1,10 @@
 """The process supervisor of the embedded run command (platform/up.py): start children, stop them in order.
 
 Each child is started from an argv list (no shell in between), in its own session and process group, with a
-Linux parent-death signal: if the supervising process dies, even by SIGKILL, the kernel sends every child
-SIGTERM, so no Celery worker, beat tick or Ray head outlives its platform. Every line a child prints goes to
+Linux parent-death signal: if the supervising process dies, even by SIGKILL, the kernel sends every child its
+death signal, so no Celery worker, beat tick or Ray head outlives its platform. That signal is SIGTERM, or, for a
+child whose own stop cannot be trusted to end once the services beside it are gone (`start(death_signal=...)`),
+SIGKILL: nobody is left to SIGKILL it after a grace period. Every line a child prints goes to
 <log_dir>/<name>.log when a log directory is given; the terminal gets it, prefixed with the child's name, when
 the child's `show` filter passes it (every line by default). A stop signals a child's whole process group and
 waits for the group leader; what is left in the group or the child's session after the grace period (or after
@@ -126,7 +128,10 @@ class Supervisor:
         cwd: str | None = None,
         stdin=subprocess.DEVNULL,
         show: Callable[[str], bool] | None = None,
+        death_signal: int | None = None,
     ) -> Child:
+        """Start `argv` as child `name`; `death_signal`: what the kernel sends it if this process dies (default:
+        the supervisor's, SIGTERM)."""
         log = None
         if self.log_dir is not None:
             self.log_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -139,7 +144,7 @@ class Supervisor:
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             start_new_session=True,
-            preexec_fn=parent_death_signal(self.death_signal, os.getpid()),
+            preexec_fn=parent_death_signal(death_signal or self.death_signal, os.getpid()),
         )
         child = Child(name, proc, show=show, log=log)
         self.children[name] = child

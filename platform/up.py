@@ -8,9 +8,10 @@ is quiet unless --verbose (or VERBOSE=1): platform/terminal.py; every child's ou
 Secrets (Ray token, Redis password, Django secret key, admin password) are generated into var/ (0700; files
 0600) and reach the children through their environment, never argv. Ctrl-C, SIGTERM or SIGHUP stop in order:
 tick and worker, then this installation's Ray jobs (with a checkpoint), then Ray, web and Redis
-(platform/stopping.py); if this script is killed outright, the kernel SIGTERMs every child (parent-death
-signal). Either way the runs it stopped resume at the next start (docs/operations.md "Restarts"). Any of
-REDIS_URL / RAY_ADDRESS already set in the environment is used instead of starting that service.
+(platform/stopping.py); if this script is killed outright, the kernel SIGTERMs every child but the Celery worker,
+which it SIGKILLs (parent-death signal, `DEATH_SIGNALS`). Either way the runs it stopped resume at the next start
+(docs/operations.md "Restarts"). Any of REDIS_URL / RAY_ADDRESS already set in the environment is used instead of
+starting that service.
 This is a script, not a package: a package named `platform` would shadow the standard library module.
 """
 
@@ -38,6 +39,12 @@ from web import daphne_argv
 
 REPO = Path(__file__).resolve().parent.parent
 VENV_BIN = Path(sys.executable).parent
+# What the kernel sends a child if this script dies outright (supervise.py; SIGTERM otherwise). The Celery worker
+# gets SIGKILL: its warm shutdown finishes the task at hand against Redis, Ray and the web process, which are
+# stopping at the same moment, and nothing is left to SIGKILL it after a grace period (a test once found it alive
+# 120 s after up.py was SIGKILLed). Its pool processes die with it (Celery gives them the parent-death signal
+# SIGKILL), and its unacknowledged task is redelivered after the visibility timeout: every task is idempotent.
+DEATH_SIGNALS = {"worker": signal.SIGKILL}
 
 
 def ray_temp_root(var_dir: Path) -> str:
@@ -213,7 +220,8 @@ def main(argv: list[str] | None = None) -> int:
         runs_interrupted_at_start(env)  # the runs the last stop or crash took from Ray resume, at their places
         for name, args in processes.items():
             if name not in services:
-                supervisor.start(name, args, env=env, cwd=str(REPO), show=shown_lines(name, verbose))
+                show = shown_lines(name, verbose)
+                supervisor.start(name, args, env=env, cwd=str(REPO), show=show, death_signal=DEATH_SIGNALS.get(name))
         env["PLATFORM_SLOTS_LINE"] = slots_line
         threading.Thread(target=banner_when_ready, args=(supervisor, env, login, verbose, stop), daemon=True).start()
         exited = supervisor.wait_any(stop)
