@@ -1,11 +1,16 @@
-"""The proxy's side of the wire to a run's session server: one pooled httpx.AsyncClient per event loop (no
-environment proxies, no redirects followed, connect and read timeouts from settings; building a client costs
-~80 ms of CPU for its TLS context, so a client per request stalled the web process's loop under a crowd and
-other requests' connects timed out), the run's serving key in
-`Authorization`, and the answer relayed: a streamed one (`text/event-stream`) chunk by chunk through an async
-iterator that closes the upstream response when the client goes away, any other one read whole up to its cap.
-Only safe headers cross, each way. Failures to reach the server answer 502 (refused, reset, its answer over
-the cap, or it refused the platform's key) or 504 (timed out), in the OpenAI error shape.
+"""The proxy's side of the wire to a run's session server: one pooled aiohttp.ClientSession per event loop (no
+environment proxies, no redirects followed, connect and per-read timeouts from settings, `Accept-Encoding:
+identity` so that what is relayed is what was sent), the run's serving key in `Authorization`, and the answer
+relayed: a streamed one (`text/event-stream`) chunk by chunk through an async iterator that closes the upstream
+response when the client goes away, any other one read whole up to its cap. Only safe headers cross, each way.
+Failures to reach the server answer 502 (refused, reset, its answer over the cap, or it refused the platform's
+key) or 504 (timed out), in the OpenAI error shape.
+
+Why one session per loop: building a client costs ~80 ms of CPU for its TLS context, so a client per request
+stalled the web process's loop under a crowd. Why aiohttp: httpx's pool (httpcore) checked every pooled
+connection on every request (`has_expired`, a `getpeername` each); with 64 agents in flight (bench/agents.py's
+proxy load) `forward` was 29% of daphne's CPU on httpx and is 4% on aiohttp, whose connector takes an idle
+connection off a per-host list (py-spy), and daphne's CPU per proxied request fell from 11-12 ms to 7-8.
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ import weakref
 from collections.abc import AsyncIterator
 from typing import Any, TypeVar
 
-import httpx
+import aiohttp
 from django.conf import settings
 from django.http import HttpResponse, HttpResponseBase, StreamingHttpResponse
 
@@ -34,6 +39,7 @@ ERROR_TYPES = {
     413: "invalid_request_error",
     429: "rate_limit_error",
 }
+POOL_CONNECTIONS = 512  # connections open at once to all session servers (idle ones kept for reuse)
 
 
 def error_answer(
@@ -53,21 +59,34 @@ def error_answer(
     return answer
 
 
-_CLIENTS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, httpx.AsyncClient] = weakref.WeakKeyDictionary()
-POOL = httpx.Limits(max_connections=512, max_keepalive_connections=64)
+_SESSIONS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, aiohttp.ClientSession] = weakref.WeakKeyDictionary()
 
 
-def _client() -> httpx.AsyncClient:
-    """This event loop's client (daphne runs one loop; a client is bound to the loop it first ran on)."""
+def _session() -> aiohttp.ClientSession:
+    """This event loop's session (daphne runs one loop; a session is bound to the loop it was made on)."""
     loop = asyncio.get_running_loop()
-    client = _CLIENTS.get(loop)
-    if client is None or client.is_closed:
-        timeout = httpx.Timeout(
-            settings.AGENT_PROXY_READ_TIMEOUT_SECONDS, connect=settings.AGENT_PROXY_CONNECT_TIMEOUT_SECONDS
+    session = _SESSIONS.get(loop)
+    if session is None or session.closed:
+        timeout = aiohttp.ClientTimeout(
+            total=None,
+            connect=settings.AGENT_PROXY_CONNECT_TIMEOUT_SECONDS,
+            sock_read=settings.AGENT_PROXY_READ_TIMEOUT_SECONDS,
         )
-        client = httpx.AsyncClient(timeout=timeout, trust_env=False, follow_redirects=False, limits=POOL)
-        _CLIENTS[loop] = client
-    return client
+        session = aiohttp.ClientSession(
+            timeout=timeout,
+            connector=aiohttp.TCPConnector(limit=POOL_CONNECTIONS),
+            trust_env=False,  # never an environment's HTTP proxy
+            auto_decompress=False,  # asked for identity; a compressed answer would be relayed as it came
+        )
+        _SESSIONS[loop] = session
+    return session
+
+
+async def close() -> None:
+    """Close this event loop's session (tests; daphne's lives as long as its loop)."""
+    session = _SESSIONS.pop(asyncio.get_running_loop(), None)
+    if session is not None:
+        await session.close()
 
 
 async def forward(
@@ -76,7 +95,7 @@ async def forward(
     """Send the request to the session server and relay its answer. `keys`: the run's serving keys, current
     first (a 401 from the server moves on to the next). `session`: the namespaced session id (X-Session-Id
     upstream); `extra`: headers added to the answer (the caller's own session id)."""
-    client = _client()
+    client = _session()
     content = json.dumps(body, separators=(",", ":")).encode() if body is not None else None
     try:
         answer = None
@@ -85,28 +104,28 @@ async def forward(
                 "Authorization": f"Bearer {key}",
                 "X-Session-Id": session,
                 "Accept": "application/json, text/event-stream",
+                "Accept-Encoding": "identity",
             }
             if content is not None:
                 headers["Content-Type"] = "application/json"
-            request = client.build_request(method, url, content=content, headers=headers)
-            answer = await client.send(request, stream=True)
-            if answer.status_code != 401:
+            answer = await client.request(method, url, data=content, headers=headers, allow_redirects=False)
+            if answer.status != 401:
                 break
-            await answer.aclose()
+            answer.release()
         assert answer is not None  # keys is never empty
-        if answer.status_code == 401:
+        if answer.status == 401:
             log.warning("the session server at %s refused the run's serving key", url)
             return error_answer(502, "the run's session server refused the platform's serving key")
-    except httpx.TimeoutException:
+    except TimeoutError:  # aiohttp's timeouts (connect, read) are TimeoutErrors
         return error_answer(504, "the run's session server did not answer in time")
-    except httpx.HTTPError as exc:
+    except aiohttp.ClientError as exc:
         return error_answer(502, f"the run's session server could not be reached ({type(exc).__name__})")
     if answer.headers.get("content-type", "").startswith("text/event-stream"):
-        return _streamed(answer, client, extra)
-    return await _whole(answer, client, extra)
+        return _streamed(answer, extra)
+    return await _whole(answer, extra)
 
 
-def _relayed_headers(answer: httpx.Response, response: R, extra: dict[str, str]) -> R:
+def _relayed_headers(answer: aiohttp.ClientResponse, response: R, extra: dict[str, str]) -> R:
     for name in ANSWER_HEADERS:
         if name in answer.headers:
             response[name] = answer.headers[name]
@@ -115,27 +134,29 @@ def _relayed_headers(answer: httpx.Response, response: R, extra: dict[str, str])
     return response
 
 
-async def _whole(answer: httpx.Response, client: httpx.AsyncClient, extra: dict[str, str]) -> HttpResponse:
+async def _whole(answer: aiohttp.ClientResponse, extra: dict[str, str]) -> HttpResponse:
     cap = settings.AGENT_PROXY_MAX_ANSWER_BYTES
     chunks: list[bytes] = []
     size = 0
     try:
-        async for chunk in answer.aiter_raw():
+        async for chunk in answer.content.iter_any():
             size += len(chunk)
             if size > cap:
+                answer.close()  # the rest is not read: the connection cannot be reused
                 return error_answer(502, f"the run's session server answered more than {cap} bytes")
             chunks.append(chunk)
-    except httpx.TimeoutException:
+    except TimeoutError:
+        answer.close()
         return error_answer(504, "the run's session server did not finish its answer in time")
-    except httpx.HTTPError as exc:
+    except aiohttp.ClientError as exc:
+        answer.close()
         return error_answer(502, f"the run's session server broke off its answer ({type(exc).__name__})")
-    finally:
-        await answer.aclose()
-    response = HttpResponse(b"".join(chunks), status=answer.status_code)
+    answer.release()
+    response = HttpResponse(b"".join(chunks), status=answer.status)
     return _relayed_headers(answer, response, extra)
 
 
-def _streamed(answer: httpx.Response, client: httpx.AsyncClient, extra: dict[str, str]) -> StreamingHttpResponse:
+def _streamed(answer: aiohttp.ClientResponse, extra: dict[str, str]) -> StreamingHttpResponse:
     cap = settings.AGENT_PROXY_MAX_ANSWER_BYTES
 
     async def chunks() -> AsyncIterator[bytes]:
@@ -143,18 +164,18 @@ def _streamed(answer: httpx.Response, client: httpx.AsyncClient, extra: dict[str
         # http.disconnect): the `finally` then closes the upstream response, which ends the server's stream.
         size = 0
         try:
-            async for chunk in answer.aiter_raw():
+            async for chunk in answer.content.iter_any():
                 size += len(chunk)
                 if size > cap:
                     log.warning("a streamed answer passed %s bytes; cut", cap)
                     return
                 yield chunk
-        except httpx.HTTPError as exc:  # the headers are sent: all that is left is to end the stream
+        except (TimeoutError, aiohttp.ClientError) as exc:  # the headers are sent: all that is left is to end it
             log.warning("the session server's stream broke off: %s", type(exc).__name__)
         finally:
-            await answer.aclose()
+            answer.close()
 
-    response = StreamingHttpResponse(chunks(), status=answer.status_code)
+    response = StreamingHttpResponse(chunks(), status=answer.status)
     response["Cache-Control"] = "no-cache"
     response["X-Accel-Buffering"] = "no"  # a buffering front proxy would hold the tokens back
     return _relayed_headers(answer, response, extra)
