@@ -12,6 +12,7 @@ import httpx
 import openai
 import pytest
 
+from agents.chat import STOP
 from agents.trajectory import Trajectory
 
 from .stack import KEY, await_for, engines, publish, server
@@ -46,17 +47,21 @@ def test_openai_client_plain_and_stream_and_models(stack) -> None:
         plain = await client.chat.completions.create(model="x", messages=msgs, max_tokens=5, temperature=0)
         assert plain.object == "chat.completion" and plain.choices[0].finish_reason in ("stop", "length")
         assert isinstance(plain.choices[0].message.content, str) and plain.usage.completion_tokens >= 1
-        chunks = [
-            c async for c in await client.chat.completions.create(model="x", messages=msgs, max_tokens=5, stream=True)
-        ]
-        assert chunks[0].choices[0].delta.role == "assistant" and chunks[-1].choices[0].finish_reason
+        # Sampled with the stop token barred: a policy that samples it first streams no content chunk (about 1
+        # request in 100 of a young policy: tests/execution/test_agents_live.py).
+        no_stop = {str(STOP): -100}
+        stream = await client.chat.completions.create(
+            model="x", messages=msgs, max_tokens=5, stream=True, logit_bias=no_stop
+        )
+        chunks = [c async for c in stream]
+        assert chunks[0].choices[0].delta.role == "assistant" and chunks[-1].choices[0].finish_reason == "length"
         text = "".join(c.choices[0].delta.content or "" for c in chunks)
         assert len(chunks) >= 3 and isinstance(text, str)
         again = await client.chat.completions.create(model="x", messages=msgs, max_tokens=5, temperature=0)
         assert again.choices[0].message.content == plain.choices[0].message.content  # greedy, fresh session
         models = await client.models.list()
         assert models.data[0].id.startswith("run-1@v")
-        completion = await client.completions.create(model="x", prompt="abc", max_tokens=3)
+        completion = await client.completions.create(model="x", prompt="abc", max_tokens=3, logit_bias=no_stop)
         assert completion.choices[0].finish_reason == "length" and completion.usage.completion_tokens == 3
         stats = await srv.stats.remote()
         assert stats["sessions"] == 0 and stats["requests"] >= 4  # one-off sessions ended with their answers
