@@ -15,6 +15,7 @@ timeout could not absorb. Two pytests only: in one pytest the tests run one afte
 from __future__ import annotations
 
 import fcntl
+import signal
 import sys
 import time
 from collections.abc import Iterator
@@ -50,6 +51,15 @@ def beside(locks: Path = LOCKS) -> Iterator[None]:
         fcntl.flock(held, fcntl.LOCK_SH)
         gate.close()
         yield
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """The second pytest takes Ctrl-C as the first does. `make test` starts it with `&`, and a shell without job
+    control starts such a job with SIGINT ignored: Ctrl-C on `make test` ended the suite and left the second
+    pytest running on, its platforms and Ray heads with it. Now it raises KeyboardInterrupt, and each fixture's
+    teardown stops what it started."""
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.fixture
