@@ -142,16 +142,14 @@ async def _whole(answer: aiohttp.ClientResponse, extra: dict[str, str]) -> HttpR
         async for chunk in answer.content.iter_any():
             size += len(chunk)
             if size > cap:
-                answer.close()  # the rest is not read: the connection cannot be reused
                 return error_answer(502, f"the run's session server answered more than {cap} bytes")
             chunks.append(chunk)
     except TimeoutError:
-        answer.close()
         return error_answer(504, "the run's session server did not finish its answer in time")
     except aiohttp.ClientError as exc:
-        answer.close()
         return error_answer(502, f"the run's session server broke off its answer ({type(exc).__name__})")
-    answer.release()
+    finally:
+        answer.release()  # back to the pool when read to its end; closed when it was not
     response = HttpResponse(b"".join(chunks), status=answer.status)
     return _relayed_headers(answer, response, extra)
 
