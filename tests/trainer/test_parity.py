@@ -11,6 +11,8 @@ from typing import Any
 
 import pytest
 
+from rollout.coalesce import CallCoalescer
+from rollout.types import TurnCall
 from trainer.config import TrainConfig
 from trainer.engine import Engine
 from trainer.episodes import Group, GroupTicket, run_group
@@ -38,10 +40,14 @@ def _generate(ray, engine, n_groups: int = N_GROUPS) -> list[Group]:
     """Episodes of `n_groups` prompts started together on one engine actor, as the rollout workers run them."""
     task = task_build(CFG)
 
-    async def generate(*args: Any) -> dict[str, Any]:
-        return await engine.generate.remote(*args)
-
     async def all_groups() -> list[Group]:
+        # As a rollout worker sends them: the turns sent in one tick of this loop travel as one generate_many
+        # call, so the engine admits them together and batches them (a lone request would be run by itself).
+        turns = CallCoalescer(engine, "generate_many")
+
+        async def generate(*args: Any) -> dict[str, Any]:
+            return await turns.submit(TurnCall(*args))
+
         return list(
             await asyncio.gather(
                 *(
@@ -73,10 +79,26 @@ def _diffs(groups: list[Group], learner_logprobs: list[list[list[float]]]) -> li
     ]
 
 
-def test_engine_logprobs_equal_the_learners_for_the_same_weights(ray_driver) -> None:
+@pytest.fixture
+def actors(ray_driver):
+    """Starts actors on the shared cluster and kills them after the test, passed or failed (a failed assert's
+    traceback keeps its handles alive, and with them the CPUs that the next test waits for)."""
+    started: list = []
+
+    def start(cls: type, *args: Any, **options: Any) -> Any:
+        handle = ray_driver.remote(cls).options(num_cpus=0.25, **options).remote(*args)
+        started.append(handle)
+        return handle
+
+    yield start
+    for handle in started:
+        ray_driver.kill(handle)
+
+
+def test_engine_logprobs_equal_the_learners_for_the_same_weights(ray_driver, actors) -> None:
     ray = ray_driver
-    engine = ray.remote(Engine).options(num_cpus=0.25, max_concurrency=100).remote(CFG, "e0")
-    learner = ray.remote(Learner).options(num_cpus=0.25).remote(CFG)
+    engine = actors(Engine, CFG, "e0", max_concurrency=100)
+    learner = actors(Learner, CFG)
     groups = _generate(ray, engine)
     task = task_build(CFG)
 
@@ -97,7 +119,7 @@ def test_engine_logprobs_equal_the_learners_for_the_same_weights(ray_driver) -> 
     assert max(diffs) <= TOLERANCE
 
     # The comparison can fail: a learner at another temperature, or with other weights, is caught.
-    hot = ray.remote(Learner).options(num_cpus=0.25).remote(CFG.replace(temperature=0.9))
+    hot = actors(Learner, CFG.replace(temperature=0.9))
     assert max(_diffs(groups, ray.get(hot.logprobs.remote(groups)))) > 100 * TOLERANCE
 
     # The train step measures the same thing on its first forward pass (the weights of version 0, which
@@ -111,5 +133,3 @@ def test_engine_logprobs_equal_the_learners_for_the_same_weights(ray_driver) -> 
     # Trained again at version 1, the version-0 tokens are stale: not comparable, nothing reported.
     stale = ray.get(learner.train_step.remote(groups))
     assert stale["version"] == 2 and "logprob_diff_max" not in stale and "logprob_diff_mean" not in stale
-    for handle in (engine, learner, hot):
-        ray.kill(handle)
