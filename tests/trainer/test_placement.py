@@ -52,6 +52,23 @@ def _free(ray) -> tuple[float, float]:
     return round(free.get("CPU", 0.0), 4), round(free.get("memory", 0.0) / MIB, 3)
 
 
+def _idle(ray, timeout: float = 60) -> tuple[float, float]:
+    """The free resources once the cluster is idle; failing, names the live actors that still hold CPUs (one
+    test's leftovers fail the next one here: say whose they are)."""
+    deadline = time.monotonic() + timeout
+    while _free(ray)[0] != 4.0:
+        if time.monotonic() > deadline:
+            from ray.util.state import list_actors
+
+            alive = sorted(a.class_name for a in list_actors(filters=[("state", "=", "ALIVE")], limit=200))
+            pytest.fail(
+                f"timed out after {timeout} s waiting for an idle cluster: {_free(ray)} free; alive: {alive}",
+                pytrace=False,
+            )
+        time.sleep(0.05)
+    return _free(ray)
+
+
 def _inside(handle, ray):
     """What the actor itself sees: its placement group, its assigned resources, torch and OpenMP threads."""
 
@@ -74,7 +91,7 @@ def test_actors_run_in_their_bundles_and_ray_charges_exactly_the_run(ray_driver)
     bundles = actor_bundles(cfg)
     want_cpu = round(sum(b.cpus for b in bundles), 4)
     assert want_cpu == round(2.0 + 0.05 + 2 * 0.4 + 2 * 0.35, 4)
-    before = wait_until(lambda: _free(ray) if _free(ray)[0] == 4.0 else None, timeout=60, what="an idle cluster")
+    before = _idle(ray)
     seen: dict = {}
 
     def check(run: TrainingRun, groups: list) -> None:
