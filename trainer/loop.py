@@ -157,6 +157,9 @@ class TrainingRun:
             return finish_stopped(self)
         finally:
             self.stop_control.event.set()
+            # The platform has the run's final status before its session server goes: once it has, its proxy
+            # answers "not serving" (404) rather than forwarding to a server that is gone (502).
+            self.emitter.flush(timeout_s=5.0)
             rt.close()
 
     def request_stop(self, reason: str = "stop requested") -> None:

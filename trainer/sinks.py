@@ -108,6 +108,7 @@ class HttpSink:
         self.dropped = 0
         self._commands: dict[int, ControlCommand] = {}  # staff commands from the replies, by id (controls.py)
         self._buf: list[EventDict] = []
+        self._posting = 0  # events taken from the buffer whose post has not ended yet
         self._cond = threading.Condition()
         self._closing = False
         self._deadline = float("inf")
@@ -121,7 +122,15 @@ class HttpSink:
         with self._cond:
             self._buf.append(event)
             if len(self._buf) >= self.max_batch:
-                self._cond.notify()
+                self._cond.notify_all()  # the poster, not only a flush() waiting on the same condition
+
+    def flush(self, timeout_s: float = 5.0) -> bool:
+        """Post what is buffered now, not at the next interval, and wait up to `timeout_s` until every event
+        written so far has been posted (accepted, or refused or given up on as `_send` does); True when none is
+        left. A job calls it before taking down what its last events end (trainer/loop.py)."""
+        with self._cond:
+            self._cond.notify_all()
+            return self._cond.wait_for(lambda: not self._buf and not self._posting, timeout_s)
 
     def close(self, timeout_s: float = 10.0) -> None:
         self._beat_stop.set()
@@ -148,12 +157,16 @@ class HttpSink:
                 # Within the platform's caps on one post (trainer/post_packing.py), oldest first.
                 cut = next_post(self._buf, max_events=self.max_batch)
                 batch, self._buf = self._buf[:cut], self._buf[cut:]
+                self._posting = len(batch)
                 done = self._closing and not batch and not self._buf
             if done:
                 return
             if batch:
                 # EventDict is JSON, but a TypedDict is not assignable to requests' JsonType.
                 self._send(self.session, cast("list[dict[str, Any]]", batch), len(batch))
+                with self._cond:
+                    self._posting = 0
+                    self._cond.notify_all()
 
     def _send(self, session: Any, body: Any, count: int, until: float = float("inf")) -> bool:
         """POST `body` (`count` events) until accepted or refused, retrying until `until` (monotonic) or the
@@ -257,6 +270,14 @@ class EventEmitter:
             for command in getattr(sink, "commands", lambda: [])():
                 seen.setdefault(command["id"], command)
         return [seen[k] for k in sorted(seen)]
+
+    def flush(self, timeout_s: float = 5.0) -> None:
+        """Deliver what the sinks buffer before going on (a JSONL sink has nothing buffered; an HTTP sink posts
+        now and waits, up to `timeout_s`)."""
+        for sink in self.sinks:
+            flush = getattr(sink, "flush", None)
+            if flush is not None:
+                flush(timeout_s)
 
     def close(self, timeout_s: float = 10.0) -> None:
         for sink in self.sinks:

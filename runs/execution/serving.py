@@ -1,7 +1,7 @@
 """Where a run's session server listens, as the platform keeps it: the job's `serving` event
 (trainer/lifecycle_schema.py ServingData: `http://<ip>:<port>`) is vetted at ingest, and the latest vetted URL is
-the run's `serving_url`, which the proxy (runs/api/proxy.py) forwards to. Cleared when the attempt ends
-(runs.core.lifecycle.stamp).
+the run's `serving_url`, which the proxy (runs/api/proxy.py) forwards to. Cleared by the job's final report of its
+state (its session server stops next), and when the attempt ends (runs.core.lifecycle.stamp).
 
 Vetting is what keeps the proxy from being pointed at an arbitrary internal address: the host must be an IP
 address of an alive node of the platform's Ray cluster (a ClusterNode row the tick read from Ray) or loopback,
@@ -18,9 +18,11 @@ import logging
 from typing import Any
 from urllib.parse import urlsplit
 
+from runs.core.events import JOB_STATUS
 from runs.models import ClusterNode
 
 PORT_MIN = 1024  # no well-known service (ssh, http, smtp...) of a node can be a session server
+JOB_FINAL_STATUSES = frozenset({"succeeded", "failed", "cancelled"})  # a job's last reports (trainer/loop.py)
 log = logging.getLogger(__name__)
 
 
@@ -77,8 +79,14 @@ def serving_events_vet(items: list[dict[str, Any]]) -> None:
 
 
 def serving_url_latest(items: list[dict[str, Any]]) -> str | None:
-    """The URL of the batch's last vetted `serving` event (None when it has none)."""
+    """The run's serving URL after the batch: the URL of its last vetted `serving` event, or "" when the job's
+    final report of its state (a `status` event, `job_status` once vetted: succeeded, failed or cancelled) comes
+    after it: the job posts that report before it stops its session server (trainer/loop.py), so the proxy stops
+    forwarding first, even to a `stopping` run, which the platform finishes only once its job has ended. None when
+    the batch has neither."""
     for item in reversed(items):
+        if item["type"] == JOB_STATUS and item["data"].get("status") in JOB_FINAL_STATUSES:
+            return ""
         if item["type"] == "serving" and isinstance(item["data"].get("url"), str):
             return item["data"]["url"].rstrip("/")
     return None

@@ -140,8 +140,8 @@ def run_events_ingest(*, run: Run, payload: Any) -> IngestResult:
         locked = Run.objects.select_for_update().only("summary", "status", "last_seq").get(pk=run.pk)
         fields: dict[str, Any] = {"heartbeat_at": now}
         serving_url = serving_url_latest(items)
-        if serving_url is not None:
-            fields["serving_url"] = serving_url  # where the proxy forwards to (runs/execution/serving.py)
+        if serving_url is not None:  # where the proxy forwards to, "" once the job's server is going
+            fields["serving_url"] = serving_url  # (runs/execution/serving.py)
         folded = _fold_order(items, stored, dropped)
         if folded:
             fields["summary"] = summary_fold(locked.summary or RunSummary(), folded)

@@ -240,6 +240,31 @@ def test_serving_urls_are_vetted_and_cleared_when_the_run_ends(site: Site) -> No
     assert answer.status_code == 404
 
 
+def test_the_jobs_final_report_stops_the_forwarding_before_the_run_is_finished(site: Site) -> None:
+    """A cancelled run stays `stopping` until its job has ended (runs/execution/outcome.py), but the job stops its
+    session server right after posting its final report: from that report on the proxy answers 404, not 502."""
+    owner = {"Authorization": f"Bearer {token_issue(site.owner)}"}
+    Run.objects.filter(pk=site.run.pk).update(status=RunStatus.STOPPING)
+    assert httpx.get(f"{site.base}/models", headers=owner).status_code == 200  # a stopping job still serves
+    events = [
+        {"seq": 2, "type": "status", "data": {"status": "stopping", "version": 3}},
+        {"seq": 3, "type": "status", "data": {"status": "cancelled", "version": 3}},
+    ]
+    for event in events:
+        posted = requests.post(
+            f"{site.web.http}/api/runs/{site.run.pk}/ingest/",
+            json=[event],
+            headers={"Authorization": f"Bearer {site.run.ingest_token}"},
+            timeout=30,
+        )
+        assert posted.status_code == 200, posted.text
+        site.run.refresh_from_db()
+        assert site.run.serving_url == ("" if event["data"]["status"] == "cancelled" else site.upstream.url)
+    assert site.run.status == RunStatus.STOPPING  # finished by the reconcile, once Ray says the job ended
+    answer = httpx.get(f"{site.base}/models", headers=owner)
+    assert answer.status_code == 404 and "is stopping: it is not serving" in answer.json()["detail"], answer.text
+
+
 def test_a_running_run_without_a_server_yet_answers_503(web, upstream) -> None:
     s = Site(web, upstream)
     started = time.monotonic()

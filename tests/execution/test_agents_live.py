@@ -6,6 +6,7 @@ sessions never reach training; another user gets 404."""
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 
 import pytest
@@ -28,6 +29,27 @@ AGENT_CONFIG = {
     "checkpoint_every": 0,
     "prompts_per_step": 4,
 }
+
+
+class ProxyPoller(threading.Thread):
+    """Asks a run's policy for its models through the platform's proxy every `every_s` (inside the proxy's
+    per-user throttle) until the proxy says the run is not serving (404); keeps every answer's status."""
+
+    def __init__(self, base: str, token: str, every_s: float = 0.2, timeout: float = 150) -> None:
+        super().__init__(daemon=True)
+        self.base, self.token, self.every_s, self.timeout = base, token, every_s, timeout
+        self.codes: list[int] = []
+
+    def run(self) -> None:
+        import httpx
+
+        deadline = time.monotonic() + self.timeout
+        with httpx.Client(headers={"Authorization": f"Bearer {self.token}"}, timeout=30) as http:
+            while time.monotonic() < deadline:
+                self.codes.append(http.get(f"{self.base}/models").status_code)
+                if self.codes[-1] == 404:
+                    return
+                time.sleep(self.every_s)
 
 
 def _serving(run_id: int) -> Run | None:
@@ -145,6 +167,14 @@ def _drive(platform, api, run: dict, django_user_model) -> None:
     wait_for(lambda: len(_versions(api, run["id"])) >= 2, timeout=180, what="two publications")
     samples = api.get(f"/api/runs/{run['id']}/samples/?limit=200")["results"]
     assert samples and all(s["session"].startswith("worker-") for s in samples), {s["session"] for s in samples}
+    # An agent goes on asking through the proxy while the run is cancelled: 200 until the job's final status
+    # reaches the platform, then 404; never 502 (the job posts that status before its session server stops:
+    # trainer/loop.py; before, the server went first and the proxy forwarded to nothing).
+    poller = ProxyPoller(base, token)
+    poller.start()
+    wait_for(lambda: poller.codes, timeout=30, what="a first answer through the proxy")
     api.post(f"/api/runs/{run['id']}/cancel/", expect=200)
     done = api.wait_status(run["id"], {"cancelled", "failed", "succeeded"}, timeout=120)
     assert done["status"] == "cancelled", done["error"]
+    poller.join(timeout=60)
+    assert poller.codes[0] == 200 and poller.codes[-1] == 404 and set(poller.codes) == {200, 404}, str(poller.codes)

@@ -170,6 +170,30 @@ def test_http_sink_retries_connection_failures_until_the_server_is_up() -> None:
             server.shutdown()
 
 
+def test_flush_posts_now_and_returns_once_every_event_is_posted() -> None:
+    """A job flushes before stopping its session server (trainer/loop.py): the events written so far are posted
+    now, not at the next interval, and flush returns once they are, or False at its timeout."""
+    server = Ingest(["slow", "ok"])
+    try:
+        sink = HttpSink(server.url, token="t", flush_interval_s=60, timeout_s=5)  # only a flush sends early
+        em = EventEmitter([sink])
+        em.emit("status", {"status": "running", "version": 0})
+        started = time.monotonic()
+        assert sink.flush(timeout_s=10) is True  # its post answered after 0.6 s ("slow"), and flush waited
+        assert 0.6 <= time.monotonic() - started < 5 and sorted(server.stored) == [1]
+        em.emit("status", {"status": "succeeded", "version": 3})
+        assert sink.flush(timeout_s=5) is True
+        assert sorted(server.stored) == [1, 2] and sink.delivered == 2
+        assert sink.flush(timeout_s=1) is True  # nothing left: at once
+        server.script = ["slow"]
+        em.emit("log", {"level": "info", "message": "late"})
+        assert sink.flush(timeout_s=0.2) is False  # still posting at the timeout
+        em.close(timeout_s=10)
+        assert sorted(server.stored) == [1, 2, 3]
+    finally:
+        server.close()
+
+
 def test_http_409_means_the_run_is_over() -> None:
     server = Ingest(["409"])
     try:
