@@ -272,8 +272,7 @@ class EventEmitter:
         return [seen[k] for k in sorted(seen)]
 
     def flush(self, timeout_s: float = 5.0) -> None:
-        """Deliver what the sinks buffer before going on (a JSONL sink has nothing buffered; an HTTP sink posts
-        now and waits, up to `timeout_s`)."""
+        """Deliver what the sinks buffer (only an HTTP sink does) before going on, waiting up to `timeout_s`."""
         for sink in self.sinks:
             flush = getattr(sink, "flush", None)
             if flush is not None:
