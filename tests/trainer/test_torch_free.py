@@ -44,8 +44,10 @@ def test_a_process_holding_an_engine_handle_does_not_load_torch(ray_driver) -> N
     # Its own runtime env: a fresh worker process, never one a test before this one had import torch.
     fresh = {"env_vars": {"OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO_ROOT), "PROBE": uuid.uuid4().hex}}
     holder = ray.remote(Holder).options(num_cpus=0.1, runtime_env=fresh).remote()
-    loaded, answered = ray.get(holder.modules.remote([engine]), timeout=120)
+    try:
+        loaded, answered = ray.get(holder.modules.remote([engine]), timeout=120)
+    finally:  # their CPU back to the shared cluster, whatever failed (the placement tests wait for an idle one)
+        ray.kill(holder)
+        ray.kill(engine)
     assert answered == ["e0"]  # it really held a working handle (Ray loaded the Engine class for it)
     assert loaded == [], loaded
-    ray.kill(holder)
-    ray.kill(engine)
