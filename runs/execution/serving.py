@@ -19,10 +19,9 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from runs.core.events import JOB_STATUS
-from runs.models import ClusterNode
+from runs.models import FINISHED_STATUSES, ClusterNode
 
 PORT_MIN = 1024  # no well-known service (ssh, http, smtp...) of a node can be a session server
-JOB_FINAL_STATUSES = frozenset({"succeeded", "failed", "cancelled"})  # a job's last reports (trainer/loop.py)
 log = logging.getLogger(__name__)
 
 
@@ -81,11 +80,11 @@ def serving_events_vet(items: list[dict[str, Any]]) -> None:
 def serving_url_latest(items: list[dict[str, Any]]) -> str | None:
     """The run's serving URL after the batch: the URL of its last vetted `serving` event, or "" when the job's
     final report of its state (a `status` event, `job_status` once vetted: succeeded, failed or cancelled) comes
-    after it: the job posts that report before it stops its session server (trainer/loop.py), so the proxy stops
-    forwarding first, even to a `stopping` run, which the platform finishes only once its job has ended. None when
-    the batch has neither."""
+    after it: a job that succeeds or is cancelled posts that report before it stops its session server
+    (trainer/loop.py), so the proxy stops forwarding first, even to a `stopping` run, which the platform finishes
+    only once its job has ended. None when the batch has neither."""
     for item in reversed(items):
-        if item["type"] == JOB_STATUS and item["data"].get("status") in JOB_FINAL_STATUSES:
+        if item["type"] == JOB_STATUS and item["data"].get("status") in FINISHED_STATUSES:
             return ""
         if item["type"] == "serving" and isinstance(item["data"].get("url"), str):
             return item["data"]["url"].rstrip("/")
