@@ -46,10 +46,8 @@ lint: $(BIN)/.installed node_modules/.installed
 # Either one failing fails `make test`. They are the Ray-outage acceptance (tests/execution/test_outage.py: it
 # mostly waits out two 3-minute outages of its own Ray head), the restarts of `make run` (tests/test_restart.py),
 # up.py's own checks (tests/test_platform_quiet.py, tests/security/test_platform_up.py) and the multi-process
-# slot stress (tests/runs/test_stress.py, on databases of its own), and the pure grant and preemption property
-# tests (tests/runs/test_*_property.py but the outbox's: 10,000 operations each, about 100 s of one core, no
-# service). The suite keeps about one of the two cores busy on average, so the second pytest mostly uses the idle
-# one: at 239af25 the suite took 31 min and the tests beside it 21 min (so they add nothing to the wall time).
+# slot stress (tests/runs/test_stress.py, on databases of its own): about 7 minutes of the suite's 37 here, which
+# keeps about one of the two cores busy on average, so the second pytest mostly uses the idle one.
 # A test that times runs against a baseline (tests/test_capacity.py) holds the tests beside back while it runs
 # (tests/quiet.py), and every platform a test starts gets a free dashboard port, never Ray's 8265.
 # `PYTEST_CPU_ACCOUNT=var/cpu.txt make test` also writes the CPU each test cost (tests/cpu_account.py; root and a

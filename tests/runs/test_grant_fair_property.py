@@ -15,16 +15,11 @@ from __future__ import annotations
 import dataclasses
 import random
 
-import pytest
-
 from runs.slots.grant import Snapshot, plan
 from runs.slots.policy import CLASSES
 from runs.slots.resources import Res
 from tests.runs import grant_seed
 from tests.runs.test_grant_property import OPS, Model
-
-# Pure CPU, no database, platform or Ray: in the pytest beside the suite (Makefile), on the core it leaves idle.
-pytestmark = pytest.mark.beside
 
 OWNERS = (1, 2, 3, 4, 5)
 

@@ -17,15 +17,10 @@ from __future__ import annotations
 import random
 from datetime import UTC, datetime, timedelta
 
-import pytest
-
 from runs.slots.fit import shadow_time
 from runs.slots.grant import BACKFILL_WINDOW, HeldSlot, Snapshot, WaitingSlot, latest_end, plan
 from runs.slots.policy import CLASSES, policy_effective
 from runs.slots.resources import Res, total
-
-# Pure CPU, no database, platform or Ray: in the pytest beside the suite (Makefile), on the core it leaves idle.
-pytestmark = pytest.mark.beside
 
 OPS = 10_000
 T0 = datetime(2026, 1, 1, tzinfo=UTC)

@@ -18,16 +18,11 @@ from __future__ import annotations
 import dataclasses
 import random
 
-import pytest
-
 from runs.slots.grant import plan
 from runs.slots.policy import CLASSES
 from runs.slots.quota import TeamLedger
 from tests.runs import grant_fair_seed
 from tests.runs.test_grant_fair_property import OWNERS, FairModel
-
-# Pure CPU, no database, platform or Ray: in the pytest beside the suite (Makefile), on the core it leaves idle.
-pytestmark = pytest.mark.beside
 
 # 10,000 operations as in the other grant property tests (issue 26's acceptance). Each step plans four times (this
 # model, the fair model, the seed model, heads only) and the oracle once, so the third test, a variant of the

@@ -15,7 +15,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
-import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -24,9 +23,6 @@ from runs.slots.policy import CLASSES, policy_effective
 from runs.slots.preempt import HeldState, choose
 from runs.slots.resources import Res
 from tests.runs import grant_seed
-
-# Pure CPU, no database, platform or Ray: in the pytest beside the suite (Makefile), on the core it leaves idle.
-pytestmark = pytest.mark.beside
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 GIB = 1 << 30
