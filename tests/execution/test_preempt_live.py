@@ -30,8 +30,10 @@ from tests.webhooks.receiver import Receiver, payload, signature_valid
 pytestmark = pytest.mark.slow
 
 GRACE = 60
-# Long enough to be preempted mid-training (a tiny step takes about half a second here; starting takes longer).
-VICTIM = {**TINY_TRAIN_CONFIG, "steps": 150, "checkpoint_every": 5, "eval_every": 0, "seed": 5}
+# Long enough to be preempted mid-training: the ten trials of bench/results/preemption.json (150 steps then)
+# stopped at steps 9-18, so 60 leave it three times that, and the resumed part still trains 40 steps or more to
+# compare with the control run (a tiny step takes about half a second here; starting takes longer).
+VICTIM = {**TINY_TRAIN_CONFIG, "steps": 60, "checkpoint_every": 5, "eval_every": 0, "seed": 5}
 TRIALS = int(os.environ.get("PREEMPT_TRIALS", "1"))
 SETTINGS = {
     "max_total": 1,
