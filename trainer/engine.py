@@ -85,6 +85,7 @@ class Engine(BatchRunner):
         self._holding = 0
         self.tokens_fed = 0  # tokens run through the model (prompt + new turn tokens), shows cache reuse
         self.requests = self.rejections = self.gone = self.steps = 0
+        self.rows_stepped = 0  # rows advanced over all forward steps: rows_stepped / steps is the batching
         self.calls = 0  # generate_many calls (a worker's coalesced turns): requests / calls is the batching
 
     @property
@@ -277,6 +278,7 @@ class Engine(BatchRunner):
             max_batch=self.max_batch,
             batch=len(self.batcher.active),
             steps=self.steps,
+            rows_stepped=self.rows_stepped,
             evictions=self.table.evictions,
             rejections=self.rejections,
             sessions_gone=self.gone,

@@ -38,6 +38,7 @@ class BatchRunner:
     table: SessionTable
     batcher: Batcher[GenRequest]
     steps: int
+    rows_stepped: int
     _executor: cf.ThreadPoolExecutor
     _stepper: asyncio.Task[None] | None
     _to_clear: list[int]
@@ -126,6 +127,7 @@ class BatchRunner:
             lone, began = len(batch) == 1, time.thread_time()
             chunks = self.ops.step_chunks(batch[0]) if lone else 0
             self.ops.run_step(self.model, self.pool, batch, self.cfg.temperature)
+            self.rows_stepped += sum(len(r.feed) for r in batch)
             if lone:  # what a lone step costs per 16-row chunk: _inline predicts from it
                 took = time.thread_time() - began
                 self._lone_cost_s, spent = took / chunks, spent + took

@@ -21,7 +21,7 @@ NOT_METRICS = frozenset({"group_ids", "epochs", "histograms", "span", "eval_span
 
 # The gate event keeps only these keys of each engine's snapshot (the optional ones when the engine has them:
 # the batching engine's in-flight requests, batch bound, session bound, evictions, safe rejections, sessions
-# gone, and a poisoned gate's reason).
+# gone, forward steps and the rows they advanced, and a poisoned gate's reason).
 _GATE_ENGINE_KEYS = ("engine", "state", "version", "active", "waiting", "sessions")
 _GATE_ENGINE_OPTIONAL = (
     "inflight",
@@ -30,6 +30,8 @@ _GATE_ENGINE_OPTIONAL = (
     "evictions",
     "rejections",
     "sessions_gone",
+    "steps",
+    "rows_stepped",
     "poison_reason",
 )
 

@@ -42,6 +42,8 @@ class GateEngine(_Data):
     evictions: Int | None = None
     rejections: Int | None = None
     sessions_gone: Int | None = None
+    steps: Int | None = None  # forward steps since the engine started
+    rows_stepped: Int | None = None  # rows those steps advanced: rows_stepped / steps is the batching
     poison_reason: Text | None = None
 
 

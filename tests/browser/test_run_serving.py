@@ -32,6 +32,8 @@ def engine(i: int, state: str, inflight: int, evictions: int, name: str | None =
         "max_sessions": 4096,
         "evictions": evictions,
         "rejections": 1,
+        "steps": 40,
+        "rows_stepped": 100 if i == 0 else 900,  # 2.5 and 22.5 rows a forward step
         "drained": False,
         "recent_failures": [],
     }
@@ -72,6 +74,7 @@ def test_serving_panel_shows_inflight_drain_evictions_and_aborts_live(server, us
     expect(page.get_by_test_id("serving-drain")).to_have_text("12.5 ms")
     expect(page.get_by_test_id("serving-aborted-by")).to_contain_text("gate wait 2")
     expect(page.locator("#serving tr[data-engine]")).to_have_count(2)
+    expect(page.get_by_test_id("engine-rows-per-step")).to_have_text(["2.5", "22.5"])
     per_engine = page.get_by_role("table", name="Requests per engine")
     expect(per_engine.get_by_role("cell", name=hostile)).to_be_visible()  # escaped: shown as text, never run
     assert page.evaluate("window.__pwned === undefined")

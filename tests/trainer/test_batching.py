@@ -212,6 +212,8 @@ def test_requests_join_a_running_batch_and_finished_ones_leave_at_once() -> None
 
     asyncio.run(main())
     assert engine.steps == 8  # the short request's two tokens rode along two of the long one's steps
+    # the batching the run page shows (rows / step): 8 steps of the long one's 4 rows, 2 of them with the short's 4
+    assert engine.snapshot()["rows_stepped"] == 8 * 4 + 2 * 4
 
 
 def test_a_request_over_the_context_is_rejected_safely_and_counted() -> None:

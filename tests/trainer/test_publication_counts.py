@@ -43,3 +43,15 @@ def test_every_version_event_counts_its_drain_and_reopen_and_some_drain_waited(r
     counts = [(v["drained"], v["admitted_at_reopen"]) for v in versions]
     print(f"per publication (drained, admitted_at_reopen): {counts}")
     assert any(v["drained"] > 0 for v in versions), counts  # leases were in flight at some publication
+
+    # The engines' batching, as the run page shows it (rows / step): cumulative counters in every gate event, never
+    # going back, each forward step advancing at least one row.
+    by_engine: dict[str, list[tuple[int, int]]] = {}
+    for gate in cap.of("gate"):
+        for e in gate["engines"]:
+            by_engine.setdefault(e["engine"], []).append((e["steps"], e["rows_stepped"]))
+    assert sorted(by_engine) == ["engine-0", "engine-1"]
+    for name, seen in by_engine.items():
+        assert all(a[0] <= b[0] and a[1] <= b[1] for a, b in zip(seen, seen[1:])), (name, seen)
+        assert all(rows >= steps for steps, rows in seen), (name, seen)
+    assert any(seen[-1][0] > 0 for seen in by_engine.values()), by_engine  # the engines stepped

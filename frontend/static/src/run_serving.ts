@@ -1,5 +1,6 @@
 /** The run page's serving panel: in-flight requests per engine (gate events), per publication its drain time,
- * the requests its drain waited for and those admitted at its reopen, summed and per engine (version events), evictions and safe rejections (engine snapshots), aborted episodes per reason (rollout
+ * the requests its drain waited for and those admitted at its reopen, summed and per engine (version events), evictions, safe rejections and
+ * rows per forward step (engine snapshots: how well an engine batches), aborted episodes per reason (rollout
  * events) and groups re-run after a checkpoint's quiesce (checkpoint events). Folded from the job's events only. */
 import { esc, num } from "./lib/format";
 import type { GateEngine, StoredEvent, VersionEngine } from "./lib/messages";
@@ -52,6 +53,10 @@ export class ServingPanel {
       return values.length ? values.reduce((a, b) => a + b, 0) : null;
     };
     const inflight = (e: GateEngine): number | null => e.inflight ?? e.active ?? null;
+    // Rows a forward step advanced on average since the engine started: a step's cost is mostly fixed on a small
+    // policy, so fewer rows per step (requests reaching the engine one at a time) cost more per token.
+    const rowsPerStep = (e: GateEngine): number | null =>
+      e.steps && e.rows_stepped != null ? e.rows_stepped / e.steps : null;
     const drains = this.publications.map((p) => p.drainMs).filter((v): v is number => v !== null);
     const reasons = Object.entries(this.abortedBy);
     const stat = (label: string, value: string, testid: string) =>
@@ -66,10 +71,12 @@ export class ServingPanel {
     const engineRows = engines.map((e) => `<tr data-engine="${esc(e.engine)}"><td>${esc(e.engine)}</td>
       <td class="num" data-testid="engine-inflight">${show(inflight(e))}</td><td class="num">${show(e.max_batch)}</td>
       <td class="num">${show(e.sessions)}${e.max_sessions != null ? ` / ${num(e.max_sessions)}` : ""}</td>
-      <td class="num" data-testid="engine-evictions">${show(e.evictions)}</td><td class="num">${show(e.rejections)}</td></tr>`).join("");
+      <td class="num" data-testid="engine-evictions">${show(e.evictions)}</td><td class="num">${show(e.rejections)}</td>
+      <td class="num" data-testid="engine-rows-per-step">${show(rowsPerStep(e))}</td></tr>`).join("");
     const engineTable = engines.length
       ? `<div class="table-wrap"><table aria-label="Requests per engine"><thead><tr><th scope="col">engine</th><th scope="col">in flight</th>
-        <th scope="col">max batch</th><th scope="col">sessions</th><th scope="col">evictions</th><th scope="col">rejections</th></tr></thead>
+        <th scope="col">max batch</th><th scope="col">sessions</th><th scope="col">evictions</th><th scope="col">rejections</th>
+        <th scope="col" title="rows a forward step advanced, on average since the engine started">rows / step</th></tr></thead>
         <tbody>${engineRows}</tbody></table></div>`
       : `<p class="empty">No engine reported yet.</p>`;
     const pubRows = this.publications.slice(-8).reverse().map((p) => `<tr><td class="num">v${esc(p.version)}</td>

@@ -22,6 +22,8 @@ export interface GateEngine {
   evictions?: number | null;
   rejections?: number | null;
   sessions_gone?: number | null;
+  steps?: number | null;
+  rows_stepped?: number | null;
   poison_reason?: string | null;
 }
 
