@@ -187,3 +187,18 @@ RUN_AGENT_COUNTERS: dict[str, Metric] = {
     "valid_tool_calls": RUN_AGENT_VALID_TOOL_CALLS,
     "tool_errors": RUN_AGENT_TOOL_ERRORS,
 }
+
+# Every running run's engines, from the latest `gate` event (summary.gate.engines): cumulative since each engine
+# started (a restarted engine counts from 0 again). rate(rows) / rate(steps) is how many rows a forward step
+# carried lately: how well the engine batches (docs/trainer.md, "Snapshot").
+RUN_ENGINE_STEPS = _m(
+    "run_engine_forward_steps_total", "counter", "Forward steps each engine of the run ran.", ("run", "engine")
+)
+RUN_ENGINE_ROWS = _m(
+    "run_engine_rows_stepped_total",
+    "counter",
+    "Rows those forward steps advanced (rows / steps: the engine's batching).",
+    ("run", "engine"),
+)
+# Counters of a gate event's engine entries, by their field.
+RUN_ENGINE_COUNTERS: dict[str, Metric] = {"steps": RUN_ENGINE_STEPS, "rows_stepped": RUN_ENGINE_ROWS}

@@ -91,7 +91,9 @@ def version(seq: int, v: int) -> dict:
 
 
 def gate(seq: int, v: int) -> dict:
-    data = {"state": "open", "version": v, "active": 0, "waiting": 0, "engines": []}
+    engine = {"engine": "engine-0", "state": "open", "version": v, "active": 0, "waiting": 0, "sessions": 0}
+    engine |= {"steps": 10 * v, "rows_stepped": 25 * v}  # cumulative: the latest event's values are the series'
+    data = {"state": "open", "version": v, "active": 0, "waiting": 0, "engines": [engine]}
     return {"seq": seq, "type": "gate", "data": data}
 
 
@@ -143,6 +145,8 @@ def test_promtool_passes_and_series_follow_runs(metrics_env, user, handoffs, dja
     assert value(got, "rlcp_run_publication_admitted_at_reopen_bucket", run=run, le="2.0") == 1
     assert value(got, "rlcp_run_gate_state", run=run, state="open") == 1
     assert value(got, "rlcp_run_gate_state", run=run, state="poisoned") == 0
+    assert value(got, "rlcp_run_engine_forward_steps_total", run=run, engine="engine-0") == 20
+    assert value(got, "rlcp_run_engine_rows_stepped_total", run=run, engine="engine-0") == 50
     assert value(got, "rlcp_events_ingested_total", type="train") == 2
     assert value(got, "rlcp_event_ingest_duration_seconds_count") == 1
 

@@ -26,6 +26,7 @@ from runs.slots.grant import PENDING_REASONS
 from runs.slots.policy import CLASSES
 from runs.slots.resources import MILLI, ZERO, Res
 from runs.telemetry.prometheus.run_agents import agent_families
+from runs.telemetry.prometheus.run_engines import engine_families
 from runs.telemetry.prometheus.run_hist import HIST_KEYS
 from trainer.events import GATE_STATES
 
@@ -144,6 +145,7 @@ def per_run() -> Iterator[Metric]:
         yield _gauge(metric, samples)
     yield from hists.values()
     yield from agent_families((str(run.pk), run.summary) for run in runs)
+    yield from engine_families((str(run.pk), run.summary) for run in runs)
 
 
 # --- helpers --------------------------------------------------------------------------------------------

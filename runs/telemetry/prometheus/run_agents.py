@@ -22,20 +22,20 @@ def agent_families(summaries: Iterable[tuple[str, Any]]) -> Iterator[Metric]:
         agents = summary.get("agents") if isinstance(summary, dict) else None
         if not isinstance(agents, dict):
             continue
-        for engine, n in sorted(_dict(agents.get("sessions_per_engine")).items()):
-            if _number(n):
+        for engine, n in sorted(as_dict(agents.get("sessions_per_engine")).items()):
+            if non_negative(n):
                 gauges[spec.RUN_AGENT_SESSIONS].add_metric([run, str(engine)], float(n))
-        if _number(agents.get("waiting")):
+        if non_negative(agents.get("waiting")):
             gauges[spec.RUN_AGENT_WAITING].add_metric([run], float(agents["waiting"]))
-        for part, v in sorted(_dict(agents.get("reward_parts")).items()):
-            if _number(v):
+        for part, v in sorted(as_dict(agents.get("reward_parts")).items()):
+            if non_negative(v):
                 gauges[spec.RUN_AGENT_REWARD_PART].add_metric([run, str(part)], float(v))
         for field, metric in spec.RUN_AGENT_COUNTERS.items():
-            if _number(agents.get(field)):
+            if non_negative(agents.get(field)):
                 counters[metric].add_metric([run], float(agents[field]))
-        status = _dict(agents.get("status"))
+        status = as_dict(agents.get("status"))
         for code in AGENT_STATUSES:
-            if _number(status.get(code)):
+            if non_negative(status.get(code)):
                 counters[spec.RUN_AGENT_ERRORS].add_metric([run, code], float(status[code]))
     yield from gauges.values()
     yield from counters.values()
@@ -49,9 +49,11 @@ def _counter(metric: spec.Metric) -> CounterMetricFamily:
     return CounterMetricFamily(metric.full_name, metric.help, labels=metric.labels)
 
 
-def _dict(value: Any) -> dict[str, Any]:
+def as_dict(value: Any) -> dict[str, Any]:
+    """`value` when it is a dict, else {} (a summary is the job's data: any part may be missing or odd)."""
     return value if isinstance(value, dict) else {}
 
 
-def _number(value: Any) -> bool:
+def non_negative(value: Any) -> bool:
+    """A number a sample may take: not a bool, not NaN, not below 0."""
     return isinstance(value, (int, float)) and not isinstance(value, bool) and value == value and value >= 0
